@@ -1,0 +1,219 @@
+// Package app wires Blobplane's processes from a validated config: the API
+// server and the River worker. Binaries in cmd/ only parse flags, handle
+// signals and call into here, so tests run the same wiring in-process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"riverqueue.com/riverui"
+
+	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/handlers"
+	"github.com/blobplane/blobplane/jobs"
+	"github.com/blobplane/blobplane/node"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Version is the build version reported by nodes (set with -ldflags).
+var Version = "dev"
+
+// API is a running-to-be API server: listener bound, dependencies open.
+type API struct {
+	cfg      *config.Config
+	logger   *slog.Logger
+	store    *store.Store
+	listener net.Listener
+	server   *http.Server
+	riverUI  *riverui.Handler
+	beat     *node.Heartbeater
+}
+
+// NewAPI opens the database and binds the listener. Close it with Serve's
+// return or Close.
+func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API, error) {
+	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return nil, err
+	}
+	a := &API{cfg: cfg, logger: logger, store: st}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("invalid BLOBPLANE_LISTEN: cannot listen on %s: %v", cfg.Listen, errors.Unwrap(err))
+	}
+	a.listener = ln
+
+	// An insert-only River client: the API enqueues work (in the same
+	// transaction as the state it follows from) and serves the River UI.
+	riverClient, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: logger})
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	var ui http.Handler
+	switch {
+	case !cfg.RiverUI:
+	case !cfg.IsLoopback():
+		logger.Warn("River UI disabled: the listener is not loopback and admin auth is not configured yet", "listen", cfg.Listen)
+	default:
+		h, err := riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(riverClient, nil),
+			Logger:    logger,
+			Prefix:    "/riverui",
+		})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("river ui: %w", err)
+		}
+		a.riverUI, ui = h, h
+	}
+
+	a.beat = &node.Heartbeater{Store: st, Logger: logger, Node: store.Node{
+		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: "http://" + ln.Addr().String(), Version: Version,
+	}}
+	router := handlers.NewRouter(handlers.Deps{
+		Logger:    logger,
+		Metrics:   handlers.NewMetrics(),
+		Readiness: st,
+		NodeID:    cfg.NodeID,
+		RiverUI:   ui,
+	})
+	a.server = &http.Server{
+		Handler:           router,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return a, nil
+}
+
+// Addr is the bound listen address (useful with port 0).
+func (a *API) Addr() string { return a.listener.Addr().String() }
+
+// URL is the base URL clients use.
+func (a *API) URL() string { return "http://" + a.Addr() }
+
+// Serve runs until ctx ends, then stops accepting, drains in-flight requests
+// for up to the shutdown timeout, closes what is left, and returns.
+func (a *API) Serve(ctx context.Context) error {
+	defer a.Close()
+	if err := a.beat.Register(ctx); err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); a.beat.Run(bg) }()
+	defer func() { stopBG(); <-beatDone }()
+	if a.riverUI != nil {
+		if err := a.riverUI.Start(bg); err != nil {
+			return fmt.Errorf("river ui: %w", err)
+		}
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- a.server.Serve(a.listener) }()
+	a.logger.Info("api listening", "url", a.URL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	a.logger.Info("api shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := a.server.Shutdown(sctx); err != nil {
+		a.logger.Warn("drain deadline passed; closing remaining connections", "err", err)
+		a.server.Close()
+	}
+	a.logger.Info("api stopped")
+	return nil
+}
+
+// Close releases the listener and the pool (idempotent).
+func (a *API) Close() {
+	if a.listener != nil {
+		a.listener.Close()
+	}
+	a.store.Close()
+}
+
+// Migrate applies goose and River migrations and reports what it did.
+func Migrate(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*store.MigrationResult, error) {
+	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return store.Migrate(ctx, st.Pool(), logger)
+}
+
+// RunWorker runs the River worker until ctx ends: soft stop (finish running
+// jobs) within the shutdown timeout, then hard stop (cancel them).
+func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) error {
+	periodic, err := jobs.PeriodicJobs(cfg.Cron)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if ok, err := st.MigrationsCurrent(ctx); err != nil || !ok {
+		return fmt.Errorf("database schema is not current (run `api migrate`): %v", err)
+	}
+	queues := map[string]river.QueueConfig{}
+	for name, max := range cfg.Queues {
+		queues[name] = river.QueueConfig{MaxWorkers: max}
+	}
+	client, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{
+		ID:           cfg.NodeID,
+		Logger:       logger,
+		Queues:       queues,
+		Workers:      jobs.Workers(jobs.Deps{Store: st, Logger: logger}),
+		PeriodicJobs: periodic,
+	})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+	beat := &node.Heartbeater{Store: st, Logger: logger, Node: store.Node{
+		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.Worker, Version: Version,
+	}}
+	if err := beat.Register(ctx); err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); beat.Run(bg) }()
+	defer func() { stopBG(); <-beatDone }()
+
+	if err := client.Start(bg); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	logger.Info("worker started", "node_id", cfg.NodeID, "datacenter", cfg.Datacenter, "queues", cfg.Queues, "cron", cfg.Cron)
+	<-ctx.Done()
+
+	logger.Info("worker stopping: finishing running jobs", "timeout", cfg.ShutdownTimeout)
+	soft, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := client.Stop(soft); err != nil {
+		logger.Warn("soft stop deadline passed; cancelling running jobs", "err", err)
+		hard, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := client.StopAndCancel(hard); err != nil {
+			return fmt.Errorf("hard stop: %w", err)
+		}
+	}
+	logger.Info("worker stopped")
+	return nil
+}

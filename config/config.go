@@ -1,0 +1,344 @@
+// Package config is the one place where Blobplane's binaries turn flags and
+// environment variables into a validated Config. Every setting has a flag and
+// an environment fallback; flags win. A bad setting is refused with an error
+// that names it, so the binary can print one line and exit non-zero.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/robfig/cron/v3"
+)
+
+// Config is every setting a Blobplane process reads. Not every binary uses
+// every field; Settings lists which binary registers which.
+type Config struct {
+	DatabaseURL     string
+	Listen          string
+	Datacenter      string
+	NodeID          string
+	DataDir         string
+	LogFormat       string
+	LogLevel        slog.Level
+	ShutdownTimeout time.Duration
+	Queues          map[string]int
+	Cron            map[string]string
+	RiverUI         bool
+}
+
+// Setting describes one configuration knob: its flag, its environment
+// variable, its default and what it means. The compose-file test and --help
+// both read this table, so it is the single list of what exists.
+type Setting struct {
+	Flag    string
+	Env     string
+	Default string
+	Usage   string
+	// For names the binaries that accept the setting.
+	For []string
+	set func(c *Config, v string) error
+}
+
+// Binaries.
+const (
+	API        = "api"
+	Worker     = "worker"
+	Controller = "controller"
+)
+
+var (
+	all      = []string{API, Worker, Controller}
+	servers  = []string{API, Worker}
+	dcLabel  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	nodeID   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	queueRe  = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	cronName = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+)
+
+// CronParser parses the schedules in BLOBPLANE_CRON: standard five-field
+// cron expressions plus descriptors such as "@hourly" and "@every 1s".
+var CronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Settings is the table of every knob, in --help order.
+var Settings = []Setting{
+	{Flag: "database-url", Env: "DATABASE_URL", Usage: "Postgres connection URL (required; `make run` starts a local cluster and sets it)", For: all,
+		set: func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("is required (postgres://user@host:port/db); `make run` and `make test` set it for you")
+			}
+			if _, err := pgxpool.ParseConfig(v); err != nil {
+				return fmt.Errorf("cannot be parsed: %s", redactErr(err))
+			}
+			c.DatabaseURL = v
+			return nil
+		}},
+	{Flag: "listen", Env: "BLOBPLANE_LISTEN", Default: "127.0.0.1:8080", Usage: "HTTP listen address host:port", For: []string{API},
+		set: func(c *Config, v string) error {
+			host, port, err := net.SplitHostPort(v)
+			if err != nil {
+				return fmt.Errorf("%q is not host:port", v)
+			}
+			if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+				return fmt.Errorf("%q: host must be an IP address or localhost", v)
+			}
+			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+				return fmt.Errorf("%q: port must be 0-65535", v)
+			}
+			c.Listen = v
+			return nil
+		}},
+	{Flag: "datacenter", Env: "BLOBPLANE_DATACENTER", Default: "local", Usage: "datacenter label of this node (lowercase letters, digits, dashes)", For: all,
+		set: func(c *Config, v string) error {
+			if !dcLabel.MatchString(v) {
+				return fmt.Errorf("%q: must be 1-63 lowercase letters, digits or dashes", v)
+			}
+			c.Datacenter = v
+			return nil
+		}},
+	{Flag: "node-id", Env: "BLOBPLANE_NODE_ID", Default: "", Usage: "stable node id (default: hostname + listen address)", For: all,
+		set: func(c *Config, v string) error {
+			if v != "" && !nodeID.MatchString(v) {
+				return fmt.Errorf("%q: must be 1-128 characters of letters, digits, '.', '_', ':' or '-'", v)
+			}
+			c.NodeID = v
+			return nil
+		}},
+	{Flag: "data-dir", Env: "BLOBPLANE_DATA_DIR", Default: "./.data", Usage: "directory for local state (filesystem backend, dev keys)", For: all,
+		set: func(c *Config, v string) error {
+			if strings.TrimSpace(v) == "" {
+				return errors.New("must not be empty")
+			}
+			c.DataDir = v
+			return nil
+		}},
+	{Flag: "log-format", Env: "BLOBPLANE_LOG_FORMAT", Default: "json", Usage: "log format: json or text", For: all,
+		set: func(c *Config, v string) error {
+			if v != "json" && v != "text" {
+				return fmt.Errorf("%q: must be json or text", v)
+			}
+			c.LogFormat = v
+			return nil
+		}},
+	{Flag: "log-level", Env: "BLOBPLANE_LOG_LEVEL", Default: "info", Usage: "log level: debug, info, warn or error", For: all,
+		set: func(c *Config, v string) error {
+			if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+				return fmt.Errorf("%q: must be debug, info, warn or error", v)
+			}
+			return nil
+		}},
+	{Flag: "shutdown-timeout", Env: "BLOBPLANE_SHUTDOWN_TIMEOUT", Default: "30s", Usage: "how long to drain in-flight work on SIGTERM before stopping hard", For: servers,
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%q: must be a positive duration such as 30s", v)
+			}
+			c.ShutdownTimeout = d
+			return nil
+		}},
+	{Flag: "queues", Env: "BLOBPLANE_QUEUES", Default: "default=10", Usage: "River queues this worker serves, name=max_workers comma-separated", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			q, err := parseQueues(v)
+			if err != nil {
+				return err
+			}
+			c.Queues = q
+			return nil
+		}},
+	{Flag: "cron", Env: "BLOBPLANE_CRON", Default: "node_prune=@every 1m", Usage: "periodic jobs, job=schedule separated by ';' (cron expression or @every 1s)", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			m, err := parseCron(v)
+			if err != nil {
+				return err
+			}
+			c.Cron = m
+			return nil
+		}},
+	{Flag: "riverui", Env: "BLOBPLANE_RIVERUI", Default: "true", Usage: "serve the River UI at /riverui/ (only on a loopback listener)", For: []string{API},
+		set: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q: must be true or false", v)
+			}
+			c.RiverUI = b
+			return nil
+		}},
+}
+
+// Load parses args (without the program name) for the named binary, with
+// getenv as the environment fallback. It returns flag.ErrHelp after writing
+// usage to out when asked for help.
+func Load(binary string, args []string, getenv func(string) string, out io.Writer) (*Config, []string, error) {
+	fs := flag.NewFlagSet(binary, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	values := map[string]*string{}
+	var mine []Setting
+	for _, s := range Settings {
+		if !slices.Contains(s.For, binary) {
+			continue
+		}
+		mine = append(mine, s)
+		values[s.Flag] = fs.String(s.Flag, "", s.Usage)
+	}
+	fs.Usage = func() { Usage(out, binary) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, err // fs.Usage already wrote the help text
+		}
+		return nil, nil, fmt.Errorf("%s (see %s --help)", err, binary)
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+
+	c := &Config{}
+	for _, s := range mine {
+		v, origin := s.Default, "default"
+		if e := getenv(s.Env); e != "" {
+			v, origin = e, s.Env
+		}
+		if explicit[s.Flag] {
+			v, origin = *values[s.Flag], "--"+s.Flag
+		}
+		if err := s.set(c, v); err != nil {
+			if origin == "default" {
+				origin = s.Env
+			}
+			return nil, nil, fmt.Errorf("invalid %s: %w", origin, err)
+		}
+	}
+	if _, ok := values["node-id"]; ok && c.NodeID == "" {
+		listen := c.Listen
+		if listen == "" {
+			listen = binary // a worker has no listener; keep it apart from the api on the same host
+		}
+		c.NodeID = DefaultNodeID(listen)
+	}
+	return c, fs.Args(), nil
+}
+
+// DefaultNodeID derives a node id from the hostname and listen address, so
+// two processes on one host with different listeners get different ids.
+func DefaultNodeID(listen string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	id := host
+	if listen != "" {
+		id += ":" + strings.TrimPrefix(listen, ":")
+	}
+	id = strings.Map(func(r rune) rune {
+		if r < 128 && (r == '.' || r == '_' || r == ':' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '-'
+	}, id)
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	return id
+}
+
+// Usage writes --help text for binary: every setting with its flag,
+// environment variable and default.
+func Usage(w io.Writer, binary string) {
+	fmt.Fprintf(w, "Usage: %s [flags] [command]\n\nSettings (flag, environment variable, default):\n", binary)
+	for _, s := range Settings {
+		if !slices.Contains(s.For, binary) {
+			continue
+		}
+		def := s.Default
+		if def == "" {
+			def = "(none)"
+		}
+		fmt.Fprintf(w, "  --%-18s %-28s default %s\n      %s\n", s.Flag, s.Env, def, s.Usage)
+	}
+}
+
+// Logger builds the process logger from the configured format and level.
+func (c *Config) Logger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.LogLevel}
+	if c.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// IsLoopback reports whether the configured listen address only accepts
+// connections from this machine.
+func (c *Config) IsLoopback() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func parseQueues(v string) (map[string]int, error) {
+	q := map[string]int{}
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, n, ok := strings.Cut(part, "=")
+		if !ok || !queueRe.MatchString(name) {
+			return nil, fmt.Errorf("%q: each entry must be name=max_workers with a lowercase name", part)
+		}
+		max, err := strconv.Atoi(n)
+		if err != nil || max < 1 || max > 10000 {
+			return nil, fmt.Errorf("%q: max_workers must be 1-10000", part)
+		}
+		q[name] = max
+	}
+	if len(q) == 0 {
+		return nil, errors.New("must name at least one queue")
+	}
+	return q, nil
+}
+
+func parseCron(v string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, part := range strings.Split(v, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, expr, ok := strings.Cut(part, "=")
+		name, expr = strings.TrimSpace(name), strings.TrimSpace(expr)
+		if !ok || !cronName.MatchString(name) {
+			return nil, fmt.Errorf("%q: each entry must be job=schedule", part)
+		}
+		if _, err := CronParser.Parse(expr); err != nil {
+			return nil, fmt.Errorf("%q: bad schedule: %v", part, err)
+		}
+		m[name] = expr
+	}
+	return m, nil
+}
+
+// redactErr keeps a connection-string parse error from echoing a password.
+func redactErr(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if j := strings.Index(msg[i:], "@"); j >= 0 {
+			msg = msg[:i+3] + "***" + msg[i+j:]
+		}
+	}
+	return msg
+}

@@ -1,0 +1,28 @@
+-- name: UpsertNode :one
+INSERT INTO nodes (node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state)
+VALUES (@node_id, @datacenter, @role, @endpoint, @class, @capacity, @version, now(), now(), 'up')
+ON CONFLICT (node_id) DO UPDATE
+SET datacenter = EXCLUDED.datacenter,
+    role = EXCLUDED.role,
+    endpoint = EXCLUDED.endpoint,
+    class = EXCLUDED.class,
+    capacity = EXCLUDED.capacity,
+    version = EXCLUDED.version,
+    started_at = now(),
+    heartbeat_at = now(),
+    state = 'up'
+RETURNING *;
+
+-- name: HeartbeatNode :execrows
+UPDATE nodes SET heartbeat_at = now(), state = 'up' WHERE node_id = @node_id;
+
+-- name: MarkNodeDown :execrows
+UPDATE nodes SET state = 'down' WHERE node_id = @node_id;
+
+-- name: PruneNodes :many
+UPDATE nodes SET state = 'down'
+WHERE state = 'up' AND heartbeat_at < now() - make_interval(secs => @older_than_seconds::float8)
+RETURNING node_id;
+
+-- name: ListNodes :many
+SELECT * FROM nodes ORDER BY datacenter, node_id;

@@ -1,0 +1,72 @@
+package handlers
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds the HTTP metrics and the registry /metrics serves.
+type Metrics struct {
+	Registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inflight prometheus.Gauge
+}
+
+// NewMetrics builds a registry with Go and process collectors plus the HTTP
+// request metrics, labelled by chi route pattern (never the raw path, whose
+// cardinality a client controls).
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		Registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "blobplane_http_requests_total",
+			Help: "HTTP requests by route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "blobplane_http_request_duration_seconds",
+			Help:    "HTTP request duration by route pattern and method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "method"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "blobplane_http_requests_in_flight",
+			Help: "HTTP requests being served.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.inflight)
+	return m
+}
+
+func (m *Metrics) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		m.inflight.Inc()
+		defer m.inflight.Dec()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := routePattern(r)
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+		m.duration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+	})
+}
+
+func routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		if p := rc.RoutePattern(); p != "" {
+			return p
+		}
+	}
+	return "unmatched"
+}

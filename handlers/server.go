@@ -1,0 +1,141 @@
+// Package handlers is Blobplane's HTTP surface: the chi router, its
+// middleware (request ids, structured logs, metrics, panic recovery), the
+// operational endpoints, and JSON errors with stable codes.
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/blobplane/blobplane"
+)
+
+// Readiness is what /readyz asks: can this node serve?
+type Readiness interface {
+	// Ping fails when the database is unreachable.
+	Ping(ctx context.Context) error
+	// MigrationsCurrent reports whether the schema is at this build's version.
+	MigrationsCurrent(ctx context.Context) (bool, error)
+}
+
+// Deps are the parts the router needs. RiverUI is optional.
+type Deps struct {
+	Logger    *slog.Logger
+	Metrics   *Metrics
+	Readiness Readiness
+	NodeID    string
+	RiverUI   http.Handler
+}
+
+// NewRouter builds the chi router with every route and middleware.
+func NewRouter(d Deps) http.Handler {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics()
+	}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.Use(requestIDHeader)
+	r.Use(d.Metrics.middleware)
+	r.Use(accessLog(d.Logger))
+	r.Use(recoverer(d.Logger))
+
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "node_id": d.NodeID})
+	})
+	r.Get("/readyz", readyz(d))
+	r.Handle("/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{Registry: d.Metrics.Registry}))
+	if d.RiverUI != nil {
+		r.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
+		r.Handle("/riverui/*", d.RiverUI)
+	}
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, r, d.Logger, blobplane.Errorf(blobplane.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusMethodNotAllowed, ErrorBody{Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path, RequestID: middleware.GetReqID(r.Context())})
+	})
+	return r
+}
+
+func readyz(d Deps) http.HandlerFunc {
+	// Migrations only move forward while a process runs, so a positive
+	// answer is cached; the database ping is not.
+	var migrated atomic.Bool
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := d.Readiness.Ping(ctx); err != nil {
+			WriteError(w, r, d.Logger, blobplane.Wrap(blobplane.CodeUnavailable, err, "database unreachable"))
+			return
+		}
+		if !migrated.Load() {
+			ok, err := d.Readiness.MigrationsCurrent(ctx)
+			if err != nil {
+				WriteError(w, r, d.Logger, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot read migration state"))
+				return
+			}
+			if !ok {
+				WriteError(w, r, d.Logger, blobplane.Errorf(blobplane.CodeUnavailable, "database schema is behind this build: run `api migrate`"))
+				return
+			}
+			migrated.Store(true)
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "node_id": d.NodeID})
+	}
+}
+
+func requestIDHeader(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", middleware.GetReqID(r.Context()))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			logger.LogAttrs(r.Context(), slog.LevelInfo, "http",
+				slog.String("method", r.Method),
+				slog.String("path", r.URL.Path),
+				slog.String("route", routePattern(r)),
+				slog.Int("status", ww.Status()),
+				slog.Int("bytes", ww.BytesWritten()),
+				slog.Duration("duration", time.Since(start)),
+				slog.String("request_id", middleware.GetReqID(r.Context())),
+				slog.String("remote", r.RemoteAddr),
+			)
+		})
+	}
+}
+
+// recoverer turns a panic into a logged internal error with no stack trace
+// in the response.
+func recoverer(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					logger.ErrorContext(r.Context(), "panic in handler", "panic", v, "request_id", middleware.GetReqID(r.Context()))
+					WriteError(w, r, logger, blobplane.Errorf(blobplane.CodeInternal, "internal error"))
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# run.sh — the README's run command (`make run`): Postgres (started here when
+# DATABASE_URL is unset), migrations, then api + worker for datacenter
+# `local` on the filesystem data dir. Ctrl-C stops both (and the Postgres this
+# run started), leaving no listener behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export BLOBPLANE_DATA_DIR=${BLOBPLANE_DATA_DIR:-$PWD/.data}
+export BLOBPLANE_DATACENTER=${BLOBPLANE_DATACENTER:-local}
+export BLOBPLANE_LISTEN=${BLOBPLANE_LISTEN:-127.0.0.1:8080}
+export BLOBPLANE_LOG_FORMAT=${BLOBPLANE_LOG_FORMAT:-text}
+
+started_pg=0
+if [[ -z ${DATABASE_URL:-} ]]; then
+	scripts/pg.sh status 2>/dev/null || started_pg=1
+	eval "$(scripts/pg.sh env)"
+fi
+
+pids=()
+cleanup() {
+	trap - INT TERM EXIT
+	echo "run.sh: stopping api and worker" >&2
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	if [[ $started_pg == 1 ]]; then scripts/pg.sh stop; fi
+	echo "run.sh: stopped" >&2
+}
+trap cleanup INT TERM EXIT
+
+bin/api migrate
+bin/api & pids+=($!)
+bin/worker & pids+=($!)
+
+url="http://$BLOBPLANE_LISTEN"
+for _ in $(seq 1 100); do
+	if curl -fsS "$url/readyz" >/dev/null 2>&1; then break; fi
+	kill -0 "${pids[0]}" 2>/dev/null || { echo "run.sh: api exited" >&2; exit 1; }
+	sleep 0.1
+done
+cat >&2 <<MSG
+
+  Blobplane is running: $url
+    health   $url/healthz   $url/readyz
+    metrics  $url/metrics
+    River UI $url/riverui/
+  DATABASE_URL=$DATABASE_URL
+  Ctrl-C stops everything.
+
+MSG
+# Either process exiting ends the run (and stops the other).
+wait -n "${pids[@]}" || true

@@ -1,0 +1,119 @@
+// Package store is Blobplane's Postgres access: one pgxpool per process,
+// migrations, and transactional operations over sqlc-generated queries. The
+// generated code stays in store/internal/dbsqlc; callers see domain types and
+// blobplane errors, never pgx.ErrNoRows.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// Store wraps the process's single connection pool. sqlc queries, River and
+// goose all run on it.
+type Store struct {
+	pool   *pgxpool.Pool
+	q      *dbsqlc.Queries
+	logger *slog.Logger
+}
+
+// Open connects a pool to databaseURL and checks that the server answers.
+// The error names DATABASE_URL and never includes the password.
+func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "invalid DATABASE_URL: cannot be parsed")
+	}
+	if cfg.MaxConns < 8 {
+		cfg.MaxConns = 8
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "blobplane"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to DATABASE_URL: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the database at DATABASE_URL (%s:%d): %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, rootCause(err))
+	}
+	return New(pool, logger), nil
+}
+
+// New wraps an existing pool.
+func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, q: dbsqlc.New(), logger: logger}
+}
+
+// Pool returns the shared pool, for River and goose.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return blobplane.Wrap(blobplane.CodeUnavailable, err, "database unreachable")
+	}
+	return nil
+}
+
+// InTx runs fn in one transaction, committing when fn returns nil.
+func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+var errNoRows = pgx.ErrNoRows
+
+// dbErr maps driver errors to the project's taxonomy at the store boundary.
+func dbErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: "not found"}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "23": // integrity constraint violation
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: pgErr.Message, Err: err}
+		case "40", "53", "57", "08": // serialization, resources, operator intervention, connection
+			return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: op, Message: "database temporarily unavailable", Retryable: true, Err: err}
+		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// rootCause names why a connection failed in a few words ("connection
+// refused") rather than repeating every wrapping layer.
+func rootCause(err error) string {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Err != nil {
+		return opErr.Err.Error()
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	return "connection failed"
+}
