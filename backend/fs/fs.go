@@ -1,0 +1,594 @@
+// Package fs is the filesystem byte backend, Blobplane's embedded default.
+//
+// Layout under the configured root (opened as an os.Root, so no operation can
+// leave it, even through a symlink planted in the tree):
+//
+//	sha256/ab/cd/<64 hex>        one object per content digest
+//	sha256/ab/cd/.tmp-<random>   a write in progress (never listed or read)
+//	staging/<32 hex>             a staged upload (OCI upload session)
+//
+// Locations derive only from a validated digest or a backend-chosen upload
+// id, never from client input.
+//
+// Each object file starts with a fixed 64-byte text header carrying its
+// representation (see docs/adr/0001-filesystem-representation-header.md):
+//
+//	blobplane-repr zstd:4096:16384<spaces>\n
+//
+// followed by exactly PayloadSize payload bytes. The header is written into
+// the temp file before the rename, so payload and representation become
+// visible together in one atomic rename (S7).
+package fs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"hash/fnv"
+	"io"
+	iofs "io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+)
+
+// HeaderSize is the size of the representation header at the start of every
+// object file.
+const HeaderSize = 64
+
+const (
+	headerMagic = "blobplane-repr "
+	objectsDir  = "sha256"
+	stagingDir  = "staging"
+	tmpPrefix   = ".tmp-"
+)
+
+func init() {
+	backend.Register(backend.KindFilesystem, func(_ context.Context, spec backend.Spec) (backend.Backend, error) {
+		return Open(spec.Path, spec.Store)
+	})
+}
+
+// Backend stores objects in a directory tree. Safe for concurrent use by
+// many goroutines; several processes may share a root for objects (writes
+// are atomic renames), but a staged upload must be driven by one process at
+// a time.
+type Backend struct {
+	root   *os.Root
+	dir    string
+	policy backend.StorePolicy
+	// uploadLocks serialise appends, promotion and abort of one staged
+	// upload within this process (striped by upload id).
+	uploadLocks [64]sync.Mutex
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Open opens (creating if needed) a filesystem backend rooted at dir.
+// policy "" means backend.StoreAsSubmitted.
+func Open(dir string, policy backend.StorePolicy) (*Backend, error) {
+	const op = "fs.Open"
+	if policy == "" {
+		policy = backend.StoreAsSubmitted
+	}
+	switch policy {
+	case backend.StoreAsSubmitted, backend.StoreZstd, backend.StoreIdentity:
+	default:
+		return nil, backend.Invalid(op, "store policy %q: want as-submitted, zstd or identity", policy)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, classify(op, err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, classify(op, err)
+	}
+	for _, d := range []string{objectsDir, stagingDir} {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			_ = root.Close()
+			return nil, classify(op, err)
+		}
+	}
+	return &Backend{root: root, dir: dir, policy: policy}, nil
+}
+
+// Dir returns the directory the backend is rooted at.
+func (b *Backend) Dir() string { return b.dir }
+
+// Close releases the root directory handle.
+func (b *Backend) Close() error { return b.root.Close() }
+
+// location derives an object's directory and file name from a validated
+// digest: sha256/ab/cd, <hex>.
+func location(d blobplane.Digest) (dir, file string) {
+	h := d.Hex()
+	return path.Join(objectsDir, h[0:2], h[2:4]), h
+}
+
+// ObjectPath returns the object's path relative to the root, for tests and
+// operators.
+func ObjectPath(d blobplane.Digest) string {
+	dir, file := location(d)
+	return path.Join(dir, file)
+}
+
+// Write implements backend.Backend: temp file in the target directory →
+// payload and header → fsync → rename over the object → fsync the
+// directory. The temp file is removed on any failure, so nothing appears at
+// the content-addressed location unless the digest matched (S2). Two writers
+// of one digest each rename a complete file; the last rename wins and
+// readers holding the old file keep reading it whole (S7).
+func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.Info, error) {
+	const op = "fs.Write"
+	if err := backend.ValidDigest(op, req.Digest); err != nil {
+		return backend.Info{}, err
+	}
+	if _, err := backend.ParseCodec(string(req.Codec)); err != nil {
+		return backend.Info{}, err
+	}
+	dir, file := location(req.Digest)
+	if err := b.root.MkdirAll(dir, 0o755); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	tmp := path.Join(dir, tmpPrefix+file[:8]+"-"+randHex(8))
+	f, err := b.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = f.Close()
+			_ = b.root.Remove(tmp)
+		}
+	}()
+
+	// Reserve the header; the representation is known only at the end.
+	if _, err := f.Write(header(backend.Representation{})); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	repr, err := backend.Encode(ctx, f, req, backend.StoredCodec(b.policy, req.Codec))
+	if err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	if _, err := f.WriteAt(header(repr), 0); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	if err := f.Sync(); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	if err := f.Close(); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	if err := b.root.Rename(tmp, path.Join(dir, file)); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	committed = true
+	// The rename is durable only once the directory is.
+	if err := b.syncDir(dir); err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	return backend.Info{Digest: req.Digest, Repr: repr}, nil
+}
+
+func (b *Backend) syncDir(dir string) error {
+	d, err := b.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// open opens an object and reads its header, from the same file handle that
+// will serve the body: header and payload always come from one file version.
+func (b *Backend) open(op string, d blobplane.Digest) (*os.File, backend.Representation, int64, error) {
+	if err := backend.ValidDigest(op, d); err != nil {
+		return nil, backend.Representation{}, 0, err
+	}
+	f, err := b.root.Open(ObjectPath(d))
+	if err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil, backend.Representation{}, 0, backend.NotFound(op, d)
+		}
+		return nil, backend.Representation{}, 0, classify(op, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, backend.Representation{}, 0, classify(op, err)
+	}
+	if !fi.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, backend.Representation{}, 0, backend.Corrupt(op, d, "not a regular file")
+	}
+	var hdr [HeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		_ = f.Close()
+		if errors.Is(err, io.EOF) {
+			return nil, backend.Representation{}, 0, backend.Corrupt(op, d, "shorter than its header")
+		}
+		return nil, backend.Representation{}, 0, classify(op, err)
+	}
+	repr, err := parseHeader(hdr[:])
+	if err != nil {
+		_ = f.Close()
+		return nil, backend.Representation{}, 0, backend.Corrupt(op, d, "%v", err)
+	}
+	if fi.Size() != HeaderSize+repr.PayloadSize {
+		_ = f.Close()
+		return nil, backend.Representation{}, 0, backend.Corrupt(op, d, "file holds %d payload bytes, representation %s says %d",
+			fi.Size()-HeaderSize, repr, repr.PayloadSize)
+	}
+	return f, repr, fi.Size(), nil
+}
+
+// Read implements backend.Backend.
+func (b *Backend) Read(ctx context.Context, d blobplane.Digest, opts backend.ReadOptions) (*backend.Object, error) {
+	const op = "fs.Read"
+	if err := ctx.Err(); err != nil {
+		return nil, backend.Classify(op, err)
+	}
+	f, repr, _, err := b.open(op, d)
+	if err != nil {
+		return nil, err
+	}
+	off, n, err := backend.CheckRange(op, opts.Range, repr.ContentSize)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	var payload io.Reader
+	if repr.Codec == backend.CodecIdentity {
+		payload = io.NewSectionReader(f, HeaderSize+off, n)
+	} else {
+		payload = io.NewSectionReader(f, HeaderSize, repr.PayloadSize)
+	}
+	return backend.DecodeBody(op, d, payload, f.Close, repr, opts)
+}
+
+// Stat implements backend.Backend.
+func (b *Backend) Stat(ctx context.Context, d blobplane.Digest) (backend.Info, error) {
+	const op = "fs.Stat"
+	if err := ctx.Err(); err != nil {
+		return backend.Info{}, backend.Classify(op, err)
+	}
+	f, repr, _, err := b.open(op, d)
+	if err != nil {
+		return backend.Info{}, err
+	}
+	_ = f.Close()
+	return backend.Info{Digest: d, Repr: repr}, nil
+}
+
+// Delete implements backend.Backend.
+func (b *Backend) Delete(ctx context.Context, d blobplane.Digest) error {
+	const op = "fs.Delete"
+	if err := backend.ValidDigest(op, d); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Classify(op, err)
+	}
+	dir, _ := location(d)
+	if err := b.root.Remove(ObjectPath(d)); err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil
+		}
+		return classify(op, err)
+	}
+	return classify(op, b.syncDir(dir))
+}
+
+// List implements backend.Backend. It walks the fan-out directories in
+// order, skipping what sorts before the cursor.
+func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.Page, error) {
+	const op = "fs.List"
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = backend.DefaultListLimit
+	}
+	var after string
+	if opts.After != "" {
+		if err := backend.ValidDigest(op, opts.After); err != nil {
+			return backend.Page{}, err
+		}
+		after = opts.After.Hex()
+	}
+	var page backend.Page
+	l1, err := b.readDir(objectsDir)
+	if err != nil {
+		return backend.Page{}, classify(op, err)
+	}
+	for _, a := range l1 {
+		if !isHex(a.Name(), 2) || (after != "" && a.Name() < after[:2]) {
+			continue
+		}
+		l2, err := b.readDir(path.Join(objectsDir, a.Name()))
+		if err != nil {
+			return backend.Page{}, classify(op, err)
+		}
+		for _, c := range l2 {
+			if !isHex(c.Name(), 2) || (after != "" && a.Name()+c.Name() < after[:4]) {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return backend.Page{}, backend.Classify(op, err)
+			}
+			dir := path.Join(objectsDir, a.Name(), c.Name())
+			files, err := b.readDir(dir)
+			if err != nil {
+				return backend.Page{}, classify(op, err)
+			}
+			for _, f := range files {
+				name := f.Name()
+				if !isHex(name, 64) || !strings.HasPrefix(name, a.Name()+c.Name()) || (after != "" && name <= after) {
+					continue
+				}
+				info, err := f.Info()
+				if errors.Is(err, iofs.ErrNotExist) {
+					continue // deleted while listing
+				} else if err != nil {
+					return backend.Page{}, classify(op, err)
+				}
+				if len(page.Entries) == limit {
+					page.Next = page.Entries[limit-1].Digest
+					return page, nil
+				}
+				page.Entries = append(page.Entries, backend.Entry{
+					Digest:     blobplane.Digest(blobplane.DigestPrefix + name),
+					StoredSize: info.Size(),
+					Modified:   info.ModTime(),
+				})
+			}
+		}
+	}
+	return page, nil
+}
+
+func (b *Backend) readDir(dir string) ([]iofs.DirEntry, error) {
+	f, err := b.root.Open(dir)
+	if err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(entries, func(x, y iofs.DirEntry) int { return strings.Compare(x.Name(), y.Name()) })
+	return entries, nil
+}
+
+// header renders the fixed-size representation header: magic, the
+// representation's text form, space padding, newline. The zero
+// Representation renders a placeholder that parseHeader rejects, so a file
+// whose header was never completed can never be read as valid.
+func header(r backend.Representation) []byte {
+	h := bytes.Repeat([]byte{' '}, HeaderSize)
+	h[HeaderSize-1] = '\n'
+	text := "pending"
+	if r.Codec != "" {
+		text = r.String()
+	}
+	copy(h, headerMagic+text)
+	return h
+}
+
+func parseHeader(h []byte) (backend.Representation, error) {
+	if len(h) != HeaderSize || !bytes.HasPrefix(h, []byte(headerMagic)) || h[HeaderSize-1] != '\n' {
+		return backend.Representation{}, errors.New("no blobplane-repr header")
+	}
+	text := strings.TrimRight(string(h[len(headerMagic):HeaderSize-1]), " ")
+	return backend.ParseRepresentation(text)
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+// classify maps filesystem errors onto the backend taxonomy.
+func classify(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *backend.SinkError
+	if errors.As(err, &se) {
+		err = se.Err
+	}
+	var be *blobplane.Error
+	switch {
+	case errors.As(err, &be):
+		return err
+	case strings.Contains(err.Error(), "path escapes from parent"):
+		// os.Root refused to follow a symlink out of the tree.
+		return backend.Refused(op, err, "path leaves the backend root")
+	case errors.Is(err, iofs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return backend.Refused(op, err, "%v", err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// Space may come back once sweeps run.
+		return backend.Unavailable(op, err, "%v", err)
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP):
+		return backend.Refused(op, err, "%v", err)
+	}
+	return backend.Classify(op, err)
+}
+
+func (b *Backend) uploadLock(id string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return &b.uploadLocks[h.Sum32()%uint32(len(b.uploadLocks))]
+}
+
+// CreateUpload implements backend.Stager.
+func (b *Backend) CreateUpload(ctx context.Context) (string, error) {
+	const op = "fs.CreateUpload"
+	if err := ctx.Err(); err != nil {
+		return "", backend.Classify(op, err)
+	}
+	id := randHex(16)
+	f, err := b.root.OpenFile(path.Join(stagingDir, id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", classify(op, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", classify(op, err)
+	}
+	if err := b.syncDir(stagingDir); err != nil {
+		return "", classify(op, err)
+	}
+	return id, nil
+}
+
+// AppendUpload implements backend.Stager. A chunk is fsynced before the new
+// size is returned; a crash mid-chunk keeps the bytes that reached the disk,
+// which UploadSize then reports.
+func (b *Backend) AppendUpload(ctx context.Context, id string, offset int64, r io.Reader) (int64, error) {
+	const op = "fs.AppendUpload"
+	if err := backend.ValidUploadID(op, id); err != nil {
+		return 0, err
+	}
+	mu := b.uploadLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	f, err := b.root.OpenFile(path.Join(stagingDir, id), os.O_WRONLY, 0)
+	if err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return 0, uploadNotFound(op, id)
+		}
+		return 0, classify(op, err)
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, classify(op, err)
+	}
+	if offset != size {
+		return size, backend.RangeInvalid(op, "upload %s: append at offset %d, but it holds %d bytes", id, offset, size)
+	}
+	src := &bodyReader{r: backend.CtxReader(ctx, r)}
+	n, err := io.Copy(f, src)
+	if serr := f.Sync(); err == nil && serr != nil {
+		err = serr
+	}
+	if err != nil {
+		if src.err != nil {
+			return size + n, backend.Unavailable(op, src.err, "upload %s: request body failed after %d bytes: %v", id, n, src.err)
+		}
+		return size + n, classify(op, err)
+	}
+	return size + n, nil
+}
+
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *bodyReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// UploadSize implements backend.Stager.
+func (b *Backend) UploadSize(ctx context.Context, id string) (int64, error) {
+	const op = "fs.UploadSize"
+	if err := backend.ValidUploadID(op, id); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, backend.Classify(op, err)
+	}
+	fi, err := b.root.Stat(path.Join(stagingDir, id))
+	if err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return 0, uploadNotFound(op, id)
+		}
+		return 0, classify(op, err)
+	}
+	return fi.Size(), nil
+}
+
+// PromoteUpload implements backend.Stager: the staged file is streamed
+// through the same verifying write path as Write, then removed.
+func (b *Backend) PromoteUpload(ctx context.Context, id string, req backend.WriteRequest) (backend.Info, error) {
+	const op = "fs.PromoteUpload"
+	if err := backend.ValidUploadID(op, id); err != nil {
+		return backend.Info{}, err
+	}
+	mu := b.uploadLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	name := path.Join(stagingDir, id)
+	f, err := b.root.Open(name)
+	if err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return backend.Info{}, uploadNotFound(op, id)
+		}
+		return backend.Info{}, classify(op, err)
+	}
+	req.Body = f
+	info, err := b.Write(ctx, req)
+	_ = f.Close()
+	if err != nil {
+		return backend.Info{}, err
+	}
+	if err := b.root.Remove(name); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return info, classify(op, err)
+	}
+	return info, classify(op, b.syncDir(stagingDir))
+}
+
+// AbortUpload implements backend.Stager.
+func (b *Backend) AbortUpload(ctx context.Context, id string) error {
+	const op = "fs.AbortUpload"
+	if err := backend.ValidUploadID(op, id); err != nil {
+		return err
+	}
+	mu := b.uploadLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := b.root.Remove(path.Join(stagingDir, id)); err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			return nil
+		}
+		return classify(op, err)
+	}
+	return classify(op, b.syncDir(stagingDir))
+}
+
+func uploadNotFound(op, id string) error {
+	return &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: "upload " + id + ": no such staged upload"}
+}
