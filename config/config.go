@@ -191,12 +191,15 @@ func Load(binary string, args []string, getenv func(string) string, out io.Write
 		mine = append(mine, s)
 		values[s.Flag] = fs.String(s.Flag, "", s.Usage)
 	}
-	fs.Usage = func() { Usage(out, binary) }
+	fs.Usage = func() {} // help is written below; other parse errors are one line
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, err // fs.Usage already wrote the help text
+			if out != nil {
+				Usage(out, binary)
+			}
+			return nil, nil, err
 		}
-		return nil, nil, fmt.Errorf("%s (see %s --help)", err, binary)
+		return nil, nil, fmt.Errorf("%s (see %s --help)", strings.Replace(err.Error(), ": -", ": --", 1), binary)
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -341,4 +344,12 @@ func redactErr(err error) string {
 		}
 	}
 	return msg
+}
+
+// Commands lists the subcommands each binary accepts (the first is the
+// default). The binaries dispatch on these names and the compose-file test
+// checks docker-compose.yml against them.
+var Commands = map[string][]string{
+	API:    {"serve", "migrate"},
+	Worker: {"run"},
 }

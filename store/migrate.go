@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -130,6 +132,7 @@ COMMENT ON TABLE goose_db_version IS 'goose: Blobplane schema migrations applied
 COMMENT ON TABLE river_migration IS 'River: River schema migrations applied (pinned by store.RiverMigrationVersion).';
 COMMENT ON TABLE river_job IS 'River: background jobs (transfers, finalization, sweeps, scrubs). One row per job; see the River UI at /riverui/.';
 COMMENT ON TABLE river_leader IS 'River: the elected leader among worker processes (runs periodic jobs and maintenance).';
+COMMENT ON TABLE river_notification IS 'River: notification outbox between River clients.';
 COMMENT ON TABLE river_queue IS 'River: queues known to workers, with pause state.';
 `
 
@@ -137,4 +140,22 @@ COMMENT ON TABLE river_queue IS 'River: queues known to workers, with pause stat
 // version this build expects.
 func (s *Store) MigrationsCurrent(ctx context.Context) (bool, error) {
 	return MigrationsCurrent(ctx, s.pool)
+}
+
+// SchemaFingerprint identifies everything Migrate applies (goose files, the
+// pinned River version, the River comments). Test templates are keyed by it
+// so a change to any of them rebuilds the template.
+func SchemaFingerprint() string {
+	h := sha256.New()
+	fs.WalkDir(db.Migrations, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := fs.ReadFile(db.Migrations, path)
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	fmt.Fprintf(h, "river=%d\x00%s", RiverMigrationVersion, riverComments)
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }

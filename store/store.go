@@ -91,6 +91,9 @@ func dbErr(op string, err error) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if pgErr.Code == "23514" { // check_violation: the schema refused a malformed value
+			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: pgErr.Message, Err: err}
+		}
 		switch pgErr.Code[:2] {
 		case "23": // integrity constraint violation
 			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: pgErr.Message, Err: err}

@@ -12,10 +12,8 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -29,7 +27,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/blobplane/blobplane/db"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -119,18 +116,7 @@ func setup() error {
 		}
 		baseURL = u
 	}
-	h := sha256.New()
-	fs.WalkDir(db.Migrations, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, _ := fs.ReadFile(db.Migrations, path)
-		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
-		h.Write(b)
-		return nil
-	})
-	fmt.Fprintf(h, "river=%d", store.RiverMigrationVersion)
-	template = "bp_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16]
+	template = "bp_tmpl_" + store.SchemaFingerprint()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -1,0 +1,141 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+const goodURL = "postgres://u@127.0.0.1:5432/db?sslmode=disable"
+
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	c, rest, err := Load(API, nil, env(map[string]string{"DATABASE_URL": goodURL}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:8080" || c.Datacenter != "local" || c.DataDir != "./.data" || c.LogFormat != "json" || c.ShutdownTimeout != 30*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if !strings.HasSuffix(c.NodeID, ":127.0.0.1:8080") {
+		t.Fatalf("default node id %q should derive from hostname + listen address", c.NodeID)
+	}
+	if len(rest) != 0 {
+		t.Fatalf("rest = %v", rest)
+	}
+}
+
+func TestFlagBeatsEnvBeatsDefault(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATACENTER": "eu-1", "BLOBPLANE_LISTEN": "127.0.0.1:9000"})
+	c, rest, err := Load(API, []string{"--listen", "127.0.0.1:9001", "migrate"}, e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Datacenter != "eu-1" || c.Listen != "127.0.0.1:9001" {
+		t.Fatalf("got dc=%q listen=%q", c.Datacenter, c.Listen)
+	}
+	if len(rest) != 1 || rest[0] != "migrate" {
+		t.Fatalf("rest = %v", rest)
+	}
+}
+
+func TestWorkerNodeIDDiffersFromAPI(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": goodURL})
+	a, _, _ := Load(API, nil, e, nil)
+	w, _, err := Load(Worker, nil, e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.NodeID == w.NodeID {
+		t.Fatalf("api and worker on one host share node id %q", a.NodeID)
+	}
+}
+
+// Bad configuration is refused with one line naming the setting.
+func TestBadSettingsAreNamed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, binary string
+		env          map[string]string
+		args         []string
+		want         string
+	}{
+		{"missing url", API, map[string]string{}, nil, "DATABASE_URL"},
+		{"unparseable url", API, map[string]string{"DATABASE_URL": "postgres://u:secret@host:notaport/db"}, nil, "DATABASE_URL"},
+		{"bad listen env", API, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_LISTEN": "nope"}, nil, "BLOBPLANE_LISTEN"},
+		{"bad listen flag", API, map[string]string{"DATABASE_URL": goodURL}, []string{"--listen", "127.0.0.1:99999"}, "--listen"},
+		{"bad listen host", API, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_LISTEN": "example.com:80"}, nil, "BLOBPLANE_LISTEN"},
+		{"bad datacenter", API, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATACENTER": "EU 1"}, nil, "BLOBPLANE_DATACENTER"},
+		{"bad node id", API, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_NODE_ID": "a b"}, nil, "BLOBPLANE_NODE_ID"},
+		{"bad log format", API, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_LOG_FORMAT": "xml"}, nil, "BLOBPLANE_LOG_FORMAT"},
+		{"bad log level", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_LOG_LEVEL": "loud"}, nil, "BLOBPLANE_LOG_LEVEL"},
+		{"bad timeout", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_SHUTDOWN_TIMEOUT": "-1s"}, nil, "BLOBPLANE_SHUTDOWN_TIMEOUT"},
+		{"bad queues", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_QUEUES": "default=0"}, nil, "BLOBPLANE_QUEUES"},
+		{"bad cron", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_CRON": "node_prune=every minute"}, nil, "BLOBPLANE_CRON"},
+		{"unknown flag", API, map[string]string{"DATABASE_URL": goodURL}, []string{"--nope"}, "--nope"},
+		{"worker has no listen", Worker, map[string]string{"DATABASE_URL": goodURL}, []string{"--listen", "x"}, "--listen"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := Load(tc.binary, tc.args, env(tc.env), nil)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.want) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q should be one line naming %s", msg, tc.want)
+			}
+			if strings.Contains(msg, "secret") {
+				t.Fatalf("error leaks the password: %q", msg)
+			}
+		})
+	}
+}
+
+func TestHelpListsEverySetting(t *testing.T) {
+	t.Parallel()
+	for _, bin := range []string{API, Worker} {
+		var out bytes.Buffer
+		_, _, err := Load(bin, []string{"--help"}, env(nil), &out)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s --help: %v", bin, err)
+		}
+		for _, s := range Settings {
+			in := strings.Contains(out.String(), "--"+s.Flag+" ") && strings.Contains(out.String(), s.Env)
+			if want := contains(s.For, bin); in != want {
+				t.Errorf("%s --help lists %s: %v, want %v", bin, s.Env, in, want)
+			}
+		}
+		if strings.Count(out.String(), "Usage:") != 1 {
+			t.Errorf("%s --help printed usage %d times", bin, strings.Count(out.String(), "Usage:"))
+		}
+	}
+}
+
+func TestCronAcceptsEveryForm(t *testing.T) {
+	t.Parallel()
+	m, err := parseCron("node_prune=@every 1s; sweep=*/5 * * * *;inventory=@hourly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 3 || m["sweep"] != "*/5 * * * *" {
+		t.Fatalf("got %v", m)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
