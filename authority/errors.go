@@ -52,6 +52,7 @@ var (
 	ErrStaleEpoch   = errors.New("stale epoch")
 	ErrLeaseHeld    = errors.New("lease held by another owner and not expired")
 	ErrNotOwner     = errors.New("not the lease owner")
+	ErrSealed       = errors.New("partition sealed under this epoch")
 	ErrLeaseExpired = errors.New("lease expired (self-fenced)")
 	ErrLeaseTiming  = errors.New("lease timing violates the self-fence margin")
 )
