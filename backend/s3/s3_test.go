@@ -1,0 +1,249 @@
+package s3_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/backend/backendtest"
+	"github.com/blobplane/blobplane/backend/s3"
+	"github.com/blobplane/blobplane/internal/minio"
+)
+
+func TestMain(m *testing.M) { os.Exit(minio.Main(m)) }
+
+// testPartSize is S3's minimum part size, so multipart paths run with
+// blobs of a few MiB.
+const testPartSize = 5 << 20
+
+type bucket struct {
+	srv  *minio.Server
+	name string
+}
+
+func open(t testing.TB, bk bucket, policy backend.StorePolicy) *s3.Backend {
+	t.Helper()
+	b, err := s3.Open(t.Context(), backend.S3Config{
+		Bucket: bk.name, Endpoint: bk.srv.Endpoint, Region: minio.Region, PathStyle: true,
+		AccessKeyID: bk.srv.AccessKey, SecretAccessKey: bk.srv.SecretKey, PartSize: testPartSize,
+	}, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func newS3(t *testing.T, policy backend.StorePolicy) backend.Backend {
+	srv := minio.Shared(t)
+	return open(t, bucket{srv: srv, name: srv.Bucket(t)}, policy)
+}
+
+func TestConformance(t *testing.T) {
+	var buckets sync.Map // backend.Backend → bucket
+	backendtest.Run(t, backendtest.Harness{
+		New: func(t *testing.T, policy backend.StorePolicy) backend.Backend {
+			srv := minio.Shared(t)
+			bk := bucket{srv: srv, name: srv.Bucket(t)}
+			b := open(t, bk, policy)
+			buckets.Store(backend.Backend(b), bk)
+			return b
+		},
+		Reopen: func(t *testing.T, old backend.Backend) backend.Backend {
+			bk, _ := buckets.Load(old)
+			return open(t, bk.(bucket), backend.StoreAsSubmitted)
+		},
+	})
+}
+
+func rawClient(b *s3.Backend) *awss3.Client { return b.Client().(*awss3.Client) }
+
+// requireNoLeftovers checks a bucket holds no temp objects and no
+// incomplete multipart uploads: failed and finished writes clean up.
+func requireNoLeftovers(t *testing.T, b *s3.Backend, bucketName string) {
+	t.Helper()
+	c := rawClient(b)
+	mpus, err := c.ListMultipartUploads(t.Context(), &awss3.ListMultipartUploadsInput{Bucket: &bucketName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mpus.Uploads) != 0 {
+		t.Fatalf("%d multipart uploads left in progress", len(mpus.Uploads))
+	}
+	objs, err := c.ListObjectsV2(t.Context(), &awss3.ListObjectsV2Input{Bucket: &bucketName, Prefix: aws.String("_tmp/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Contents) != 0 {
+		t.Fatalf("%d temp objects left", len(objs.Contents))
+	}
+}
+
+// TestRepresentationIsObjectMetadata: the representation is one plain-text
+// user-metadata header, legible with `aws s3api head-object` (ADR-00018).
+func TestRepresentationIsObjectMetadata(t *testing.T) {
+	srv := minio.Shared(t)
+	bk := bucket{srv: srv, name: srv.Bucket(t)}
+	b := open(t, bk, backend.StoreAsSubmitted)
+	blob := backendtest.NewBlob(1, 16384)
+	info := backendtest.MustWrite(t, b, blob.ZstdRequest())
+	head, err := rawClient(b).HeadObject(t.Context(), &awss3.HeadObjectInput{Bucket: &bk.name, Key: aws.String("sha256/" + blob.Digest.Hex())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := head.Metadata["blobplane-repr"]; got != info.Repr.String() || !strings.HasPrefix(got, "zstd:") {
+		t.Fatalf("x-amz-meta-blobplane-repr = %q, want %q", got, info.Repr)
+	}
+	if aws.ToInt64(head.ContentLength) != int64(len(blob.Zstd)) {
+		t.Fatalf("object body is %d bytes, want the %d-byte payload", aws.ToInt64(head.ContentLength), len(blob.Zstd))
+	}
+}
+
+func randomBlob(t *testing.T, size int) backendtest.Blob {
+	content := make([]byte, size)
+	if _, err := rand.Read(content); err != nil {
+		t.Fatal(err)
+	}
+	return backendtest.Blob{Content: content, Digest: backendtest.DigestOf(content), Zstd: backendtest.Zstd(content)}
+}
+
+// TestMultipart covers every way a body larger than a part becomes an
+// object, and that a mismatch on each leaves nothing visible (S2) and no
+// leftovers.
+func TestMultipart(t *testing.T) {
+	blob := randomBlob(t, 2*testPartSize+12345) // incompressible: the zstd payload is multipart too
+	declared := func() backend.WriteRequest {
+		r := blob.ZstdRequest()
+		r.PayloadSize = int64(len(blob.Zstd))
+		return r
+	}
+	cases := []struct {
+		name       string
+		policy     backend.StorePolicy
+		req        func() backend.WriteRequest
+		partCopies bool
+	}{
+		{"identity straight to the key", backend.StoreAsSubmitted, blob.Identity, false},
+		{"declared zstd straight to the key", backend.StoreAsSubmitted, declared, false},
+		{"undeclared zstd via temp and copy", backend.StoreAsSubmitted, blob.ZstdRequest, false},
+		{"compressing via temp and copy", backend.StoreZstd, blob.Identity, false},
+		{"decoding via temp and copy", backend.StoreIdentity, blob.ZstdRequest, false},
+		{"compressing via temp and part copies", backend.StoreZstd, blob.Identity, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			srv := minio.Shared(t)
+			bk := bucket{srv: srv, name: srv.Bucket(t)}
+			b := open(t, bk, c.policy)
+			if c.partCopies {
+				s3.SetCopyLimits(b, 1, testPartSize)
+			}
+			bad := c.req()
+			bad.Digest = backendtest.NewBlob(2, 10).Digest
+			if _, err := b.Write(ctx, bad); !errors.Is(err, backend.ErrMismatch) {
+				t.Fatalf("mismatching write: %v", err)
+			}
+			backendtest.RequireAbsent(t, b, bad.Digest)
+			requireNoLeftovers(t, b, bk.name)
+
+			info := backendtest.MustWrite(t, b, c.req())
+			requireNoLeftovers(t, b, bk.name)
+			obj, body, err := backendtest.ReadAll(ctx, b, blob.Digest, backend.ReadOptions{})
+			if err != nil || !bytes.Equal(body, blob.Content) || obj.Repr != info.Repr {
+				t.Fatalf("read back: %d bytes, repr %v (wrote %v), %v", len(body), obj.Repr, info.Repr, err)
+			}
+			rg := backend.Range{Offset: int64(len(blob.Content)) - 100, Length: 100}
+			_, body, err = backendtest.ReadAll(ctx, b, blob.Digest, backend.ReadOptions{Range: &rg})
+			if err != nil || !bytes.Equal(body, blob.Content[rg.Offset:]) {
+				t.Fatalf("last 100 bytes: %v", err)
+			}
+		})
+	}
+}
+
+// TestStagedLargeChunk: a chunk bigger than a part is a multipart object
+// of its own.
+func TestStagedLargeChunk(t *testing.T) {
+	ctx := t.Context()
+	b := newS3(t, backend.StoreAsSubmitted)
+	blob := randomBlob(t, testPartSize+1000)
+	id, err := b.CreateUpload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.AppendUpload(ctx, id, 0, bytes.NewReader(blob.Content[:100])); err != nil || n != 100 {
+		t.Fatalf("append: %d, %v", n, err)
+	}
+	if n, err := b.AppendUpload(ctx, id, 100, bytes.NewReader(blob.Content[100:])); err != nil || n != int64(len(blob.Content)) {
+		t.Fatalf("append big chunk: %d, %v", n, err)
+	}
+	if _, err := b.PromoteUpload(ctx, id, backend.WriteRequest{Digest: blob.Digest, Size: int64(len(blob.Content))}); err != nil {
+		t.Fatal(err)
+	}
+	_, body, err := backendtest.ReadAll(ctx, b, blob.Digest, backend.ReadOptions{})
+	if err != nil || !bytes.Equal(body, blob.Content) {
+		t.Fatalf("read promoted: %v", err)
+	}
+}
+
+func TestOpenViaSpec(t *testing.T) {
+	srv := minio.Shared(t)
+	specs, err := backend.ParseSpecs("fs=filesystem:" + t.TempDir() + ",s3main=" + srv.Spec(srv.Bucket(t), "store=zstd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range specs {
+		b, err := backend.Open(t.Context(), spec)
+		if err != nil && strings.Contains(err.Error(), "not compiled") && spec.Kind == backend.KindFilesystem {
+			continue // this test binary links only the s3 kind
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		blob := backendtest.NewBlob(3, 5000)
+		if info := backendtest.MustWrite(t, b, blob.Identity()); info.Repr.Codec != backend.CodecZstd {
+			t.Fatalf("store=zstd stored %v", info.Repr)
+		}
+	}
+}
+
+// TestRefusedAndUnavailable: the errors say whether retrying can help.
+func TestRefusedAndUnavailable(t *testing.T) {
+	ctx := t.Context()
+	srv := minio.Shared(t)
+	blob := backendtest.NewBlob(4, 100)
+
+	wrongKey, err := s3.Open(ctx, backend.S3Config{Bucket: srv.Bucket(t), Endpoint: srv.Endpoint, Region: minio.Region, PathStyle: true,
+		AccessKeyID: "nobody", SecretAccessKey: "wrong-secret"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrongKey.Close()
+	_, err = wrongKey.Write(ctx, blob.Identity())
+	backendtest.RequireCode(t, err, backend.ErrRefused, false)
+
+	noBucket := open(t, bucket{srv: srv, name: "no-such-bucket"}, "")
+	_, err = noBucket.Write(ctx, blob.Identity())
+	backendtest.RequireCode(t, err, backend.ErrRefused, false)
+
+	// Nothing listens on a port we just closed.
+	down, err := s3.Open(ctx, backend.S3Config{Bucket: "b-down", Endpoint: "http://127.0.0.1:1", Region: minio.Region, PathStyle: true,
+		AccessKeyID: "a", SecretAccessKey: "b"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	_, err = down.Stat(ctx, blob.Digest)
+	backendtest.RequireCode(t, err, backend.ErrUnavailable, true)
+}
