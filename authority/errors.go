@@ -67,6 +67,13 @@ func invalidf(op string, sentinel error, format string, args ...any) error {
 	return invalid(op, fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), sentinel))
 }
 
+// coded wraps cause with code; only CodeUnavailable is retryable, as with
+// blobplane.Errorf.
 func coded(code blobplane.Code, op string, cause error) error {
-	return &blobplane.Error{Code: code, Op: op, Message: cause.Error(), Err: cause, Retryable: code == blobplane.CodeUnavailable || code == blobplane.CodeConflict}
+	return &blobplane.Error{Code: code, Op: op, Message: cause.Error(), Err: cause, Retryable: code == blobplane.CodeUnavailable}
+}
+
+// retryable wraps cause with code, marked retryable.
+func retryable(code blobplane.Code, op string, cause error) error {
+	return &blobplane.Error{Code: code, Op: op, Message: cause.Error(), Err: cause, Retryable: true}
 }

@@ -198,7 +198,7 @@ func ApplyLease(cur *LeaseRecord, op LeaseOp) (LeaseRecord, error) {
 				return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("record at epoch %d, claim at %d: %w", cur.Epoch, op.Epoch, ErrStaleEpoch))
 			}
 			if op.Kind == Acquire && !cur.ExpiresAt.Before(op.Now) { // FORCE skips only this test (R26)
-				return *cur, coded(blobplane.CodeConflict, opName, fmt.Errorf("owner %s until %s: %w", cur.OwnerNode, cur.ExpiresAt.UTC().Format(time.RFC3339Nano), ErrLeaseHeld))
+				return *cur, retryable(blobplane.CodeConflict, opName, fmt.Errorf("owner %s until %s: %w", cur.OwnerNode, cur.ExpiresAt.UTC().Format(time.RFC3339Nano), ErrLeaseHeld))
 			}
 		}
 		next := zeroOr(cur)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/blobplane/blobplane"
 )
 
 var (
@@ -111,6 +113,9 @@ func TestR15_AcquireRules(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 	wantErr(t, err, ErrLeaseHeld)
+	if !blobplane.IsRetryable(err) {
+		t.Fatal("LOST_RACE must be retryable (A.3 step 1: re-read and retry)")
+	}
 	// Exactly at expires_at the lease is still live (expires_at < now).
 	if _, err := ApplyLease(&rec, acquire("n_2", "h:2", 2, rec.ExpiresAt)); VerdictOf(err) != RejectLeaseHeld {
 		t.Fatalf("at expiry: %v", err)
@@ -181,7 +186,7 @@ func TestR74_SealIsFinalUnderAnEpoch(t *testing.T) {
 	if err != nil || sealed.State != PrimarySealed || *sealed.SealedLSN != 918408 {
 		t.Fatalf("%+v %v", sealed, err)
 	}
-	if _, err := ApplyLease(&sealed, LeaseOp{Kind: Fence, Node: "n_7a2c", Epoch: 73, Now: storeT0, State: ptr(PrimaryServing)}); VerdictOf(err) != RejectSealed {
+	if _, err := ApplyLease(&sealed, LeaseOp{Kind: Fence, Node: "n_7a2c", Epoch: 73, Now: storeT0, State: ptr(PrimaryServing)}); VerdictOf(err) != RejectSealed || blobplane.IsRetryable(err) {
 		t.Fatalf("unseal: %v", err)
 	}
 	if _, err := ApplyLease(&sealed, LeaseOp{Kind: Fence, Node: "n_7a2c", Epoch: 73, Now: storeT0, SealedLSN: ptr(uint64(918500))}); VerdictOf(err) != RejectSealed {

@@ -85,8 +85,8 @@ func (r RetryDelays) notReady(class string) time.Duration {
 type Server struct {
 	Self   string       // this node's id
 	Map    *VerifiedMap // the local verified map; nil means none yet
-	Leases LeaseView
-	Deltas DeltaSource // may be nil: MOVED then carries no delta
+	Leases LeaseView    // nil means this node holds no leases
+	Deltas DeltaSource  // may be nil: MOVED then carries no delta
 	Retry  RetryDelays
 }
 
@@ -167,7 +167,10 @@ func (s *Server) Decide(r Request) Decision {
 
 	// A.2 step 2: the lease. A map recording a higher epoch than the one I
 	// believe I hold means I have been superseded (R16, R20).
-	ls := s.Leases.Lease(p.ID)
+	var ls LeaseState
+	if s.Leases != nil {
+		ls = s.Leases.Lease(p.ID)
+	}
 	held := ls.Held && ls.Epoch >= p.Epoch
 	if held && ls.Serving { // R99, A.2 step 3–4 (capacity shedding, R130, is the caller's)
 		d.Outcome, d.Epoch, d.Reason = Serve, ls.Epoch, ReasonOwnerServing
