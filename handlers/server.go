@@ -32,6 +32,9 @@ type Deps struct {
 	Readiness Readiness
 	NodeID    string
 	RiverUI   http.Handler
+	// Authority enables the routing contract and the map endpoints; nil
+	// leaves them unmounted.
+	Authority *Authority
 }
 
 // NewRouter builds the chi router with every route and middleware.
@@ -54,6 +57,13 @@ func NewRouter(d Deps) http.Handler {
 	})
 	r.Get("/readyz", readyz(d))
 	r.Handle("/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{Registry: d.Metrics.Registry}))
+	if a := d.Authority; a != nil {
+		if a.Logger == nil {
+			a.Logger = d.Logger
+		}
+		a.register(d.Metrics.Registry)
+		a.routes(r, d)
+	}
 	if d.RiverUI != nil {
 		r.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
 		r.Handle("/riverui/*", d.RiverUI)

@@ -1,0 +1,399 @@
+// Package keeper is the lease keeper every api node runs (ZBP-5 R14–R24):
+// it follows the latest verified partition map (a jittered refresh plus
+// Postgres notifications), acquires the partitions the map gives this node,
+// renews them on their interval, and fences itself on the monotonic clock.
+// It answers the routing decision's LeaseView without blocking.
+package keeper
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+)
+
+// Store is the part of the metadata store the keeper needs.
+type Store interface {
+	// LatestMap returns the newest published map; a not-found error when
+	// none has been published yet.
+	LatestMap(ctx context.Context) (*authority.Map, error)
+	// MapDelta returns the signed delta from base to the latest map; not
+	// found when none is stored.
+	MapDelta(ctx context.Context, since uint64) (*authority.Delta, error)
+	// SigningKeys returns the controller's public keys with their windows.
+	SigningKeys(ctx context.Context) ([]authority.TrustedKey, error)
+	// AcquireLease claims partition for node at epoch+1 when it is absent
+	// or expired (database clock); CodeConflict when another owner holds it.
+	AcquireLease(ctx context.Context, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error)
+	// RenewLease extends the lease held at epoch; CodeStaleEpoch when the
+	// lease moved on.
+	RenewLease(ctx context.Context, partition, node string, epoch uint64) (authority.LeaseRecord, error)
+	// SetLeaseState records the primary state (RESTORING → SERVING) under
+	// the epoch fence; CodeStaleEpoch when the lease moved on.
+	SetLeaseState(ctx context.Context, partition, node string, epoch uint64, state authority.PrimaryState) error
+	// FenceLease gives the lease up at epoch (expires it now).
+	FenceLease(ctx context.Context, partition, node string, epoch uint64) error
+}
+
+// Config tunes a Keeper.
+type Config struct {
+	NodeID   string
+	Endpoint string // host:port as published in the map
+	Timing   authority.LeaseTiming
+	// Refresh is the mean map refresh interval; each wait is jittered
+	// ±25% (R106).
+	Refresh time.Duration
+	Clock   authority.MonoClock
+	Logger  *slog.Logger
+	// OnReject is told about every map or delta that fails verification
+	// (a correctness fault: count it).
+	OnReject func(authority.Rejection)
+}
+
+// DefaultTiming is the lease timing used unless configured otherwise.
+var DefaultTiming = authority.LeaseTiming{TTL: 10 * time.Second, RenewInterval: 2 * time.Second, MaxRenewRTT: time.Second, MaxClockError: 500 * time.Millisecond}
+
+type held struct {
+	fence   *authority.SelfFence
+	serving bool
+	// ctx is cancelled the moment the lease is lost or its deadline
+	// passes: in-flight work fails retryably (R24).
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// Keeper owns this node's leases. Lease and Map are safe to call from any
+// goroutine; Run drives the rest.
+type Keeper struct {
+	cfg   Config
+	store Store
+
+	mu       sync.Mutex
+	current  *authority.VerifiedMap
+	verifier *authority.Verifier
+	leases   map[string]*held
+	deltas   map[uint64]*authority.Delta // signed deltas to the current map, by base
+	wake     chan struct{}
+}
+
+// New validates cfg and returns a Keeper that holds nothing yet.
+func New(store Store, cfg Config) (*Keeper, error) {
+	if cfg.Timing == (authority.LeaseTiming{}) {
+		cfg.Timing = DefaultTiming
+	}
+	if err := cfg.Timing.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 30 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = authority.SystemClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Keeper{cfg: cfg, store: store, leases: map[string]*held{}, deltas: map[uint64]*authority.Delta{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// Map returns the current verified map, or nil before the first one.
+func (k *Keeper) Map() *authority.VerifiedMap {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.current
+}
+
+// Lease answers the routing decision (A.2 step 2) from local state only:
+// held while the self-fence deadline has not passed on the monotonic clock
+// (R17, R18), serving once the partition is ready (R23).
+func (k *Keeper) Lease(partition string) authority.LeaseState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h := k.leases[partition]
+	if h == nil {
+		return authority.LeaseState{}
+	}
+	return h.fence.State(k.cfg.Clock.Now(), h.serving)
+}
+
+// Admit is checked before admitting work for partition at the epoch the
+// routing decision saw: it returns a context that is cancelled when the
+// lease is lost or self-fenced, or a retryable error when it already is.
+func (k *Keeper) Admit(partition string, epoch uint64) (context.Context, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h := k.leases[partition]
+	if h == nil {
+		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "partition %s is not held by this node", partition)
+	}
+	if err := h.fence.Check(k.cfg.Clock.Now()); err != nil {
+		return nil, err
+	}
+	if _, e, _ := h.fence.Deadline(); e != epoch {
+		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "partition %s moved to epoch %d", partition, e)
+	}
+	return h.ctx, nil
+}
+
+// Delta returns the controller-signed delta from base to the current map,
+// for MOVED answers (R103). It may query the store once per base version.
+func (k *Keeper) Delta(base uint64) *authority.Delta {
+	k.mu.Lock()
+	d, ok := k.deltas[base]
+	k.mu.Unlock()
+	if ok {
+		return d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d, err := k.store.MapDelta(ctx, base)
+	if err != nil {
+		d = nil
+	}
+	k.mu.Lock()
+	if cur := k.current; cur != nil && d != nil && d.Version != cur.Version() {
+		d = nil // a delta to some other version would not route this retry
+	}
+	if len(k.deltas) < 1024 {
+		k.deltas[base] = d
+	}
+	k.mu.Unlock()
+	return d
+}
+
+// Notify asks the keeper to refresh the map now (a Postgres notification
+// arrived).
+func (k *Keeper) Notify() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run refreshes the map and keeps leases until ctx ends, then gives every
+// lease up (FENCE) so a successor need not wait out the TTL.
+func (k *Keeper) Run(ctx context.Context) {
+	renew := time.NewTicker(k.cfg.Timing.RenewInterval)
+	defer renew.Stop()
+	refresh := time.NewTimer(0)
+	defer refresh.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			k.releaseAll(context.WithoutCancel(ctx))
+			return
+		case <-k.wake:
+			k.RefreshMap(ctx)
+			k.Tick(ctx)
+		case <-refresh.C:
+			k.RefreshMap(ctx)
+			k.Tick(ctx)
+			refresh.Reset(authority.JitteredInterval(k.cfg.Refresh, 0.25, rand.Float64()))
+		case <-renew.C:
+			k.Tick(ctx)
+		}
+	}
+}
+
+// RefreshMap adopts the latest published map if it verifies and is newer.
+// A map that fails verification is rejected and counted even when newer
+// (R11); serving continues on the last verified map (R110).
+func (k *Keeper) RefreshMap(ctx context.Context) {
+	m, err := k.store.LatestMap(ctx)
+	if errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
+		return
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			k.cfg.Logger.Warn("map refresh failed; serving on the last verified map", "err", err)
+		}
+		return
+	}
+	k.mu.Lock()
+	cur := k.current
+	k.mu.Unlock()
+	if cur != nil && m.Version <= cur.Version() {
+		return
+	}
+	keys, err := k.store.SigningKeys(ctx)
+	if err != nil {
+		k.cfg.Logger.Warn("read signing keys", "err", err)
+		return
+	}
+	ring, err := authority.NewKeyring(keys...)
+	if err != nil {
+		k.cfg.Logger.Error("signing keys unusable", "err", err)
+		return
+	}
+	v := authority.NewVerifier(ring, k.onReject)
+	vm, err := v.Adopt(cur, m, time.Now())
+	if err != nil {
+		return // counted and logged by onReject, or not newer
+	}
+	k.mu.Lock()
+	k.current, k.verifier = vm, v
+	k.deltas = map[uint64]*authority.Delta{}
+	k.mu.Unlock()
+	k.cfg.Logger.Info("adopted partition map", "version", vm.Version())
+}
+
+func (k *Keeper) onReject(r authority.Rejection) {
+	k.cfg.Logger.Error("partition map rejected: correctness fault", "rejection", r)
+	if k.cfg.OnReject != nil {
+		k.cfg.OnReject(r)
+	}
+}
+
+// Tick does one round of lease work: self-fence expired leases, give up
+// partitions the map moved away, acquire or renew the rest.
+func (k *Keeper) Tick(ctx context.Context) {
+	vm := k.Map()
+	mine := map[string]bool{}
+	if vm != nil {
+		for _, p := range vm.Map().Partitions {
+			if p.Primary.Node == k.cfg.NodeID {
+				mine[p.ID] = true
+			}
+		}
+	}
+	k.mu.Lock()
+	now := k.cfg.Clock.Now()
+	var release []string
+	for id, h := range k.leases {
+		if h.fence.Check(now) != nil && h.ctx.Err() == nil {
+			k.cfg.Logger.Warn("self-fenced: lease deadline passed before a renewal was acknowledged", "partition", id)
+			h.cancel()
+			h.serving = false
+		}
+		if !mine[id] {
+			release = append(release, id)
+		}
+	}
+	k.mu.Unlock()
+	for _, id := range release {
+		k.release(ctx, id)
+	}
+	for id := range mine {
+		if ctx.Err() != nil {
+			return
+		}
+		k.keep(ctx, id)
+	}
+}
+
+func (k *Keeper) keep(ctx context.Context, id string) {
+	k.mu.Lock()
+	h := k.leases[id]
+	var epoch uint64
+	holding := false
+	if h != nil {
+		_, epoch, holding = h.fence.Deadline()
+		holding = holding && h.fence.Check(k.cfg.Clock.Now()) == nil
+	}
+	k.mu.Unlock()
+
+	sent := k.cfg.Clock.Now()
+	var rec authority.LeaseRecord
+	var err error
+	if holding {
+		rec, err = k.store.RenewLease(ctx, id, k.cfg.NodeID, epoch)
+	} else {
+		rec, err = k.store.AcquireLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+	}
+	ack := k.cfg.Clock.Now()
+	if err != nil {
+		if holding && errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
+			k.lost(id, err)
+		} else if ctx.Err() == nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) {
+			k.cfg.Logger.Warn("lease store", "partition", id, "renew", holding, "err", err)
+		}
+		return
+	}
+	k.mu.Lock()
+	h = k.leases[id]
+	if h == nil || !holding {
+		if h != nil {
+			h.cancel()
+		}
+		f, _ := authority.NewSelfFence(k.cfg.Timing)
+		c, cancel := context.WithCancel(context.Background())
+		h = &held{fence: f, ctx: c, cancel: cancel}
+		k.leases[id] = h
+	}
+	ackErr := h.fence.Acknowledged(rec.Epoch, sent, ack)
+	needServing := !h.serving && ackErr == nil
+	k.mu.Unlock()
+	if ackErr != nil {
+		k.cfg.Logger.Warn("lease renewal too slow to extend the deadline", "partition", id, "err", ackErr)
+		return
+	}
+	if !holding {
+		k.cfg.Logger.Info("acquired partition lease", "partition", id, "epoch", rec.Epoch)
+	}
+	if needServing {
+		// Blobplane partitions carry no local state to restore: the
+		// repository metadata lives in Postgres. Holding and serving are
+		// still separate steps (R23), recorded on the lease row.
+		if err := k.store.SetLeaseState(ctx, id, k.cfg.NodeID, rec.Epoch, authority.PrimaryServing); err != nil {
+			if errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
+				k.lost(id, err)
+			}
+			return
+		}
+		k.mu.Lock()
+		if h := k.leases[id]; h != nil {
+			if _, e, _ := h.fence.Deadline(); e == rec.Epoch {
+				h.serving = true
+			}
+		}
+		k.mu.Unlock()
+	}
+}
+
+// lost handles LEASE_LOST (A.7): stop admitting at once, fail in-flight
+// work, discard state without flushing (R24).
+func (k *Keeper) lost(id string, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if h := k.leases[id]; h != nil {
+		h.fence.Lost()
+		h.cancel()
+		delete(k.leases, id)
+	}
+	k.cfg.Logger.Warn("lease lost", "partition", id, "err", err)
+}
+
+func (k *Keeper) release(ctx context.Context, id string) {
+	k.mu.Lock()
+	h := k.leases[id]
+	delete(k.leases, id)
+	k.mu.Unlock()
+	if h == nil {
+		return
+	}
+	h.cancel()
+	if _, epoch, ok := h.fence.Deadline(); ok {
+		if err := k.store.FenceLease(ctx, id, k.cfg.NodeID, epoch); err != nil && ctx.Err() == nil {
+			k.cfg.Logger.Warn("release lease", "partition", id, "err", err)
+		}
+	}
+}
+
+func (k *Keeper) releaseAll(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	k.mu.Lock()
+	ids := make([]string, 0, len(k.leases))
+	for id := range k.leases {
+		ids = append(ids, id)
+	}
+	k.mu.Unlock()
+	for _, id := range ids {
+		k.release(ctx, id)
+	}
+}

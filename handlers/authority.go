@@ -1,0 +1,300 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+)
+
+// Routing-contract headers (ZBP-5 R98): every request to a home-only
+// endpoint carries the slot and the map version the client resolved.
+const (
+	HeaderSlot       = "Blobplane-Slot"
+	HeaderSlotBits   = "Blobplane-Slot-Bits"
+	HeaderMapVersion = "Blobplane-Map-Version"
+	HeaderPartition  = "Blobplane-Partition"
+	HeaderEpoch      = "Blobplane-Epoch"
+)
+
+// LeaseKeeper is this node's view of its leases and the current map
+// (authority/keeper.Keeper).
+type LeaseKeeper interface {
+	Map() *authority.VerifiedMap
+	Lease(partition string) authority.LeaseState
+	Delta(base uint64) *authority.Delta
+	Admit(partition string, epoch uint64) (context.Context, error)
+}
+
+// MapStore serves the published maps and lease records for the
+// observability endpoints.
+type MapStore interface {
+	LatestMap(ctx context.Context) (*authority.Map, error)
+	MapVersion(ctx context.Context, v uint64) (*authority.Map, error)
+	MapDelta(ctx context.Context, since uint64) (*authority.Delta, error)
+	SigningKeys(ctx context.Context) ([]authority.TrustedKey, error)
+	Leases(ctx context.Context) ([]authority.LeaseRecord, error)
+}
+
+// Authority bundles what the routing middleware and map endpoints need.
+type Authority struct {
+	NodeID string
+	Logger *slog.Logger
+	Keeper LeaseKeeper
+	Maps   MapStore
+	Retry  authority.RetryDelays
+
+	routed *prometheus.CounterVec
+}
+
+// Home is a request's place in the authority runtime once the routing
+// middleware admitted it: the partition and the epoch it runs under (R132).
+type Home struct {
+	Partition string
+	Epoch     uint64
+}
+
+type homeKey struct{}
+
+// HomeOf returns the partition and epoch the routing middleware admitted r
+// under, if any.
+func HomeOf(ctx context.Context) (Home, bool) {
+	h, ok := ctx.Value(homeKey{}).(Home)
+	return h, ok
+}
+
+func (a *Authority) register(reg *prometheus.Registry) {
+	a.routed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "blobplane_routing_decisions_total",
+		Help: "Routing-contract answers by outcome (serve, NOT_READY, MOVED, MISROUTED, STALE_MAP). MISROUTED is a correctness fault (ZBP-5 R105).",
+	}, []string{"outcome"})
+	reg.MustRegister(a.routed)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "blobplane_map_version",
+		Help: "Version of the verified partition map this node serves from (0 before the first).",
+	}, func() float64 {
+		if m := a.Keeper.Map(); m != nil {
+			return float64(m.Version())
+		}
+		return 0
+	}))
+}
+
+// RequireHome is chi middleware for repository-scoped endpoints that must
+// run at the repository's home (A.1, A.2): it answers exactly per
+// R99–R102 and, when serving, runs the handler under a context cancelled
+// if the lease is lost mid-request (R24). key extracts the partition key
+// (the repository name).
+func (a *Authority) RequireHome(key func(*http.Request) string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, err := routingRequest(r, key(r))
+			if err != nil {
+				WriteError(w, r, a.Logger, err)
+				return
+			}
+			srv := authority.Server{Self: a.NodeID, Map: a.Keeper.Map(), Leases: a.Keeper, Deltas: a.Keeper.Delta, Retry: a.Retry}
+			d := srv.Decide(req)
+			a.routed.WithLabelValues(d.Outcome.String()).Inc()
+			if d.Outcome != authority.Serve {
+				writeEnvelope(w, d)
+				return
+			}
+			leaseCtx, err := a.Keeper.Admit(d.Partition, d.Epoch)
+			if err != nil { // the deadline passed between decision and admission
+				writeEnvelope(w, authority.Decision{Outcome: authority.NotReady, Envelope: &authority.Envelope{
+					Code: authority.RouteNotReady, Slot: d.Slot, MapVersion: d.MapVersion, RetryAfterMS: ms(a.Retry.NotReady),
+				}})
+				return
+			}
+			ctx, cancel := context.WithCancelCause(r.Context())
+			defer cancel(nil)
+			stop := context.AfterFunc(leaseCtx, func() {
+				cancel(blobplane.Errorf(blobplane.CodeUnavailable, "lease for partition %s lost mid-request", d.Partition))
+			})
+			defer stop()
+			w.Header().Set(HeaderPartition, d.Partition)
+			w.Header().Set(HeaderEpoch, strconv.FormatUint(d.Epoch, 10))
+			ctx = context.WithValue(ctx, homeKey{}, Home{Partition: d.Partition, Epoch: d.Epoch})
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}
+
+// routingRequest reads the routing headers. A client that sends none (a
+// plain OCI client) is treated as holding no map: version 0, slot computed
+// here — it can be served or redirected, never called misrouted.
+func routingRequest(r *http.Request, key string) (authority.Request, error) {
+	req := authority.Request{Key: key}
+	if v := r.Header.Get(HeaderMapVersion); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return req, blobplane.Errorf(blobplane.CodeInvalid, "%s %q is not a map version", HeaderMapVersion, v)
+		}
+		req.MapVersion = n
+	}
+	if v := r.Header.Get(HeaderSlotBits); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 32 {
+			return req, blobplane.Errorf(blobplane.CodeInvalid, "%s %q is not 1-32", HeaderSlotBits, v)
+		}
+		req.SlotBits = n
+	}
+	if v := r.Header.Get(HeaderSlot); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return req, blobplane.Errorf(blobplane.CodeInvalid, "%s %q is not a slot", HeaderSlot, v)
+		}
+		req.Slot = authority.Slot(n)
+	} else {
+		bits := req.SlotBits
+		if bits == 0 {
+			bits = authority.DefaultSlotBits
+		}
+		req.Slot, req.SlotBits = authority.SlotOf(key, bits), bits
+	}
+	return req, nil
+}
+
+func writeEnvelope(w http.ResponseWriter, d authority.Decision) {
+	status := http.StatusServiceUnavailable // NOT_READY, STALE_MAP: retry after the delay
+	switch d.Outcome {
+	case authority.Moved, authority.Misrouted:
+		status = authority.StatusMoved // 421: this server cannot answer for the slot
+	}
+	if d.Envelope.RetryAfterMS != nil {
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (*d.Envelope.RetryAfterMS+999)/1000), 10))
+	}
+	WriteJSON(w, status, d.Envelope)
+}
+
+func ms(d time.Duration) *int64 { v := d.Milliseconds(); return &v }
+
+// routes mounts the map and partition endpoints (R9, R131) and the home
+// probe.
+func (a *Authority) routes(r chi.Router, deps Deps) {
+	// GET /v1/home/<repository>: answered only by the repository's home
+	// (through the routing contract); says which partition and epoch it
+	// serves the repository under.
+	r.With(a.RequireHome(func(r *http.Request) string { return chi.URLParam(r, "*") })).
+		Get("/v1/home/*", func(w http.ResponseWriter, r *http.Request) {
+			h, _ := HomeOf(r.Context())
+			WriteJSON(w, http.StatusOK, map[string]any{"repository": chi.URLParam(r, "*"), "node_id": a.NodeID, "partition": h.Partition, "epoch": h.Epoch})
+		})
+	r.Get("/v1/map", func(w http.ResponseWriter, r *http.Request) {
+		var m *authority.Map
+		var err error
+		if v := r.URL.Query().Get("version"); v != "" {
+			n, perr := strconv.ParseUint(v, 10, 64)
+			if perr != nil {
+				WriteError(w, r, deps.Logger, blobplane.Errorf(blobplane.CodeInvalid, "version %q is not a map version", v))
+				return
+			}
+			m, err = a.Maps.MapVersion(r.Context(), n)
+		} else {
+			m, err = a.Maps.LatestMap(r.Context())
+		}
+		if err != nil {
+			WriteError(w, r, deps.Logger, err)
+			return
+		}
+		writeRaw(w, m)
+	})
+	r.Get("/v1/map/delta", func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query().Get("since")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			WriteError(w, r, deps.Logger, blobplane.Errorf(blobplane.CodeInvalid, "since=%q is not a map version", v))
+			return
+		}
+		d, err := a.Maps.MapDelta(r.Context(), n)
+		if err != nil {
+			WriteError(w, r, deps.Logger, err)
+			return
+		}
+		writeRaw(w, d)
+	})
+	r.Get("/v1/map/keys", func(w http.ResponseWriter, r *http.Request) {
+		keys, err := a.Maps.SigningKeys(r.Context())
+		if err != nil {
+			WriteError(w, r, deps.Logger, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]any{"keys": keys})
+	})
+	r.Get("/v1/partitions", func(w http.ResponseWriter, r *http.Request) {
+		out, err := a.partitions(r.Context())
+		if err != nil {
+			WriteError(w, r, deps.Logger, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, out)
+	})
+}
+
+// PartitionStatus is one row of GET /v1/partitions (R131: the fields
+// available today).
+type PartitionStatus struct {
+	ID             string      `json:"id"`
+	Generation     uint64      `json:"generation"`
+	Class          string      `json:"class"`
+	Slots          [][2]uint64 `json:"slots"`
+	MapEpoch       uint64      `json:"map_epoch"`
+	MapNode        string      `json:"map_node"`
+	Epoch          uint64      `json:"epoch"`
+	State          string      `json:"state"`
+	Node           string      `json:"node"`
+	Endpoint       string      `json:"endpoint"`
+	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
+	Owned          bool        `json:"owned"`
+}
+
+func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
+	m, err := a.Maps.LatestMap(ctx)
+	if errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
+		return map[string]any{"map_version": 0, "partitions": []PartitionStatus{}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	leases, err := a.Maps.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]authority.LeaseRecord{}
+	for _, l := range leases {
+		byID[l.Partition] = l
+	}
+	now := time.Now()
+	rows := make([]PartitionStatus, 0, len(m.Partitions))
+	for _, p := range m.Partitions {
+		ps := PartitionStatus{ID: p.ID, Generation: p.Generation, Class: string(p.Class), MapEpoch: p.Epoch, MapNode: p.Primary.Node, State: "UNOWNED"}
+		for _, s := range p.Slots {
+			ps.Slots = append(ps.Slots, [2]uint64{uint64(s.Low), uint64(s.High)})
+		}
+		if l, ok := byID[p.ID]; ok {
+			ps.Epoch, ps.Node, ps.Endpoint = l.Epoch, l.OwnerNode, l.OwnerEndpoint
+			exp := l.ExpiresAt
+			ps.LeaseExpiresAt = &exp
+			ps.Owned = exp.After(now)
+			ps.State = string(l.State)
+			if !ps.Owned {
+				ps.State = "UNOWNED" // R133: unowned is its own condition
+			}
+		}
+		rows = append(rows, ps)
+	}
+	return map[string]any{"map_version": m.Version, "partitions": rows}, nil
+}
+
+func writeRaw(w http.ResponseWriter, v any) {
+	WriteJSON(w, http.StatusOK, v)
+}
