@@ -1,5 +1,7 @@
-// Package db embeds Blobplane's SQL: goose migrations (db/migrations) and the
-// sqlc query files (db/queries) that store compiles against them.
+// Package db embeds Blobplane's SQL: goose migrations (db/migrations), the DDL
+// of optional persistence domains that store creates on first use
+// (db/schema), and the sqlc query files (db/queries) that store compiles
+// against both.
 package db
 
 import "embed"
@@ -9,3 +11,11 @@ import "embed"
 //
 //go:embed migrations/*.sql
 var Migrations embed.FS
+
+// PlacementsSchema is the DDL of the placement ledger, an optional
+// persistence domain: migrations do not create it; store runs it
+// (idempotently) on the first placement write. sqlc reads it from
+// db/schema as well.
+//
+//go:embed schema/placements.sql
+var PlacementsSchema string

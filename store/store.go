@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,8 @@ type Store struct {
 	pool   *pgxpool.Pool
 	q      *dbsqlc.Queries
 	logger *slog.Logger
+
+	placementsReady atomic.Bool // the placement ledger exists (see placements.go)
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.

@@ -31,3 +31,53 @@ type Node struct {
 	// up while heartbeating; down once the heartbeat is older than the prune threshold or the process stopped cleanly.
 	State string
 }
+
+// Placement ledger: one row per (digest, backend, datacenter, location) that holds or is receiving a blob's bytes. Only verified rows serve. Created on the first placement write (db/schema/placements.sql), not by migrations. See docs/placements.md.
+type Placement struct {
+	// Content digest, canonical sha256:<64 lowercase hex> of the uncompressed bytes.
+	Digest string
+	// Byte store kind the placement lives on (filesystem, s3).
+	Backend string
+	// Opaque datacenter label holding the placement.
+	Datacenter string
+	// Object key or store-relative path inside the backend. Neutral identifier: no ecosystem metadata.
+	Location string
+	// pending (transfer in flight, never serves), verified (backend confirmed digest and size; the only serving state), failed (see reason), revoked (withdrawn from serving; see revoke_reason).
+	State string
+	// Failure reason, set only and always when state = failed: source_unavailable, digest_mismatch or backend_refused.
+	Reason pgtype.Text
+	// Why the placement was withdrawn, set only and always when state = revoked: reclamation or administrative.
+	RevokeReason pgtype.Text
+	// Expected content size in bytes, recorded at stage; verification must confirm it.
+	SizeBytes int64
+	// Fencing epoch of the last accepted transition. A write under a lower epoch is rejected without change; an equal or higher epoch applies and a higher one takes over.
+	Epoch int64
+	// Starts at 1 and advances on every accepted transition, so readers can detect a concurrent change.
+	Generation int64
+	// Database time the row was first staged.
+	CreatedAt pgtype.Timestamptz
+	// Database time of the last accepted transition.
+	UpdatedAt pgtype.Timestamptz
+	// Database time of the last successful verification; NULL if never verified. Kept after the row leaves verified.
+	VerifiedAt pgtype.Timestamptz
+}
+
+// Placement counts by state per (digest, datacenter). Sum over datacenter for per-digest totals; a digest is serveable when its verified sum is > 0.
+type PlacementSummary struct {
+	// Content digest.
+	Digest string
+	// Datacenter label.
+	Datacenter string
+	// Placements in state pending.
+	Pending int64
+	// Placements in state verified (serveable).
+	Verified int64
+	// Placements in state failed.
+	Failed int64
+	// Placements in state revoked.
+	Revoked int64
+	// All placements of the digest in the datacenter.
+	Total int64
+	// Latest updated_at among those placements.
+	LastUpdatedAt interface{}
+}

@@ -1,0 +1,401 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/db"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// The placement ledger (../shared/spec/blob-placement.md).
+//
+// It is an optional persistence domain: Open and Migrate do not create it.
+// The first placement write runs db.PlacementsSchema under a
+// transaction-scoped advisory lock (concurrent first writers serialize and
+// the loser finds the table present); the Store then remembers it in an
+// atomic so the hot path never re-runs DDL. Reads before that find no table
+// and answer "no placements" rather than an error.
+//
+// Every transition is one short transaction: lock the row (FOR UPDATE),
+// decide the next state with the pure placement.Transition table, and write
+// with the epoch fence and the generation read in the WHERE clause. The
+// affected-row count decides the outcome: no row means a higher epoch holds
+// the placement, reported as CodeStaleEpoch with nothing changed (DESIGN S3).
+
+// placementsDDLLock is the advisory lock key (transaction-scoped) under
+// which the ledger is created: "bp-place".
+const placementsDDLLock int64 = 0x62702d706c616365
+
+// placementDigestLockClass is the first key of the two-key advisory lock that
+// serializes stages of one digest, so that the count-then-insert of the
+// 64-placement bound is race-free: "plac".
+const placementDigestLockClass int32 = 0x706c6163
+
+// ErrPlacementLimit is returned (wrapped) by StagePlacement when the digest
+// already holds placement.MaxPerDigest placements. Its code is conflict.
+var ErrPlacementLimit = &blobplane.Error{
+	Code:    blobplane.CodeConflict,
+	Message: fmt.Sprintf("the digest already has %d placements, the most the ledger keeps per digest; re-stage or revoke an existing location instead", placement.MaxPerDigest),
+}
+
+// ensurePlacements creates the ledger on the first write of this Store.
+func (s *Store) ensurePlacements(ctx context.Context) error {
+	if s.placementsReady.Load() {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, placementsDDLLock); err != nil {
+			return err
+		}
+		var present bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('placements') IS NOT NULL AND to_regclass('placement_summary') IS NOT NULL`).Scan(&present); err != nil {
+			return err
+		}
+		if present {
+			return nil
+		}
+		// No arguments: pgx sends the file with the simple protocol, which
+		// runs all of its statements in this transaction.
+		_, err := tx.Exec(ctx, db.PlacementsSchema)
+		return err
+	})
+	if err != nil {
+		return dbErr("create placement ledger", err)
+	}
+	s.placementsReady.Store(true)
+	return nil
+}
+
+// StagePlacement records that a transfer into k has started: a new pending
+// row, or a re-stage (retry) of a failed or revoked one, expecting size bytes,
+// under epoch. Errors (blobplane codes): invalid for a malformed key, size or
+// epoch; conflict when the row is verified, or wrapping ErrPlacementLimit
+// when a new row would exceed placement.MaxPerDigest; stale_epoch when the
+// row is held under a higher epoch.
+func (s *Store) StagePlacement(ctx context.Context, k placement.Key, size, epoch int64) (placement.Placement, error) {
+	const op = "stage placement"
+	if err := checkTransition(k, epoch); err != nil {
+		return placement.Placement{}, err
+	}
+	if size < 0 {
+		return placement.Placement{}, blobplane.Errorf(blobplane.CodeInvalid, "size %d: must be >= 0", size)
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return placement.Placement{}, err
+	}
+	var out placement.Placement
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Spec: "A stage that would exceed the bound is refused". Stages of
+		// one digest take turns so that counting and inserting is atomic.
+		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
+			return err
+		}
+		cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			n, err := s.q.CountPlacements(ctx, tx, string(k.Digest))
+			if err != nil {
+				return err
+			}
+			if n >= placement.MaxPerDigest {
+				return fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
+			}
+			row, err := s.q.InsertPlacement(ctx, tx, dbsqlc.InsertPlacementParams{
+				Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+				SizeBytes: size, Epoch: epoch,
+			})
+			out = placementFromRow(row)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		out, err = s.advance(ctx, tx, op, cur, placement.Stage, epoch, update{size: size})
+		return err
+	})
+	if err != nil {
+		return placement.Placement{}, placementErr(op, err)
+	}
+	return out, nil
+}
+
+// VerifyPlacement records the backend's confirmation of k: the digest and
+// size it computed over the stored bytes. The placement becomes verified
+// only when both equal the key's digest and the size recorded at stage;
+// otherwise it becomes failed with digest_mismatch (DESIGN S2: a mismatch can
+// never become verified) and VerifyPlacement returns that recorded row
+// together with a digest_mismatch error. Other errors: invalid, not_found
+// (nothing staged), conflict (the row is failed or revoked: re-stage first),
+// stale_epoch.
+func (s *Store) VerifyPlacement(ctx context.Context, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64) (placement.Placement, error) {
+	const op = "verify placement"
+	if err := checkTransition(k, epoch); err != nil {
+		return placement.Placement{}, err
+	}
+	var ev placement.Event
+	out, err := s.transition(ctx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
+		ev = placement.ClassifyVerify(k.Digest, cur.SizeBytes, confirmed, confirmedSize)
+		return ev, update{size: cur.SizeBytes, reason: placement.DigestMismatch}
+	}, epoch)
+	if err != nil {
+		return placement.Placement{}, err
+	}
+	if ev == placement.VerifyMismatch {
+		return out, &blobplane.Error{Code: blobplane.CodeMismatch, Op: op, Message: fmt.Sprintf(
+			"placement %s: backend confirmed %s with %d bytes, want %s with %d bytes; recorded as failed/digest_mismatch",
+			keyString(k), confirmed, confirmedSize, k.Digest, out.Size)}
+	}
+	return out, nil
+}
+
+// FailPlacement records a classified failure of k. On a verified placement
+// this is what a detected loss does (reason source_unavailable): the row
+// stops serving, and only this row: every other location is its own row.
+// Errors: invalid, not_found, conflict (revoked), stale_epoch.
+func (s *Store) FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error) {
+	const op = "fail placement"
+	if err := checkTransition(k, epoch); err != nil {
+		return placement.Placement{}, err
+	}
+	if !reason.Valid() {
+		return placement.Placement{}, blobplane.Errorf(blobplane.CodeInvalid, "failure reason %q: must be one of %v", reason, placement.Reasons)
+	}
+	return s.transition(ctx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
+		return placement.Fail, update{size: cur.SizeBytes, reason: reason}
+	}, epoch)
+}
+
+// RevokePlacement withdraws k from serving. Errors: invalid, not_found,
+// stale_epoch.
+func (s *Store) RevokePlacement(ctx context.Context, k placement.Key, reason placement.RevokeReason, epoch int64) (placement.Placement, error) {
+	const op = "revoke placement"
+	if err := checkTransition(k, epoch); err != nil {
+		return placement.Placement{}, err
+	}
+	if !reason.Valid() {
+		return placement.Placement{}, blobplane.Errorf(blobplane.CodeInvalid, "revoke reason %q: must be one of %v", reason, placement.RevokeReasons)
+	}
+	return s.transition(ctx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
+		return placement.Revoke, update{size: cur.SizeBytes, revokeReason: reason}
+	}, epoch)
+}
+
+// update carries the columns a transition may set besides state and epoch.
+type update struct {
+	size         int64
+	reason       placement.Reason       // used when the next state is failed
+	revokeReason placement.RevokeReason // used when the next state is revoked
+}
+
+// transition runs one non-stage transition in a short transaction.
+func (s *Store) transition(ctx context.Context, op string, k placement.Key, decide func(cur dbsqlc.Placement) (placement.Event, update), epoch int64) (placement.Placement, error) {
+	if err := s.ensurePlacements(ctx); err != nil {
+		return placement.Placement{}, err
+	}
+	var out placement.Placement
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return blobplane.Errorf(blobplane.CodeNotFound, "placement %s: not staged", keyString(k))
+		}
+		if err != nil {
+			return err
+		}
+		ev, u := decide(cur)
+		out, err = s.advance(ctx, tx, op, cur, ev, epoch, u)
+		return err
+	})
+	if err != nil {
+		return placement.Placement{}, placementErr(op, err)
+	}
+	return out, nil
+}
+
+// advance applies ev to the locked row cur under epoch.
+func (s *Store) advance(ctx context.Context, tx pgx.Tx, op string, cur dbsqlc.Placement, ev placement.Event, epoch int64, u update) (placement.Placement, error) {
+	k := placement.Key{Digest: blobplane.Digest(cur.Digest), Backend: cur.Backend, Datacenter: cur.Datacenter, Location: cur.Location}
+	next, err := placement.Transition(placement.State(cur.State), ev)
+	if err != nil {
+		if cur.Epoch > epoch {
+			// A stale worker learns that it lost ownership, whatever it asked.
+			return placement.Placement{}, staleErr(op, k, epoch, cur.Epoch)
+		}
+		var e *blobplane.Error
+		if errors.As(err, &e) {
+			return placement.Placement{}, &blobplane.Error{Code: e.Code, Op: op, Message: fmt.Sprintf("placement %s: %s", keyString(k), e.Message)}
+		}
+		return placement.Placement{}, err
+	}
+	arg := dbsqlc.UpdatePlacementParams{
+		State: string(next), SizeBytes: u.size, Epoch: epoch, Generation: cur.Generation,
+		Digest: cur.Digest, Backend: cur.Backend, Datacenter: cur.Datacenter, Location: cur.Location,
+	}
+	switch next {
+	case placement.Failed:
+		arg.Reason = pgtype.Text{String: string(u.reason), Valid: true}
+	case placement.Revoked:
+		arg.RevokeReason = pgtype.Text{String: string(u.revokeReason), Valid: true}
+	}
+	row, err := s.q.UpdatePlacement(ctx, tx, arg)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Zero rows affected: the fence (epoch <= $epoch) refused the write.
+		// S3: rejected, nothing changed, generation untouched.
+		return placement.Placement{}, staleErr(op, k, epoch, cur.Epoch)
+	}
+	if err != nil {
+		return placement.Placement{}, err
+	}
+	return placementFromRow(row), nil
+}
+
+// Placement returns the row of k. Errors: invalid, not_found (also before
+// the ledger exists).
+func (s *Store) Placement(ctx context.Context, k placement.Key) (placement.Placement, error) {
+	const op = "get placement"
+	if err := k.Validate(); err != nil {
+		return placement.Placement{}, err
+	}
+	row, err := s.q.GetPlacement(ctx, s.pool, dbsqlc.GetPlacementParams(keyArgs(k)))
+	if err != nil {
+		if isUndefinedTable(err) {
+			err = pgx.ErrNoRows
+		}
+		return placement.Placement{}, dbErr(op, err)
+	}
+	return placementFromRow(row), nil
+}
+
+// PlacementIfChanged returns the row of k only if its generation differs
+// from since (DESIGN S3: "readers can ask for a row only if its generation
+// moved"); changed is false, with a zero Placement, when it did not.
+// Errors: invalid, not_found.
+func (s *Store) PlacementIfChanged(ctx context.Context, k placement.Key, since int64) (p placement.Placement, changed bool, err error) {
+	const op = "get placement if changed"
+	if err := k.Validate(); err != nil {
+		return placement.Placement{}, false, err
+	}
+	row, err := s.q.GetPlacementIfChanged(ctx, s.pool, dbsqlc.GetPlacementIfChangedParams{
+		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location, SinceGeneration: since,
+	})
+	switch {
+	case err == nil:
+		return placementFromRow(row), true, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		// Unchanged, or absent: tell them apart.
+		if _, err := s.Placement(ctx, k); err != nil {
+			return placement.Placement{}, false, err
+		}
+		return placement.Placement{}, false, nil
+	case isUndefinedTable(err):
+		return placement.Placement{}, false, dbErr(op, pgx.ErrNoRows)
+	default:
+		return placement.Placement{}, false, dbErr(op, err)
+	}
+}
+
+// Placements returns every placement of d (at most placement.MaxPerDigest),
+// ordered by datacenter, backend, location. Before the ledger exists it
+// returns none. Errors: unavailable, internal.
+func (s *Store) Placements(ctx context.Context, d blobplane.Digest) ([]placement.Placement, error) {
+	rows, err := s.q.ListPlacements(ctx, s.pool, string(d))
+	if err != nil {
+		if isUndefinedTable(err) {
+			// Spec: "reads before that write return no placements".
+			return []placement.Placement{}, nil
+		}
+		return nil, dbErr("list placements", err)
+	}
+	out := make([]placement.Placement, len(rows))
+	for i, r := range rows {
+		out[i] = placementFromRow(r)
+	}
+	return out, nil
+}
+
+// PlacementRouting answers the routing query: d's placements split into
+// routing categories for a reader in datacenter, from one primary-key range
+// scan. An unknown digest is Known false, not an error. Errors: invalid (a
+// non-canonical digest or a bad datacenter label), unavailable, internal.
+func (s *Store) PlacementRouting(ctx context.Context, d blobplane.Digest, datacenter string) (placement.Routing, error) {
+	if _, err := blobplane.ParseDigest(string(d)); err != nil {
+		return placement.Routing{}, err
+	}
+	if !placement.ValidDatacenter(datacenter) {
+		return placement.Routing{}, blobplane.Errorf(blobplane.CodeInvalid, "datacenter %q: must be 1-63 lowercase letters, digits or dashes", datacenter)
+	}
+	rows, err := s.Placements(ctx, d)
+	if err != nil {
+		return placement.Routing{}, err
+	}
+	return placement.Route(d, datacenter, rows), nil
+}
+
+func checkTransition(k placement.Key, epoch int64) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if epoch < 0 {
+		return blobplane.Errorf(blobplane.CodeInvalid, "epoch %d: must be >= 0", epoch)
+	}
+	return nil
+}
+
+func staleErr(op string, k placement.Key, epoch, held int64) error {
+	return &blobplane.Error{Code: blobplane.CodeStaleEpoch, Op: op, Message: fmt.Sprintf(
+		"placement %s: epoch %d is stale, the placement is held at epoch %d; nothing changed", keyString(k), epoch, held)}
+}
+
+// placementErr keeps errors that already carry a blobplane code and maps
+// driver errors at the boundary.
+func placementErr(op string, err error) error {
+	var e *blobplane.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return dbErr(op, err)
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+type keyParams struct {
+	Digest     string
+	Backend    string
+	Datacenter string
+	Location   string
+}
+
+func keyArgs(k placement.Key) keyParams {
+	return keyParams{Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location}
+}
+
+func keyString(k placement.Key) string {
+	return fmt.Sprintf("%s@%s/%s/%s", k.Digest, k.Datacenter, k.Backend, k.Location)
+}
+
+func placementFromRow(r dbsqlc.Placement) placement.Placement {
+	p := placement.Placement{
+		Key:          placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location},
+		State:        placement.State(r.State),
+		Reason:       placement.Reason(r.Reason.String),
+		RevokeReason: placement.RevokeReason(r.RevokeReason.String),
+		Size:         r.SizeBytes,
+		Epoch:        r.Epoch,
+		Generation:   r.Generation,
+		CreatedAt:    r.CreatedAt.Time,
+		UpdatedAt:    r.UpdatedAt.Time,
+	}
+	if r.VerifiedAt.Valid {
+		p.VerifiedAt = r.VerifiedAt.Time
+	}
+	return p
+}
