@@ -288,7 +288,9 @@ func (b *Backend) copyObject(ctx context.Context, src, dst string, repr backend.
 
 // upload is an io.Writer that turns a stream into one object: it buffers up
 // to one part; if the stream ends within it, finish PUTs the buffer,
-// otherwise it becomes a multipart upload with one part in memory at a time.
+// otherwise it becomes a multipart upload. Parts are double-buffered: one
+// uploads in the background while the next fills, so hashing and upload
+// overlap, and a write holds at most two parts in memory.
 type upload struct {
 	b           *Backend
 	ctx         context.Context
@@ -297,9 +299,19 @@ type upload struct {
 	ifNoneMatch bool // create-only (staged chunks)
 
 	buf      []byte
+	spare    []byte
 	n        int64
 	uploadID *string
 	parts    []types.CompletedPart
+	next     int32
+
+	inflight    chan partResult // the part uploading in the background
+	inflightBuf []byte
+}
+
+type partResult struct {
+	part types.CompletedPart
+	err  error
 }
 
 func (u *upload) multipart() bool { return u.uploadID != nil }
@@ -308,8 +320,8 @@ func (u *upload) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		if int64(len(u.buf)) == u.b.partSize {
-			if err := u.flushPart(); err != nil {
-				return written, err
+			if err := u.flushPart(true); err != nil {
+				return written, &backend.SinkError{Err: err}
 			}
 		}
 		if u.buf == nil {
@@ -324,26 +336,62 @@ func (u *upload) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-func (u *upload) flushPart() error {
+// wait collects the part uploading in the background, if any, and frees its
+// buffer for reuse.
+func (u *upload) wait() error {
+	if u.inflight == nil {
+		return nil
+	}
+	r := <-u.inflight
+	u.inflight = nil
+	u.spare, u.inflightBuf = u.inflightBuf[:0], nil
+	if r.err != nil {
+		return r.err
+	}
+	u.parts = append(u.parts, r.part)
+	return nil
+}
+
+// flushPart uploads the buffer as the next part, in the background when
+// async (the caller keeps filling the other buffer).
+func (u *upload) flushPart(async bool) error {
 	if u.uploadID == nil {
 		res, err := u.b.client.CreateMultipartUpload(u.ctx, &s3.CreateMultipartUploadInput{
 			Bucket: &u.b.bucket, Key: &u.key, Metadata: u.meta,
 		})
 		if err != nil {
-			return &backend.SinkError{Err: err}
+			return err
 		}
 		u.uploadID = res.UploadId
 	}
-	num := aws.Int32(int32(len(u.parts) + 1))
-	res, err := u.b.client.UploadPart(u.ctx, &s3.UploadPartInput{
-		Bucket: &u.b.bucket, Key: &u.key, UploadId: u.uploadID, PartNumber: num,
-		Body: bytes.NewReader(u.buf), ContentLength: aws.Int64(int64(len(u.buf))),
-	})
-	if err != nil {
-		return &backend.SinkError{Err: err}
+	if err := u.wait(); err != nil {
+		return err
 	}
-	u.parts = append(u.parts, types.CompletedPart{ETag: res.ETag, PartNumber: num})
-	u.buf = u.buf[:0]
+	u.next++
+	num, body := aws.Int32(u.next), u.buf
+	send := func() partResult {
+		res, err := u.b.client.UploadPart(u.ctx, &s3.UploadPartInput{
+			Bucket: &u.b.bucket, Key: &u.key, UploadId: u.uploadID, PartNumber: num,
+			Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+		})
+		if err != nil {
+			return partResult{err: err}
+		}
+		return partResult{part: types.CompletedPart{ETag: res.ETag, PartNumber: num}}
+	}
+	if !async {
+		r := send()
+		if r.err != nil {
+			return r.err
+		}
+		u.parts = append(u.parts, r.part)
+		u.buf = u.buf[:0]
+		return nil
+	}
+	ch := make(chan partResult, 1)
+	u.inflight, u.inflightBuf = ch, body
+	go func() { ch <- send() }()
+	u.buf, u.spare = u.spare, nil
 	return nil
 }
 
@@ -362,8 +410,11 @@ func (u *upload) finish() error {
 		u.buf = nil
 		return err
 	}
+	if err := u.wait(); err != nil {
+		return err
+	}
 	if len(u.buf) > 0 || len(u.parts) == 0 {
-		if err := u.flushPart(); err != nil {
+		if err := u.flushPart(false); err != nil {
 			return err
 		}
 	}
@@ -375,14 +426,16 @@ func (u *upload) finish() error {
 		in.IfNoneMatch = aws.String("*")
 	}
 	_, err := u.b.client.CompleteMultipartUpload(u.ctx, in)
-	u.buf = nil
+	u.buf, u.spare = nil, nil
 	return err
 }
 
 // abort discards a multipart upload in progress, so a failed write leaves
-// nothing behind (not even invisible parts).
+// nothing behind (not even invisible parts). It waits for a background part
+// first, so no goroutine outlives the write.
 func (u *upload) abort() {
-	u.buf = nil
+	_ = u.wait()
+	u.buf, u.spare = nil, nil
 	if u.uploadID == nil {
 		return
 	}
