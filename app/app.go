@@ -86,6 +86,9 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Readiness: st,
 		NodeID:    cfg.NodeID,
 		RiverUI:   ui,
+		// The routing query answers for this node's datacenter by default.
+		Placements: st,
+		Datacenter: cfg.Datacenter,
 	})
 	a.server = &http.Server{
 		Handler:           router,

@@ -35,6 +35,11 @@ type Deps struct {
 	// Authority enables the routing contract and the map endpoints; nil
 	// leaves them unmounted.
 	Authority *Authority
+	// Placements enables the routing query GET /v1/blobs/{digest}/placements;
+	// nil leaves it unmounted. Datacenter is this node's label, the query's
+	// default.
+	Placements PlacementRouter
+	Datacenter string
 }
 
 // NewRouter builds the chi router with every route and middleware.
@@ -63,6 +68,9 @@ func NewRouter(d Deps) http.Handler {
 		}
 		a.register(d.Metrics.Registry)
 		a.routes(r, d)
+	}
+	if d.Placements != nil {
+		placementsRoutes(r, d)
 	}
 	if d.RiverUI != nil {
 		r.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
