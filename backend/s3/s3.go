@@ -531,12 +531,12 @@ func (b *Backend) readIdentityRange(ctx context.Context, op string, d blobplane.
 			return nil, serr
 		}
 		if info.Repr.Codec == backend.CodecIdentity {
-			_, _, err := backend.CheckRange(op, rg, info.Repr.ContentSize)
-			if err == nil { // replaced by a longer object meanwhile
-				return b.readIdentityRange(ctx, op, d, opts)
+			if _, _, err := backend.CheckRange(op, rg, info.Repr.ContentSize); err != nil {
+				return nil, err
 			}
-			return nil, err
 		}
+		// zstd, or replaced meanwhile: the whole-object path re-checks the
+		// range against whatever version it gets.
 		return nil, nil
 	}
 	repr, err := parseReprMeta(op, d, res.Metadata, nil, nil)

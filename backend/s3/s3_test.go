@@ -1,10 +1,14 @@
 package s3_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -246,4 +250,103 @@ func TestRefusedAndUnavailable(t *testing.T) {
 	defer down.Close()
 	_, err = down.Stat(ctx, blob.Digest)
 	backendtest.RequireCode(t, err, backend.ErrUnavailable, true)
+}
+
+const killHelperEnv = "BLOBPLANE_S3_KILL_HELPER_SPEC"
+
+// TestKilledWriter kills a writer process in the middle of a multipart
+// write: the content-addressed key stays empty and a re-write succeeds.
+func TestKilledWriter(t *testing.T) {
+	if os.Getenv(killHelperEnv) != "" {
+		t.Skip("running as the helper")
+	}
+	srv := minio.Shared(t)
+	bk := bucket{srv: srv, name: srv.Bucket(t)}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), killHelperEnv+"=k="+srv.Spec(bk.name, "part_size="+strconv.Itoa(testPartSize)))
+	stdin, err := cmd.StdinPipe() // held open: the helper blocks reading it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(stdout)
+	ready := false
+	for sc.Scan() {
+		if sc.Text() == "WRITING" {
+			ready = true
+			break
+		}
+	}
+	if !ready {
+		t.Fatalf("helper ended before writing: %v", sc.Err())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	b := open(t, bk, backend.StoreAsSubmitted)
+	blob := killBlob()
+	backendtest.RequireAbsent(t, b, blob.Digest)
+	// The killed writer's multipart upload is still open (invisible); a
+	// bucket lifecycle rule reaps it. The re-write does not depend on it.
+	backendtest.MustWrite(t, b, blob.Identity())
+	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
+	if err != nil || !bytes.Equal(body, blob.Content) {
+		t.Fatalf("re-write read back %d bytes, %v", len(body), err)
+	}
+}
+
+var killBlobOnce = sync.OnceValue(func() backendtest.Blob { return backendtest.NewBlob(77, 3*testPartSize) })
+
+func killBlob() backendtest.Blob { return killBlobOnce() }
+
+// stallingReader yields its first n bytes, announces the write is under
+// way, and blocks until the process is killed.
+type stallingReader struct {
+	r io.Reader
+	n int
+}
+
+func (s *stallingReader) Read(p []byte) (int, error) {
+	if s.n <= 0 {
+		os.Stdout.WriteString("\nWRITING\n")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0, errors.New("stdin closed: parent went away")
+	}
+	if len(p) > s.n {
+		p = p[:s.n]
+	}
+	n, err := s.r.Read(p)
+	s.n -= n
+	return n, err
+}
+
+func TestKilledWriterHelper(t *testing.T) {
+	spec := os.Getenv(killHelperEnv)
+	if spec == "" {
+		t.Skip("helper for TestKilledWriter")
+	}
+	specs, err := backend.ParseSpecs(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(t.Context(), specs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := killBlob().Identity()
+	// Past the first part: a multipart upload is open when we stall.
+	req.Body = &stallingReader{r: req.Body, n: testPartSize + testPartSize/2}
+	_, err = b.Write(t.Context(), req)
+	t.Fatalf("helper write returned: %v", err)
 }
