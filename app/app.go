@@ -16,6 +16,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+	_ "github.com/blobplane/blobplane/backend/fs" // registers the filesystem backend
+	_ "github.com/blobplane/blobplane/backend/s3" // registers the S3 backend
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/jobs"
@@ -35,6 +39,37 @@ type API struct {
 	server   *http.Server
 	riverUI  *riverui.Handler
 	beat     *node.Heartbeater
+	backends *Backends
+}
+
+// Backends are the opened byte backends of this datacenter, by name, in
+// configured order.
+type Backends struct {
+	Order  []string
+	ByName map[string]backend.Backend
+}
+
+// OpenBackends opens every configured backend, refusing with an error that
+// names the bad one.
+func OpenBackends(ctx context.Context, specs []backend.Spec) (*Backends, error) {
+	b := &Backends{ByName: map[string]backend.Backend{}}
+	for _, spec := range specs {
+		be, err := backend.Open(ctx, spec)
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("invalid BLOBPLANE_BACKENDS: %s: %s", spec.Name, blobplaneMessage(err))
+		}
+		b.Order = append(b.Order, spec.Name)
+		b.ByName[spec.Name] = be
+	}
+	return b, nil
+}
+
+// Close closes every backend.
+func (b *Backends) Close() {
+	for _, be := range b.ByName {
+		be.Close()
+	}
 }
 
 // NewAPI opens the database and binds the listener. Close it with Serve's
@@ -45,8 +80,13 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		return nil, err
 	}
 	a := &API{cfg: cfg, logger: logger, store: st}
+	if a.backends, err = OpenBackends(ctx, cfg.Backends); err != nil {
+		st.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		a.backends.Close()
 		st.Close()
 		return nil, fmt.Errorf("invalid BLOBPLANE_LISTEN: cannot listen on %s: %v", cfg.Listen, errors.Unwrap(err))
 	}
@@ -147,6 +187,7 @@ func (a *API) Close() {
 	if a.listener != nil {
 		a.listener.Close()
 	}
+	a.backends.Close()
 	a.store.Close()
 }
 
@@ -172,6 +213,11 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		return err
 	}
 	defer st.Close()
+	backends, err := OpenBackends(ctx, cfg.Backends)
+	if err != nil {
+		return err
+	}
+	defer backends.Close()
 	if ok, err := st.MigrationsCurrent(ctx); err != nil || !ok {
 		return fmt.Errorf("database schema is not current (run `api migrate`): %v", err)
 	}
@@ -219,4 +265,12 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+func blobplaneMessage(err error) string {
+	var e *blobplane.Error
+	if errors.As(err, &e) {
+		return e.Error()
+	}
+	return err.Error()
 }

@@ -6,18 +6,25 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/blobplane/blobplane/app"
+	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/internal/pgtest"
 )
 
 func testConfig(t *testing.T, url string) *config.Config {
 	t.Helper()
+	spec, err := backend.ParseSpec("fs=filesystem:" + t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &config.Config{
+		Backends: []backend.Spec{spec},
 		DatabaseURL: url, Listen: "127.0.0.1:0", Datacenter: "local", NodeID: "test-" + strings.ReplaceAll(t.Name(), "/", "-"),
 		DataDir: t.TempDir(), LogFormat: "text", ShutdownTimeout: 10 * time.Second,
 		Queues: map[string]int{"default": 2}, RiverUI: true,
@@ -189,5 +196,24 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met before the deadline")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestNewAPIRefusesUnusableBackend(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	file := t.TempDir() + "/not-a-dir"
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, d.URL)
+	spec, err := backend.ParseSpec("blobs=filesystem:" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backends = []backend.Spec{spec}
+	_, err = app.NewAPI(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "BLOBPLANE_BACKENDS") || !strings.Contains(err.Error(), "blobs") {
+		t.Fatalf("unusable backend: %v", err)
 	}
 }

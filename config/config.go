@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,6 +20,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
 	"github.com/robfig/cron/v3"
 )
 
@@ -36,6 +40,9 @@ type Config struct {
 	Queues          map[string]int
 	Cron            map[string]string
 	RiverUI         bool
+	// Backends are this datacenter's byte backends, in preference order
+	// (the first is where uploads land).
+	Backends []backend.Spec
 }
 
 // Setting describes one configuration knob: its flag, its environment
@@ -121,6 +128,18 @@ var Settings = []Setting{
 				return errors.New("must not be empty")
 			}
 			c.DataDir = v
+			return nil
+		}},
+	{Flag: "backends", Env: "BLOBPLANE_BACKENDS", Default: "", Usage: "byte backends of this datacenter, name=kind:target comma-separated, e.g. fs=filesystem:/var/lib/blobplane or s3main=s3://bucket?endpoint=http://127.0.0.1:9000&path_style=true&region=us-east-1 (default: fs=filesystem:<data-dir>/<datacenter>/blobs)", For: servers,
+		set: func(c *Config, v string) error {
+			if v == "" {
+				return nil // defaulted after data dir and datacenter are known
+			}
+			specs, err := backend.ParseSpecs(v)
+			if err != nil {
+				return errors.New(blobplane.ErrorMessage(err))
+			}
+			c.Backends = specs
 			return nil
 		}},
 	{Flag: "log-format", Env: "BLOBPLANE_LOG_FORMAT", Default: "json", Usage: "log format: json or text", For: all,
@@ -219,6 +238,13 @@ func Load(binary string, args []string, getenv func(string) string, out io.Write
 			}
 			return nil, nil, fmt.Errorf("invalid %s: %w", origin, err)
 		}
+	}
+	if _, ok := values["backends"]; ok && len(c.Backends) == 0 {
+		spec, err := backend.ParseSpec("fs=filesystem:" + filepath.Join(c.DataDir, c.Datacenter, "blobs"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid BLOBPLANE_DATA_DIR: %s", blobplane.ErrorMessage(err))
+		}
+		c.Backends = []backend.Spec{spec}
 	}
 	if _, ok := values["node-id"]; ok && c.NodeID == "" {
 		listen := c.Listen

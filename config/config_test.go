@@ -139,3 +139,28 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+func TestBackendsDefaultAndValidation(t *testing.T) {
+	t.Parallel()
+	c, _, err := Load(API, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATA_DIR": "/srv/bp", "BLOBPLANE_DATACENTER": "eu-1"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Backends) != 1 || c.Backends[0].Kind != "filesystem" || c.Backends[0].Path != "/srv/bp/eu-1/blobs" {
+		t.Fatalf("default backends: %+v", c.Backends)
+	}
+	c, _, err = Load(Worker, nil, env(map[string]string{"DATABASE_URL": goodURL,
+		"BLOBPLANE_BACKENDS": "s3main=s3://bucket?endpoint=http://127.0.0.1:9000&path_style=true&region=us-east-1,fs=filesystem:/tmp/x"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Backends) != 2 || c.Backends[0].Name != "s3main" || c.Backends[0].S3.Bucket != "bucket" {
+		t.Fatalf("configured backends: %+v", c.Backends)
+	}
+	for _, bad := range []string{"fs=floppy:/x", "=filesystem:/x", "fs=filesystem:", "a=filesystem:/x,a=filesystem:/y"} {
+		_, _, err := Load(API, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_BACKENDS": bad}), nil)
+		if err == nil || !strings.Contains(err.Error(), "BLOBPLANE_BACKENDS") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("BLOBPLANE_BACKENDS=%q: %v", bad, err)
+		}
+	}
+}
