@@ -8,6 +8,68 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// The lease store: one record per partition holding ownership, the fencing epoch and the checkpoint pointer together (ZBP-5 R14-R28). Written only by ACQUIRE, RENEW, FENCE and FORCE, each one conditional statement on the database clock. Epochs never decrease and ownership never changes without an epoch increase (trigger); rows are never deleted.
+type Lease struct {
+	// Opaque partition id from the map (R13).
+	PartitionID string
+	// Fencing token: incremented by the statement that claims the lease (R15); never decreases or is reused (R16).
+	Epoch int64
+	// Node id of the lease holder (R14).
+	OwnerNode string
+	// Endpoint (host:port) the holder serves on.
+	OwnerEndpoint string
+	// Primary state: RESTORING on claim; holding the lease and being ready are distinct (R23).
+	State string
+	// Lease TTL in milliseconds: each claim or renewal sets expires_at = now() + ttl (R14).
+	LeaseTtlMs int64
+	// Renewal interval in milliseconds (R14), shorter than the TTL.
+	RenewIntervalMs int64
+	// Database time the lease expires; compared only with the database clock, never a node's (R17).
+	ExpiresAt pgtype.Timestamptz
+	// Database time of the last claim or renewal: the store's acknowledgement time.
+	RenewedAt pgtype.Timestamptz
+	// Key of the partition's current checkpoint manifest (R22); NULL until the first checkpoint. Moves only under the epoch.
+	CheckpointPointer pgtype.Text
+	// LSN at which the outgoing primary sealed the partition during a handoff (R74); NULL unless sealed.
+	SealedLsn pgtype.Int8
+	// Operator of the last force-takeover (R28); NULL when none.
+	TakenBy pgtype.Text
+	// Stated reason of the last force-takeover (R28).
+	TakenReason pgtype.Text
+	// Database time of the last force-takeover (R28).
+	TakenAt pgtype.Timestamptz
+}
+
+// Signed deltas between published map versions, each naming its base (ZBP-5 R9, R10). Served to a client presenting base_version; immutable.
+type MapDelta struct {
+	// The map version the delta applies to.
+	BaseVersion int64
+	// The map version the delta produces.
+	Version int64
+	// The signed delta exactly as served: canonical JSON including the signature member.
+	Document string
+	// Key that signed the delta (signature.key_id).
+	KeyID string
+	// Database time the delta was published (with its map version).
+	PublishedAt pgtype.Timestamptz
+}
+
+// Public halves of the placement controller's map-signing keys (ZBP-5 R10-R12). Verifiers accept a key only inside [not_before, not_after); successive keys overlap so rotation never leaves a gap. The private key never enters the database.
+type MapSigningKey struct {
+	// Key id named by signature.key_id in maps and deltas.
+	KeyID string
+	// Signature algorithm; always ed25519.
+	Alg string
+	// The 32-byte ed25519 public key.
+	PublicKey []byte
+	// Start of the validity window (inclusive).
+	NotBefore pgtype.Timestamptz
+	// End of the validity window (exclusive).
+	NotAfter pgtype.Timestamptz
+	// Database time the key was published.
+	CreatedAt pgtype.Timestamptz
+}
+
 // Every Blobplane process (api, worker, controller) registers here and heartbeats; a row not heartbeating is marked down by the node_prune periodic job.
 type Node struct {
 	// Stable node id (BLOBPLANE_NODE_ID; default hostname:listen).
@@ -30,6 +92,20 @@ type Node struct {
 	HeartbeatAt pgtype.Timestamptz
 	// up while heartbeating; down once the heartbeat is older than the prune threshold or the process stopped cleanly.
 	State string
+}
+
+// Every published partition map version (ZBP-5 R5-R9), kept and addressable so that a client holding an old version can be answered with a delta. Versions strictly increase and are never reused (R6); rows are immutable. Each insert notifies channel blobplane_map with the version.
+type PartitionMap struct {
+	// map_version of the document; strictly greater than every earlier row (enforced by trigger under a lock).
+	Version int64
+	// The signed map exactly as served: canonical JSON (RFC 8785) including the signature member.
+	Document string
+	// Key that signed the document (signature.key_id).
+	KeyID string
+	// generated_at of the document (the controller's record time).
+	GeneratedAt pgtype.Timestamptz
+	// Database time the version was published.
+	PublishedAt pgtype.Timestamptz
 }
 
 // Placement ledger: one row per (digest, backend, datacenter, location) that holds or is receiving a blob's bytes. Only verified rows serve. Created on the first placement write (db/schema/placements.sql), not by migrations. See docs/placements.md.
