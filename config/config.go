@@ -43,6 +43,12 @@ type Config struct {
 	// Backends are this datacenter's byte backends, in preference order
 	// (the first is where uploads land).
 	Backends []backend.Spec
+	// Controller: where the map-signing key lives (a file, or inline; the
+	// private key never enters Postgres) and how many partitions the first
+	// map has.
+	SigningKeyFile string
+	SigningKey     string
+	Partitions     int
 }
 
 // Setting describes one configuration knob: its flag, its environment
@@ -191,6 +197,29 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be true or false", v)
 			}
 			c.RiverUI = b
+			return nil
+		}},
+	{Flag: "signing-key-file", Env: "BLOBPLANE_SIGNING_KEY_FILE", Default: "", Usage: "map-signing key file written by `controller keygen` and read by `controller publish` (default: <data-dir>/controller/signing-key.json)", For: []string{Controller},
+		set: func(c *Config, v string) error {
+			c.SigningKeyFile = v
+			return nil
+		}},
+	{Flag: "signing-key", Env: "BLOBPLANE_SIGNING_KEY", Default: "", Usage: "the map-signing key file's contents, instead of a file (a secret: prefer the environment to the flag)", For: []string{Controller},
+		set: func(c *Config, v string) error {
+			c.SigningKey = v
+			return nil
+		}},
+	{Flag: "partitions", Env: "BLOBPLANE_PARTITIONS", Default: "", Usage: "number of partitions in the first published map (default 16); later maps keep the published count", For: []string{Controller},
+		set: func(c *Config, v string) error {
+			if v == "" {
+				c.Partitions = 0
+				return nil
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1<<16 {
+				return fmt.Errorf("%q: must be an integer from 1 to 65536", v)
+			}
+			c.Partitions = n
 			return nil
 		}},
 }
@@ -376,6 +405,7 @@ func redactErr(err error) string {
 // default). The binaries dispatch on these names and the compose-file test
 // checks docker-compose.yml against them.
 var Commands = map[string][]string{
-	API:    {"serve", "migrate"},
-	Worker: {"run"},
+	API:        {"serve", "migrate", "lease"},
+	Worker:     {"run"},
+	Controller: {"show", "keygen", "publish"},
 }

@@ -102,7 +102,7 @@ func TestBadSettingsAreNamed(t *testing.T) {
 
 func TestHelpListsEverySetting(t *testing.T) {
 	t.Parallel()
-	for _, bin := range []string{API, Worker} {
+	for _, bin := range []string{API, Worker, Controller} {
 		var out bytes.Buffer
 		_, _, err := Load(bin, []string{"--help"}, env(nil), &out)
 		if !errors.Is(err, flag.ErrHelp) {

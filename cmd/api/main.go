@@ -3,19 +3,27 @@
 //	api [flags]           serve (the default)
 //	api [flags] serve
 //	api [flags] migrate   apply goose and River migrations, then exit
+//	api [flags] lease force --partition P --operator O --reason R [--node N] [--endpoint host:port]
+//	                      operator force-takeover of a partition's lease
 //
 // Run `api --help` for every setting and its environment variable.
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
 	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/internal/cli"
+	"github.com/blobplane/blobplane/store"
 )
 
 func main() {
@@ -41,7 +49,60 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		}
 		fmt.Printf("migrations applied: goose %d, river %d (schema current)\n", len(res.Goose), len(res.River))
 		return nil
+	case "lease":
+		return lease(ctx, cfg, logger, args[1:], os.Stdout)
 	default:
-		return fmt.Errorf("unknown command %q (serve, migrate)", cmd)
+		return fmt.Errorf("unknown command %q (serve, migrate, lease)", cmd)
 	}
+}
+
+// lease runs the admin lease commands. `lease force` is the only path to
+// FORCE (ZBP-5 R26–R28): a human override that needs a named operator and a
+// stated reason, both recorded on the lease with the database time. It
+// takes the lease at epoch + 1 for --node (default this node), which fences
+// the displaced owner. Nothing automated calls it.
+func lease(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string, stdout io.Writer) error {
+	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if len(args) == 0 || args[0] != "force" {
+		return errors.New("usage: api lease force --partition P --operator O --reason R [--node N] [--endpoint host:port]")
+	}
+	fs := flag.NewFlagSet("api lease force", flag.ContinueOnError)
+	partition := fs.String("partition", "", "partition id to take over (required)")
+	operator := fs.String("operator", "", "who is forcing the takeover (required; recorded as taken_by)")
+	reason := fs.String("reason", "", "why (required; recorded as taken_reason)")
+	node := fs.String("node", cfg.NodeID, "node that takes the lease")
+	endpoint := fs.String("endpoint", "", "host:port of that node (default: its registered endpoint)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *partition == "" || *operator == "" || *reason == "" {
+		return errors.New("lease force needs --partition, --operator and --reason (R28: a force-takeover records who and why)")
+	}
+	if *endpoint == "" {
+		nodes, err := st.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.ID == *node {
+				*endpoint = controller.Endpoint(n.Endpoint)
+			}
+		}
+		if *endpoint == "" {
+			return fmt.Errorf("node %q has no registered endpoint: pass --endpoint", *node)
+		}
+	}
+	rec, err := st.ForceLease(ctx, *partition, *node, *endpoint, *operator, *reason)
+	if err != nil {
+		return err
+	}
+	logger.Warn("lease force-takeover", "partition", rec.Partition, "epoch", rec.Epoch, "node", rec.OwnerNode,
+		"operator", rec.TakenBy, "reason", rec.TakenReason)
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rec)
 }

@@ -21,7 +21,7 @@ import (
 func buildBinaries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/blobplane/blobplane/cmd/api", "github.com/blobplane/blobplane/cmd/worker")
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/blobplane/blobplane/cmd/api", "github.com/blobplane/blobplane/cmd/worker", "github.com/blobplane/blobplane/cmd/controller")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -70,7 +70,7 @@ func TestBinaries(t *testing.T) {
 	})
 
 	t.Run("help lists settings", func(t *testing.T) {
-		for _, b := range []string{api, worker} {
+		for _, b := range []string{api, worker, filepath.Join(bins, "controller")} {
 			code, stdout, _ := run(b, nil, "--help")
 			if code != 0 || !strings.Contains(stdout, "DATABASE_URL") || !strings.Contains(stdout, "BLOBPLANE_DATACENTER") {
 				t.Errorf("%s --help: exit %d\n%s", b, code, stdout)
@@ -88,6 +88,18 @@ func TestBinaries(t *testing.T) {
 					t.Errorf("%s %s: %q", bin, c, stderr)
 				}
 			}
+		}
+	})
+
+	t.Run("lease force needs an operator and a reason", func(t *testing.T) {
+		env := []string{"DATABASE_URL=" + d.URL}
+		base := []string{"lease", "force", "--partition", "p_cli", "--node", "n_1", "--endpoint", "127.0.0.1:7443"}
+		if code, _, stderr := run(api, env, append(base, "--operator", "alice")...); code != 1 || !strings.Contains(stderr, "--reason") {
+			t.Fatalf("without --reason: exit %d %q", code, stderr)
+		}
+		code, stdout, stderr := run(api, env, append(base, "--operator", "alice", "--reason", "n_0 is gone")...)
+		if code != 0 || !strings.Contains(stdout, `"taken_by": "alice"`) || !strings.Contains(stdout, `"epoch": 1`) {
+			t.Fatalf("lease force: exit %d %q %q", code, stdout, stderr)
 		}
 	})
 

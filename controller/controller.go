@@ -1,0 +1,303 @@
+// Package controller is the placement controller's logic (ZBP-5 R5–R13,
+// R109–R111): it holds the map-signing key, decides the partition map,
+// signs it and publishes it with its delta through the store. It is run by
+// hand or by deployment tooling (cmd/controller) and is never called on a
+// serving path (R109): nodes and clients read the published map from
+// Postgres and from each other, so a controller outage freezes change and
+// nothing else (R110). Its only state is its key file and the rows it
+// publishes (R111).
+package controller
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Store is what the controller needs from Postgres. *store.Store
+// implements it.
+type Store interface {
+	// PublishSigningKey records a public key and its validity window;
+	// CodeConflict when the key id exists.
+	PublishSigningKey(ctx context.Context, k authority.TrustedKey) error
+	// LatestMap returns the newest published map; CodeNotFound before the first.
+	LatestMap(ctx context.Context) (*authority.Map, error)
+	// PublishMap stores a signed map and its signed delta in one
+	// transaction; CodeConflict when the version does not advance (R6).
+	PublishMap(ctx context.Context, m *authority.Map, delta *authority.Delta) error
+	// ListNodes returns the registered nodes, to place partitions on.
+	ListNodes(ctx context.Context) ([]store.Node, error)
+	// Leases returns the lease records, so published epochs never fall
+	// below the lease store's (R16) and `show` can print ownership.
+	Leases(ctx context.Context) ([]authority.LeaseRecord, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Defaults for a first publication.
+const (
+	DefaultPartitions = 16
+	DefaultClass      = "standard"
+	// DefaultMode: a Blobplane partition's state (references, intents,
+	// outcomes) lives in Postgres, so a new primary derives it rather than
+	// replaying a journal (R29).
+	DefaultMode = authority.ModeDerived
+)
+
+// ErrNoNodes means there is nothing to place partitions on.
+var ErrNoNodes = errors.New("no api node is up")
+
+// ErrNothingChanged means the computed map equals the published one, so no
+// version is spent (R6 asks a version change for every content change, not
+// the reverse).
+var ErrNothingChanged = errors.New("map unchanged")
+
+// PublishOptions parameterise Publish.
+type PublishOptions struct {
+	Partitions int       // N for the first map; later maps must keep it
+	SlotBits   int       // 0: authority.DefaultSlotBits (first map) or the published one
+	Now        time.Time // generated_at
+}
+
+// Publish computes the next map and publishes it with its delta:
+//
+//   - the first map is an even split of 2^slot_bits slots into N partitions
+//     round-robin over the api nodes that are up (authority.EvenSplit);
+//   - a later map keeps every partition id, range and generation (R13) and
+//     re-places only partitions whose primary is no longer an up api node,
+//     round-robin over the others; each epoch is the highest of the
+//     published one and the lease store's (R16).
+//
+// The result is validated (R5), checked against the published map's
+// successor rules (R6, R16), signed with signer (R10), and stored with the
+// signed delta from the published version (R9). Errors: ErrNoNodes
+// (CodeInvalid) with no api node up; ErrNothingChanged when nothing would
+// change; CodeInvalid when N differs from the published map's (that is a
+// split or merge, not a re-placement).
+func Publish(ctx context.Context, st Store, signer authority.Signer, opts PublishOptions) (*authority.Map, error) {
+	const op = "controller.Publish"
+	nodes, err := upAPINodes(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	prev, err := st.LatestMap(ctx)
+	if errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
+		prev, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	leases, err := st.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	opts.Now = opts.Now.UTC().Truncate(time.Millisecond)
+
+	var next *authority.Map
+	if prev == nil {
+		if opts.Partitions == 0 {
+			opts.Partitions = DefaultPartitions
+		}
+		next, err = authority.EvenSplit{
+			Version: 1, GeneratedAt: opts.Now, SlotBits: opts.SlotBits, Partitions: opts.Partitions,
+			Nodes: nodes, Class: DefaultClass, Mode: DefaultMode, Epoch: 0,
+		}.Build()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if opts.Partitions != 0 && opts.Partitions != len(prev.Partitions) {
+			return nil, blobplane.Errorf(blobplane.CodeInvalid,
+				"%s: the published map (version %d) has %d partitions, not %d; changing the count is a split or merge, which publish does not do", op, prev.Version, len(prev.Partitions), opts.Partitions)
+		}
+		if opts.SlotBits != 0 && opts.SlotBits != prev.SlotBits {
+			return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: the published map uses slot_bits %d; publish keeps it", op, prev.SlotBits)
+		}
+		next = replace(prev, nodes)
+		next.Version, next.GeneratedAt = prev.Version+1, opts.Now
+	}
+	raiseEpochs(next, leases)
+
+	if prev != nil {
+		same := next.Clone()
+		same.Version, same.GeneratedAt, same.Signature = prev.Version, prev.GeneratedAt, prev.Signature
+		if authority.SameContent(same, prev) {
+			return nil, fmt.Errorf("%s: version %d already says this: %w", op, prev.Version, ErrNothingChanged)
+		}
+	}
+	if err := authority.Validate(next); err != nil {
+		return nil, err
+	}
+	var delta *authority.Delta
+	if prev != nil {
+		if err := authority.CheckSuccessor(prev, next); err != nil {
+			return nil, err
+		}
+		if delta, err = authority.Diff(prev, next); err != nil {
+			return nil, err
+		}
+	}
+	if err := signer.SignMap(next); err != nil {
+		return nil, err
+	}
+	if delta != nil {
+		if err := signer.SignDelta(delta); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.PublishMap(ctx, next, delta); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// upAPINodes lists the api nodes that are up, as map addresses, sorted by
+// node id so placement is deterministic.
+func upAPINodes(ctx context.Context, st Store) ([]authority.NodeAddr, error) {
+	all, err := st.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []authority.NodeAddr
+	for _, n := range all {
+		if n.Role != "api" || n.State != "up" {
+			continue
+		}
+		ep := Endpoint(n.Endpoint)
+		if ep == "" {
+			continue
+		}
+		out = append(out, authority.NodeAddr{Node: n.ID, Endpoint: ep})
+	}
+	if len(out) == 0 {
+		return nil, &blobplane.Error{Code: blobplane.CodeInvalid, Op: "controller",
+			Message: "no api node is up in the nodes table: start at least one api node (it registers itself) and publish again",
+			Err:     ErrNoNodes}
+	}
+	slices.SortFunc(out, func(a, b authority.NodeAddr) int { return cmp.Compare(a.Node, b.Node) })
+	return out, nil
+}
+
+// Endpoint turns a node's registered endpoint (a base URL such as
+// http://10.0.0.1:8080) into the host:port a map carries. It returns ""
+// when there is no host.
+func Endpoint(registered string) string {
+	if !strings.Contains(registered, "://") {
+		return registered
+	}
+	u, err := url.Parse(registered)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	if u.Port() == "" {
+		switch u.Scheme {
+		case "https":
+			return u.Host + ":443"
+		default:
+			return u.Host + ":80"
+		}
+	}
+	return u.Host
+}
+
+// replace keeps prev's partitions and moves only those whose primary is not
+// among nodes, round-robin over nodes (R13: ids and ranges unchanged).
+func replace(prev *authority.Map, nodes []authority.NodeAddr) *authority.Map {
+	next := prev.Clone()
+	next.Signature = nil
+	up := make(map[string]authority.NodeAddr, len(nodes))
+	for _, n := range nodes {
+		up[n.Node] = n
+	}
+	i := 0
+	for k := range next.Partitions {
+		p := &next.Partitions[k]
+		if n, ok := up[p.Primary.Node]; ok {
+			p.Primary.Endpoint = n.Endpoint // a node may re-register on a new address
+			continue
+		}
+		n := nodes[i%len(nodes)]
+		i++
+		p.Primary = authority.Primary{Node: n.Node, Endpoint: n.Endpoint, State: authority.PrimaryRestoring}
+		p.Standbys = slices.DeleteFunc(p.Standbys, func(s authority.Standby) bool { return s.Node == n.Node })
+	}
+	return next
+}
+
+// raiseEpochs lifts each partition's published epoch to its lease record's:
+// the map never shows an epoch below the lease store's (R16).
+func raiseEpochs(m *authority.Map, leases []authority.LeaseRecord) {
+	byID := make(map[string]uint64, len(leases))
+	for _, l := range leases {
+		byID[l.Partition] = l.Epoch
+	}
+	for k := range m.Partitions {
+		m.Partitions[k].Epoch = max(m.Partitions[k].Epoch, byID[m.Partitions[k].ID])
+	}
+}
+
+// Show writes the published map as a table: one row per partition with its
+// slots, published epoch and primary, and the lease store's owner, epoch
+// and expiry. now is used only to mark expired leases.
+func Show(ctx context.Context, st Store, w io.Writer, now time.Time) error {
+	m, err := st.LatestMap(ctx)
+	if errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
+		fmt.Fprintln(w, "no partition map published yet (run: controller publish)")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	leases, err := st.Leases(ctx)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]authority.LeaseRecord, len(leases))
+	for _, l := range leases {
+		byID[l.Partition] = l
+	}
+	fmt.Fprintf(w, "map version %d  generated %s  slot_bits %d  partitions %d  key %s\n\n",
+		m.Version, m.GeneratedAt.UTC().Format(time.RFC3339), m.SlotBits, len(m.Partitions), keyID(m))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tSLOTS\tEPOCH\tPRIMARY\tENDPOINT\tSTATE\tLEASE OWNER\tLEASE EPOCH\tLEASE EXPIRES")
+	parts := slices.Clone(m.Partitions)
+	slices.SortFunc(parts, func(a, b authority.Partition) int { return cmp.Compare(a.Slots[0].Low, b.Slots[0].Low) })
+	for _, p := range parts {
+		ranges := make([]string, len(p.Slots))
+		for i, r := range p.Slots {
+			ranges[i] = fmt.Sprintf("%d-%d", r.Low, r.High)
+		}
+		owner, epoch, expires := "-", "-", "-"
+		if l, ok := byID[p.ID]; ok {
+			owner, epoch = l.OwnerNode, fmt.Sprint(l.Epoch)
+			expires = l.ExpiresAt.UTC().Format(time.RFC3339)
+			if !l.ExpiresAt.After(now) {
+				expires += " (expired)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, strings.Join(ranges, ","), p.Epoch,
+			p.Primary.Node, p.Primary.Endpoint, p.Primary.State, owner, epoch, expires)
+	}
+	return tw.Flush()
+}
+
+func keyID(m *authority.Map) string {
+	if m.Signature == nil {
+		return "-"
+	}
+	return m.Signature.KeyID
+}
