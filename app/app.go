@@ -17,6 +17,8 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/authority/keeper"
 	"github.com/blobplane/blobplane/backend"
 	_ "github.com/blobplane/blobplane/backend/fs" // registers the filesystem backend
 	_ "github.com/blobplane/blobplane/backend/s3" // registers the S3 backend
@@ -40,6 +42,7 @@ type API struct {
 	riverUI  *riverui.Handler
 	beat     *node.Heartbeater
 	backends *Backends
+	keeper   *keeper.Keeper
 }
 
 // Backends are the opened byte backends of this datacenter, by name, in
@@ -118,8 +121,15 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	}
 
 	a.beat = &node.Heartbeater{Store: st, Logger: logger, Node: store.Node{
-		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: "http://" + ln.Addr().String(), Version: Version,
+		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: ln.Addr().String(), Version: Version,
 	}}
+	a.keeper, err = keeper.New(st, keeper.Config{
+		NodeID: cfg.NodeID, Endpoint: ln.Addr().String(), Logger: logger.With("service", "lease_keeper"),
+	})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   handlers.NewMetrics(),
@@ -129,6 +139,12 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		// The routing query answers for this node's datacenter by default.
 		Placements: st,
 		Datacenter: cfg.Datacenter,
+		Authority: &handlers.Authority{
+			NodeID: cfg.NodeID,
+			Keeper: a.keeper,
+			Maps:   st,
+			Retry:  authority.RetryDelays{NotReady: time.Second, StaleMap: time.Second},
+		},
 	})
 	a.server = &http.Server{
 		Handler:           router,
@@ -138,6 +154,9 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	}
 	return a, nil
 }
+
+// Keeper is this node's lease keeper.
+func (a *API) Keeper() *keeper.Keeper { return a.keeper }
 
 // Addr is the bound listen address (useful with port 0).
 func (a *API) Addr() string { return a.listener.Addr().String() }
@@ -156,6 +175,10 @@ func (a *API) Serve(ctx context.Context) error {
 	beatDone := make(chan struct{})
 	go func() { defer close(beatDone); a.beat.Run(bg) }()
 	defer func() { stopBG(); <-beatDone }()
+	keeperDone := make(chan struct{})
+	go func() { defer close(keeperDone); a.keeper.Run(bg) }()
+	defer func() { stopBG(); <-keeperDone }()
+	go a.followMapNotifications(bg)
 	if a.riverUI != nil {
 		if err := a.riverUI.Start(bg); err != nil {
 			return fmt.Errorf("river ui: %w", err)
@@ -180,6 +203,29 @@ func (a *API) Serve(ctx context.Context) error {
 	}
 	a.logger.Info("api stopped")
 	return nil
+}
+
+// followMapNotifications wakes the keeper on every map publication; the
+// subscription is re-established when its connection drops (the keeper's
+// jittered refresh covers the gap).
+func (a *API) followMapNotifications(ctx context.Context) {
+	for ctx.Err() == nil {
+		notes, err := a.store.MapNotifications(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.logger.Warn("map notifications unavailable; relying on the periodic refresh", "err", err)
+			}
+		} else {
+			a.keeper.Notify() // a publication may have landed while unsubscribed
+			for range notes {
+				a.keeper.Notify()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Close releases the listener and the pool (idempotent).

@@ -53,6 +53,13 @@ const (
 	// outcomes) lives in Postgres, so a new primary derives it rather than
 	// replaying a journal (R29).
 	DefaultMode = authority.ModeDerived
+	// PublishedState is the primary state an assignment is published
+	// with. A Blobplane partition has no local state to restore (its
+	// repository metadata lives in Postgres), so an assigned primary is
+	// published SERVING and clients route to it at once (A.1 step 3); the
+	// lease row carries the live readiness, and until the keeper records
+	// SERVING there the node itself answers NOT_READY (R100, R23).
+	PublishedState = authority.PrimaryServing
 )
 
 // ErrNoNodes means there is nothing to place partitions on.
@@ -114,7 +121,7 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 		}
 		next, err = authority.EvenSplit{
 			Version: 1, GeneratedAt: opts.Now, SlotBits: opts.SlotBits, Partitions: opts.Partitions,
-			Nodes: nodes, Class: DefaultClass, Mode: DefaultMode, Epoch: 0,
+			Nodes: nodes, Class: DefaultClass, Mode: DefaultMode, Epoch: 0, State: PublishedState,
 		}.Build()
 		if err != nil {
 			return nil, err
@@ -232,7 +239,7 @@ func replace(prev *authority.Map, nodes []authority.NodeAddr) *authority.Map {
 		}
 		n := nodes[i%len(nodes)]
 		i++
-		p.Primary = authority.Primary{Node: n.Node, Endpoint: n.Endpoint, State: authority.PrimaryRestoring}
+		p.Primary = authority.Primary{Node: n.Node, Endpoint: n.Endpoint, State: PublishedState}
 		p.Standbys = slices.DeleteFunc(p.Standbys, func(s authority.Standby) bool { return s.Node == n.Node })
 	}
 	return next

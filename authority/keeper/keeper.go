@@ -36,8 +36,9 @@ type Store interface {
 	// SetLeaseState records the primary state (RESTORING → SERVING) under
 	// the epoch fence; CodeStaleEpoch when the lease moved on.
 	SetLeaseState(ctx context.Context, partition, node string, epoch uint64, state authority.PrimaryState) error
-	// FenceLease gives the lease up at epoch (expires it now).
-	FenceLease(ctx context.Context, partition, node string, epoch uint64) error
+	// ReleaseLease gives the lease up at epoch (expires it now); a lease
+	// that already moved on is left alone without an error.
+	ReleaseLease(ctx context.Context, partition, node string, epoch uint64) error
 }
 
 // Config tunes a Keeper.
@@ -176,7 +177,7 @@ func (k *Keeper) Notify() {
 }
 
 // Run refreshes the map and keeps leases until ctx ends, then gives every
-// lease up (FENCE) so a successor need not wait out the TTL.
+// lease up so a successor need not wait out the TTL.
 func (k *Keeper) Run(ctx context.Context) {
 	renew := time.NewTicker(k.cfg.Timing.RenewInterval)
 	defer renew.Stop()
@@ -378,7 +379,7 @@ func (k *Keeper) release(ctx context.Context, id string) {
 	}
 	h.cancel()
 	if _, epoch, ok := h.fence.Deadline(); ok {
-		if err := k.store.FenceLease(ctx, id, k.cfg.NodeID, epoch); err != nil && ctx.Err() == nil {
+		if err := k.store.ReleaseLease(ctx, id, k.cfg.NodeID, epoch); err != nil && ctx.Err() == nil {
 			k.cfg.Logger.Warn("release lease", "partition", id, "err", err)
 		}
 	}
@@ -397,3 +398,6 @@ func (k *Keeper) releaseAll(ctx context.Context) {
 		k.release(ctx, id)
 	}
 }
+
+// NodeID is the node this keeper holds leases for.
+func (k *Keeper) NodeID() string { return k.cfg.NodeID }

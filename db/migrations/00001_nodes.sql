@@ -17,7 +17,7 @@ COMMENT ON TABLE nodes IS 'Every Blobplane process (api, worker, controller) reg
 COMMENT ON COLUMN nodes.node_id IS 'Stable node id (BLOBPLANE_NODE_ID; default hostname:listen).';
 COMMENT ON COLUMN nodes.datacenter IS 'Opaque datacenter label the node belongs to (BLOBPLANE_DATACENTER).';
 COMMENT ON COLUMN nodes.role IS 'Which binary runs as this node: api, worker or controller.';
-COMMENT ON COLUMN nodes.endpoint IS 'Base URL peers use to reach the node (empty for workers).';
+COMMENT ON COLUMN nodes.endpoint IS 'host:port where peers and clients reach the node''s API, as published in the partition map (empty for workers).';
 COMMENT ON COLUMN nodes.class IS 'Capacity class used by the placement controller.';
 COMMENT ON COLUMN nodes.capacity IS 'Relative capacity weight used by the placement controller.';
 COMMENT ON COLUMN nodes.version IS 'Build version the node reported at registration.';

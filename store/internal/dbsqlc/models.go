@@ -8,6 +8,22 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// Permissions on repositories, held by one token or by a principal (then every valid token of the principal has it). admin implies write implies read. A token's effective rights are its own grants plus its principal's.
+type Grant struct {
+	// Surrogate key (insertion order).
+	ID int64
+	// The token holding the grant; NULL when the principal holds it. Exactly one of token_id and principal is set.
+	TokenID pgtype.Text
+	// The principal holding the grant; NULL when a single token holds it.
+	Principal pgtype.Text
+	// Repositories covered: an exact name (team/app), a prefix wildcard (team/* covers team/app and team/a/b, not team itself nor teamx/app), or * for every repository.
+	Pattern string
+	// read, write or admin; each implies the ones before it.
+	Permission string
+	// Database time the grant was created.
+	CreatedAt pgtype.Timestamptz
+}
+
 // The lease store: one record per partition holding ownership, the fencing epoch and the checkpoint pointer together (ZBP-5 R14-R28). Written only by ACQUIRE, RENEW, FENCE and FORCE, each one conditional statement on the database clock. Epochs never decrease and ownership never changes without an epoch increase (trigger); rows are never deleted.
 type Lease struct {
 	// Opaque partition id from the map (R13).
@@ -78,7 +94,7 @@ type Node struct {
 	Datacenter string
 	// Which binary runs as this node: api, worker or controller.
 	Role string
-	// Base URL peers use to reach the node (empty for workers).
+	// host:port where peers and clients reach the node's API, as published in the partition map (empty for workers).
 	Endpoint string
 	// Capacity class used by the placement controller.
 	Class string
@@ -156,4 +172,36 @@ type PlacementSummary struct {
 	Total int64
 	// Latest updated_at among those placements.
 	LastUpdatedAt interface{}
+}
+
+// Identities that hold tokens and grants (a person, a CI system, a node). Created on first token issue; intents record the principal that opened them.
+type Principal struct {
+	// Principal name: 1-128 letters, digits, ., _, @, : or -, starting with a letter or digit.
+	Name string
+	// Database time the principal was first seen.
+	CreatedAt pgtype.Timestamptz
+}
+
+// Named namespaces of references (team/app), the partition key of the authority runtime. Names follow the OCI distribution name grammar (checked here and in auth.ValidRepository).
+type Repository struct {
+	// Repository name: lowercase path components [a-z0-9]+ joined by ., _, __ or dashes, separated by /; at most 255 characters.
+	Name string
+	// Database time the repository was created (api repo create or POST /v1/admin/repositories).
+	CreatedAt pgtype.Timestamptz
+}
+
+// API tokens (bp_<id>_<secret>). Only the SHA-256 of the secret is stored; the secret is shown once at creation. Authentication looks a token up by id (primary key) and compares hashes in constant time.
+type Token struct {
+	// Public token id: 16 lowercase base32 characters, the middle part of the token string. Safe to log and to show.
+	ID string
+	// The principal the token authenticates as.
+	Principal string
+	// SHA-256 of the token's secret part (32 bytes). The secret itself is never stored.
+	SecretSha256 []byte
+	// Database time the token was issued.
+	CreatedAt pgtype.Timestamptz
+	// Database time the token was revoked (api token revoke); a revoked token authenticates nothing. NULL while valid.
+	RevokedAt pgtype.Timestamptz
+	// Database time of a recent successful authentication, refreshed at most once a minute; NULL if never used.
+	LastUsedAt pgtype.Timestamptz
 }

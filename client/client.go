@@ -1,0 +1,243 @@
+// Package client is Blobplane's Go client for home-only endpoints: it
+// resolves a repository's home locally against a cached, verified partition
+// map (ZBP-5 R97), sends the routing headers (R98), follows MOVED after
+// applying the signed delta (R103) a bounded number of times (R104), fails
+// fast on MISROUTED and counts it (R105), and refreshes the map on a
+// jittered interval as well as on redirect (R106).
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Seed is the base URL of any Blobplane api node, used to fetch maps.
+	Seed string
+	// Keys are the trusted controller keys. Nil fetches them from the seed
+	// at the first refresh (trust on first use; pin them in production).
+	Keys *authority.Keyring
+	// HTTP is the transport; nil means http.DefaultClient.
+	HTTP *http.Client
+	// MaxRedirects bounds MOVED answers followed per call (R104); default 3.
+	MaxRedirects int
+	// RefreshEvery is the mean periodic map refresh (R106); default 30s.
+	RefreshEvery time.Duration
+	// MaxWait bounds the total NOT_READY/STALE_MAP waiting of one call;
+	// default 10s.
+	MaxWait time.Duration
+}
+
+// Client routes requests to the home of a key. Safe for concurrent use.
+type Client struct {
+	cfg       Config
+	core      *authority.Client
+	misrouted atomic.Uint64
+	rejected  func() uint64
+	next      atomic.Int64 // unix nanos of the next periodic refresh
+}
+
+// New returns a client; call Refresh (or just Do) to load the map.
+func New(cfg Config) *Client {
+	if cfg.HTTP == nil {
+		cfg.HTTP = http.DefaultClient
+	}
+	if cfg.MaxRedirects <= 0 {
+		cfg.MaxRedirects = 3
+	}
+	if cfg.RefreshEvery <= 0 {
+		cfg.RefreshEvery = 30 * time.Second
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 10 * time.Second
+	}
+	cfg.Seed = strings.TrimRight(cfg.Seed, "/")
+	c := &Client{cfg: cfg}
+	if cfg.Keys != nil {
+		c.setKeys(cfg.Keys)
+	}
+	return c
+}
+
+func (c *Client) setKeys(k *authority.Keyring) {
+	v := authority.NewVerifier(k, nil)
+	c.rejected = v.Rejected
+	c.core = authority.NewClient(v, authority.ClientConfig{
+		MaxRedirects: c.cfg.MaxRedirects, NotReadyRetry: 200 * time.Millisecond,
+		RefreshEvery: c.cfg.RefreshEvery, RefreshJitter: 0.25,
+	})
+}
+
+// Misrouted counts MISROUTED answers: each is a correctness fault (R105).
+func (c *Client) Misrouted() uint64 { return c.misrouted.Load() }
+
+// Rejected counts maps and deltas that failed verification.
+func (c *Client) Rejected() uint64 {
+	if c.rejected == nil {
+		return 0
+	}
+	return c.rejected()
+}
+
+// MapVersion is the cached map's version (0 before the first).
+func (c *Client) MapVersion() uint64 {
+	if c.core == nil || c.core.Map() == nil {
+		return 0
+	}
+	return c.core.Map().Version()
+}
+
+// Refresh fetches the seed's latest map and installs it if it verifies and
+// is newer.
+func (c *Client) Refresh(ctx context.Context) error {
+	if c.core == nil {
+		b, err := c.get(ctx, "/v1/map/keys")
+		if err != nil {
+			return err
+		}
+		ring, err := authority.ParseKeyring(b)
+		if err != nil {
+			return err
+		}
+		c.setKeys(ring)
+	}
+	b, err := c.get(ctx, "/v1/map")
+	if err != nil {
+		return err
+	}
+	m, err := authority.ParseMap(b)
+	if err != nil {
+		return err
+	}
+	if _, err := c.core.Install(m, time.Now()); err != nil && !errors.Is(err, authority.ErrNotNewer) {
+		return err
+	}
+	c.next.Store(time.Now().Add(c.core.NextRefresh(rand.Float64())).UnixNano())
+	return nil
+}
+
+// Do sends the request build makes for key's home and applies the routing
+// contract to the answer. build gets the home's base URL and must return a
+// fresh request each time (it may be called several times). A served answer
+// is returned as is, whatever its status; routing answers are consumed.
+func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Context, base string) (*http.Request, error)) (*http.Response, error) {
+	if c.core == nil || c.core.Map() == nil || time.Now().UnixNano() > c.next.Load() {
+		if err := c.Refresh(ctx); err != nil && (c.core == nil || c.core.Map() == nil) {
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(c.cfg.MaxWait)
+	redirects := 0
+	for {
+		t, err := c.core.Target(key)
+		if err != nil {
+			if errors.Is(err, authority.ErrNotReady) && time.Now().Add(authority.RetryAfterOf(err)).Before(deadline) {
+				if err := sleep(ctx, authority.RetryAfterOf(err)); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			return nil, err
+		}
+		req, err := build(ctx, "http://"+t.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Blobplane-Slot", strconv.FormatUint(uint64(t.Slot), 10))
+		req.Header.Set("Blobplane-Slot-Bits", strconv.Itoa(t.SlotBits))
+		req.Header.Set("Blobplane-Map-Version", strconv.FormatUint(t.MapVersion, 10))
+		resp, err := c.cfg.HTTP.Do(req)
+		if err != nil {
+			return nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "home %s of %q unreachable", t.Endpoint, key)
+		}
+		env, ok := routingAnswer(resp)
+		if !ok {
+			return resp, nil
+		}
+		step := c.core.OnAnswer(env, redirects, time.Now())
+		redirects = step.Redirects
+		switch step.Action {
+		case authority.Fail:
+			if env.Code == authority.RouteMisrouted {
+				c.misrouted.Add(1) // R105: counted; the caller alarms
+			}
+			return nil, step.Err
+		case authority.FetchMap:
+			if err := c.Refresh(ctx); err != nil {
+				return nil, err
+			}
+		case authority.RetryAfter:
+			if time.Now().Add(step.After).After(deadline) {
+				return nil, blobplane.Errorf(blobplane.CodeUnavailable, "%s for %q did not clear within %v", env.Code, key, c.cfg.MaxWait)
+			}
+			if err := sleep(ctx, step.After); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// routingAnswer reads a routing envelope from resp, consuming the body, or
+// reports that resp is a served answer.
+func routingAnswer(resp *http.Response) (*authority.Envelope, bool) {
+	if resp.StatusCode != authority.StatusMoved && resp.StatusCode != http.StatusServiceUnavailable {
+		return nil, false
+	}
+	if resp.Header.Get("Blobplane-Partition") != "" {
+		return nil, false // served by the home, which answered 503 itself
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if err != nil {
+		return &authority.Envelope{Code: authority.RouteStaleMap}, true
+	}
+	env, err := authority.ParseEnvelope(b)
+	if err != nil {
+		resp.Body = io.NopCloser(strings.NewReader(string(b)))
+		return nil, false
+	}
+	return env, true
+}
+
+func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.Seed+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.cfg.HTTP.Do(req)
+	if err != nil {
+		return nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "seed %s unreachable", c.cfg.Seed)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "GET %s: %d %s", path, resp.StatusCode, strings.TrimSpace(string(b[:min(len(b), 512)])))
+	}
+	return b, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
