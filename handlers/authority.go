@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -51,9 +52,34 @@ type Authority struct {
 	Keeper LeaseKeeper
 	Maps   MapStore
 	Retry  authority.RetryDelays
+	// Reports feeds the R134/R139 alarms; nil leaves them out.
+	Reports NodeReports
 
-	routed *prometheus.CounterVec
+	routed   *prometheus.CounterVec
+	rejected prometheus.Counter
+	// oldestClient is the lowest non-zero map version a client presented
+	// since the last scrape (0: none).
+	oldestClient atomic.Uint64
 }
+
+// MapRejected counts a map or delta that failed verification (a correctness
+// fault, ZBP-5 R11, R12). Wire it as the keeper's OnReject.
+func (a *Authority) MapRejected(authority.Rejection) {
+	if a.rejected != nil {
+		a.rejected.Inc()
+	}
+}
+
+func (a *Authority) sawClientVersion(v uint64) {
+	for {
+		cur := a.oldestClient.Load()
+		if v == 0 || (cur != 0 && cur <= v) || a.oldestClient.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+func (a *Authority) takeOldestClientVersion() uint64 { return a.oldestClient.Swap(0) }
 
 // Home is a request's place in the authority runtime once the routing
 // middleware admitted it: the partition and the epoch it runs under (R132).
@@ -76,7 +102,14 @@ func (a *Authority) register(reg *prometheus.Registry) {
 		Name: "blobplane_routing_decisions_total",
 		Help: "Routing-contract answers by outcome (serve, NOT_READY, MOVED, MISROUTED, STALE_MAP). MISROUTED is a correctness fault (ZBP-5 R105).",
 	}, []string{"outcome"})
-	reg.MustRegister(a.routed)
+	a.rejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "blobplane_map_rejections_total",
+		Help: "Partition maps and deltas that failed signature or key-window verification: a correctness fault (ZBP-5 R11, R12).",
+	})
+	reg.MustRegister(a.routed, a.rejected)
+	if a.Reports != nil {
+		reg.MustRegister(newAuthorityCollector(a, a.Reports))
+	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "blobplane_map_version",
 		Help: "Version of the verified partition map this node serves from (0 before the first).",
@@ -101,6 +134,7 @@ func (a *Authority) RequireHome(key func(*http.Request) string) func(http.Handle
 				WriteError(w, r, a.Logger, err)
 				return
 			}
+			a.sawClientVersion(req.MapVersion)
 			srv := authority.Server{Self: a.NodeID, Map: a.Keeper.Map(), Leases: a.Keeper, Deltas: a.Keeper.Delta, Retry: a.Retry}
 			d := srv.Decide(req)
 			a.routed.WithLabelValues(d.Outcome.String()).Inc()

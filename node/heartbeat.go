@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -22,12 +23,23 @@ type Heartbeater struct {
 	Logger   *slog.Logger
 	Node     store.Node
 	Interval time.Duration
+	// Report, when set, is called on every heartbeat for what the node
+	// believes (map version, primaries), recorded with the heartbeat.
+	Report func() (mapVersion uint64, primaries []authority.PrimaryReport)
 }
 
 // Register writes the node row; call before serving.
 func (h *Heartbeater) Register(ctx context.Context) error {
 	_, err := h.Store.RegisterNode(ctx, h.Node)
 	return err
+}
+
+func (h *Heartbeater) beat(ctx context.Context) error {
+	if h.Report == nil {
+		return h.Store.HeartbeatNode(ctx, h.Node.ID)
+	}
+	v, ps := h.Report()
+	return h.Store.ReportNode(ctx, h.Node.ID, v, ps)
 }
 
 // Run heartbeats until ctx ends, then marks the node down.
@@ -48,7 +60,7 @@ func (h *Heartbeater) Run(ctx context.Context) {
 			}
 			return
 		case <-t.C:
-			err := h.Store.HeartbeatNode(ctx, h.Node.ID)
+			err := h.beat(ctx)
 			if errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
 				err = h.Register(ctx)
 			}

@@ -401,3 +401,20 @@ func (k *Keeper) releaseAll(ctx context.Context) {
 
 // NodeID is the node this keeper holds leases for.
 func (k *Keeper) NodeID() string { return k.cfg.NodeID }
+
+// Report is what this node believes, for its heartbeat: the map version it
+// serves from and the partitions it holds as primary (R134, R139).
+func (k *Keeper) Report() (mapVersion uint64, primaries []authority.PrimaryReport) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.current != nil {
+		mapVersion = k.current.Version()
+	}
+	now := k.cfg.Clock.Now()
+	for id, h := range k.leases {
+		if ls := h.fence.State(now, h.serving); ls.Held {
+			primaries = append(primaries, authority.PrimaryReport{Node: k.cfg.NodeID, Partition: id, Epoch: ls.Epoch})
+		}
+	}
+	return mapVersion, primaries
+}

@@ -26,3 +26,10 @@ RETURNING node_id;
 
 -- name: ListNodes :many
 SELECT * FROM nodes ORDER BY datacenter, node_id;
+
+-- name: ReportNode :execrows
+UPDATE nodes SET heartbeat_at = now(), state = 'up', map_version = @map_version, primaries = @primaries
+WHERE node_id = @node_id;
+
+-- name: NodeReports :many
+SELECT node_id, map_version, primaries FROM nodes WHERE state = 'up' AND role = 'api';

@@ -108,6 +108,10 @@ type Node struct {
 	HeartbeatAt pgtype.Timestamptz
 	// up while heartbeating; down once the heartbeat is older than the prune threshold or the process stopped cleanly.
 	State string
+	// Version of the verified partition map the node serves from, as of its last heartbeat (0: none yet). The oldest among up nodes is the blobplane_map_oldest_version_in_use metric (R139).
+	MapVersion int64
+	// Partitions the node believes it is primary for, as [{"partition": id, "epoch": n}], as of its last heartbeat. Two nodes claiming one partition at one epoch is the blobplane_duplicate_primaries alarm (R134).
+	Primaries []byte
 }
 
 // Every published partition map version (ZBP-5 R5-R9), kept and addressable so that a client holding an old version can be answered with a delta. Versions strictly increase and are never reused (R6); rows are immutable. Each insert notifies channel blobplane_map with the version.

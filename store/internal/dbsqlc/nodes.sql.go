@@ -22,7 +22,7 @@ func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, nodeID string) (in
 }
 
 const listNodes = `-- name: ListNodes :many
-SELECT node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state FROM nodes ORDER BY datacenter, node_id
+SELECT node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries FROM nodes ORDER BY datacenter, node_id
 `
 
 func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]Node, error) {
@@ -45,6 +45,8 @@ func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]Node, error) {
 			&i.StartedAt,
 			&i.HeartbeatAt,
 			&i.State,
+			&i.MapVersion,
+			&i.Primaries,
 		); err != nil {
 			return nil, err
 		}
@@ -66,6 +68,36 @@ func (q *Queries) MarkNodeDown(ctx context.Context, db DBTX, nodeID string) (int
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const nodeReports = `-- name: NodeReports :many
+SELECT node_id, map_version, primaries FROM nodes WHERE state = 'up' AND role = 'api'
+`
+
+type NodeReportsRow struct {
+	NodeID     string
+	MapVersion int64
+	Primaries  []byte
+}
+
+func (q *Queries) NodeReports(ctx context.Context, db DBTX) ([]NodeReportsRow, error) {
+	rows, err := db.Query(ctx, nodeReports)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []NodeReportsRow{}
+	for rows.Next() {
+		var i NodeReportsRow
+		if err := rows.Scan(&i.NodeID, &i.MapVersion, &i.Primaries); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const pruneNodes = `-- name: PruneNodes :many
@@ -94,6 +126,25 @@ func (q *Queries) PruneNodes(ctx context.Context, db DBTX, olderThanSeconds floa
 	return items, nil
 }
 
+const reportNode = `-- name: ReportNode :execrows
+UPDATE nodes SET heartbeat_at = now(), state = 'up', map_version = $1, primaries = $2
+WHERE node_id = $3
+`
+
+type ReportNodeParams struct {
+	MapVersion int64
+	Primaries  []byte
+	NodeID     string
+}
+
+func (q *Queries) ReportNode(ctx context.Context, db DBTX, arg ReportNodeParams) (int64, error) {
+	result, err := db.Exec(ctx, reportNode, arg.MapVersion, arg.Primaries, arg.NodeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const upsertNode = `-- name: UpsertNode :one
 INSERT INTO nodes (node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state)
 VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), 'up')
@@ -107,7 +158,7 @@ SET datacenter = EXCLUDED.datacenter,
     started_at = now(),
     heartbeat_at = now(),
     state = 'up'
-RETURNING node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state
+RETURNING node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries
 `
 
 type UpsertNodeParams struct {
@@ -142,6 +193,8 @@ func (q *Queries) UpsertNode(ctx context.Context, db DBTX, arg UpsertNodeParams)
 		&i.StartedAt,
 		&i.HeartbeatAt,
 		&i.State,
+		&i.MapVersion,
+		&i.Primaries,
 	)
 	return i, err
 }
