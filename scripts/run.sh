@@ -37,12 +37,18 @@ for _ in $(seq 1 100); do
 	kill -0 "${pids[0]}" 2>/dev/null || { echo "run.sh: api exited" >&2; exit 1; }
 	sleep 0.1
 done
+# The placement controller: a dev signing key in the data dir (created
+# once), then a map over the registered api nodes. It is never on a serving
+# path; serving continues if it is down (ZBP-5 R109, R110).
+[[ -f $BLOBPLANE_DATA_DIR/controller/signing-key.json ]] || bin/controller keygen
+bin/controller publish || echo "run.sh: controller publish failed; the api serves without a map" >&2
 cat >&2 <<MSG
 
   Blobplane is running: $url
     health   $url/healthz   $url/readyz
     metrics  $url/metrics
     River UI $url/riverui/
+    map      $url/v1/map   $url/v1/partitions
   DATABASE_URL=$DATABASE_URL
   Ctrl-C stops everything.
 
