@@ -102,12 +102,10 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		a.Close()
 		return nil, fmt.Errorf("river client: %w", err)
 	}
+	// The River UI is served behind an admin grant on every repository
+	// (handlers.Deps.Auth), so it is safe on any listener.
 	var ui http.Handler
-	switch {
-	case !cfg.RiverUI:
-	case !cfg.IsLoopback():
-		logger.Warn("River UI disabled: the listener is not loopback and admin auth is not configured yet", "listen", cfg.Listen)
-	default:
+	if cfg.RiverUI {
 		h, err := riverui.NewHandler(&riverui.HandlerOpts{
 			Endpoints: riverui.NewEndpoints(riverClient, nil),
 			Logger:    logger,
@@ -139,6 +137,9 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		// The routing query answers for this node's datacenter by default.
 		Placements: st,
 		Datacenter: cfg.Datacenter,
+		// Tokens and grants: /v1/admin and the River UI need admin.
+		Auth:         st,
+		Repositories: st,
 		Authority: &handlers.Authority{
 			NodeID: cfg.NodeID,
 			Keeper: a.keeper,

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane/app"
+	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/store"
 )
 
 func testConfig(t *testing.T, url string) *config.Config {
@@ -60,8 +62,24 @@ func TestAPIServesThenShutsDown(t *testing.T) {
 	if c, body := get(t, a.URL()+"/healthz"); c != 200 || !strings.Contains(body, `"ok"`) {
 		t.Fatalf("healthz %d %s", c, body)
 	}
-	if c, body := get(t, a.URL()+"/riverui/"); c != 200 || !strings.Contains(strings.ToLower(body), "<html") {
-		t.Fatalf("riverui %d", c)
+	// The River UI needs admin on every repository (issue 6).
+	if c, _ := get(t, a.URL()+"/riverui/"); c != 401 {
+		t.Fatalf("riverui without a token: %d, want 401", c)
+	}
+	admin, _, err := store.New(d.Pool, nil).CreateToken(ctx, "admin", []auth.Grant{{Pattern: auth.AllRepositories, Permission: auth.Admin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", a.URL()+"/riverui/", nil)
+	req.SetBasicAuth("admin", admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(strings.ToLower(string(b)), "<html") {
+		t.Fatalf("riverui with an admin token: %d", resp.StatusCode)
 	}
 	if c, body := get(t, a.URL()+"/no/such/route"); c != 404 || !strings.Contains(body, `"code": "not_found"`) {
 		t.Fatalf("unknown route: %d %s", c, body)

@@ -190,7 +190,7 @@ var Settings = []Setting{
 			c.Cron = m
 			return nil
 		}},
-	{Flag: "riverui", Env: "BLOBPLANE_RIVERUI", Default: "true", Usage: "serve the River UI at /riverui/ (only on a loopback listener)", For: []string{API},
+	{Flag: "riverui", Env: "BLOBPLANE_RIVERUI", Default: "true", Usage: "serve the River UI at /riverui/ (requires a token with *:admin, e.g. from `api token bootstrap`)", For: []string{API},
 		set: func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -405,7 +405,7 @@ func redactErr(err error) string {
 // default). The binaries dispatch on these names and the compose-file test
 // checks docker-compose.yml against them.
 var Commands = map[string][]string{
-	API:        {"serve", "migrate", "lease"},
+	API:        {"serve", "migrate", "lease", "token", "repo"},
 	Worker:     {"run"},
 	Controller: {"show", "keygen", "publish"},
 }

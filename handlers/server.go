@@ -40,6 +40,12 @@ type Deps struct {
 	// default.
 	Placements PlacementRouter
 	Datacenter string
+	// Auth checks tokens. Without it nothing that needs a principal is
+	// mounted: no /v1/admin, no River UI (fail closed).
+	Auth Authenticator
+	// Repositories backs /v1/admin/repositories (admin only); nil leaves
+	// the routes unmounted.
+	Repositories RepositoryAdmin
 }
 
 // NewRouter builds the chi router with every route and middleware.
@@ -72,9 +78,15 @@ func NewRouter(d Deps) http.Handler {
 	if d.Placements != nil {
 		placementsRoutes(r, d)
 	}
-	if d.RiverUI != nil {
-		r.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
-		r.Handle("/riverui/*", d.RiverUI)
+	if d.Auth != nil {
+		adminRoutes(r, d)
+	}
+	switch {
+	case d.RiverUI == nil:
+	case d.Auth == nil:
+		d.Logger.Warn("River UI not mounted: it needs an admin grant and no authenticator is configured")
+	default:
+		riverUIRoutes(r, d)
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, d.Logger, blobplane.Errorf(blobplane.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))

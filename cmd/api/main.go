@@ -5,6 +5,12 @@
 //	api [flags] migrate   apply goose and River migrations, then exit
 //	api [flags] lease force --partition P --operator O --reason R [--node N] [--endpoint host:port]
 //	                      operator force-takeover of a partition's lease
+//	api [flags] token create --principal P --grant 'team/*:write' [--grant ...]
+//	                      issue a token (printed once) holding the grants
+//	api [flags] token revoke <id>
+//	api [flags] token bootstrap [--principal admin]
+//	                      issue a *:admin token unless one exists (printed once)
+//	api [flags] repo create <name> | repo list
 //
 // Run `api --help` for every setting and its environment variable.
 package main
@@ -19,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/blobplane/blobplane/admin"
 	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/controller"
@@ -51,8 +58,11 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		return nil
 	case "lease":
 		return lease(ctx, cfg, logger, args[1:], os.Stdout)
+	case "token", "repo":
+		// Access management (issue 6): tokens, grants, repositories.
+		return admin.Main(ctx, cfg.DatabaseURL, logger, cmd, args[1:], os.Stdout, os.Stderr)
 	default:
-		return fmt.Errorf("unknown command %q (serve, migrate, lease)", cmd)
+		return fmt.Errorf("unknown command %q (serve, migrate, lease, token, repo)", cmd)
 	}
 }
 
