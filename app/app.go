@@ -121,13 +121,22 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	a.beat = &node.Heartbeater{Store: st, Logger: logger, Node: store.Node{
 		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: ln.Addr().String(), Version: Version,
 	}}
+	routing := &handlers.Authority{
+		NodeID:  cfg.NodeID,
+		Maps:    st,
+		Reports: st,
+		Retry:   authority.RetryDelays{NotReady: time.Second, StaleMap: time.Second},
+	}
 	a.keeper, err = keeper.New(st, keeper.Config{
 		NodeID: cfg.NodeID, Endpoint: ln.Addr().String(), Logger: logger.With("service", "lease_keeper"),
+		OnReject: routing.MapRejected,
 	})
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
+	routing.Keeper = a.keeper
+	a.beat.Report = a.keeper.Report
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   handlers.NewMetrics(),
@@ -140,12 +149,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		// Tokens and grants: /v1/admin and the River UI need admin.
 		Auth:         st,
 		Repositories: st,
-		Authority: &handlers.Authority{
-			NodeID: cfg.NodeID,
-			Keeper: a.keeper,
-			Maps:   st,
-			Retry:  authority.RetryDelays{NotReady: time.Second, StaleMap: time.Second},
-		},
+		Authority:    routing,
 	})
 	a.server = &http.Server{
 		Handler:           router,

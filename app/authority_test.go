@@ -231,6 +231,52 @@ func TestV4_RoutingTableOverHTTP(t *testing.T) {
 			}
 		}
 	})
+	t.Run("R133 R134 R139 alarms", func(t *testing.T) {
+		// Both partitions are owned and serving; nobody claims a partition
+		// twice; the oldest version in use is the current one once both
+		// nodes have reported (heartbeat) — a client presented version 7
+		// above, but only versions > 0 that are older count.
+		_, _, metrics := getMetrics(t, home)
+		for _, want := range []string{
+			"blobplane_unowned_slots 0", "blobplane_unowned_partitions 0", "blobplane_duplicate_primaries 0",
+			"blobplane_map_oldest_version_in_use ", "blobplane_map_rejections_total 0", "blobplane_map_version 1",
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		// Claim partition 0 for a third node at the epoch node-0 holds:
+		// the duplicate alarm fires. Stop node-0's lease: slots unowned.
+		part := ""
+		for _, p := range c.m.Partitions {
+			if p.Primary.Node == "node-0" {
+				part = p.ID
+			}
+		}
+		l, err := c.st.Lease(context.Background(), part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := c.st.RegisterNode(ctx, store.Node{ID: "intruder", Datacenter: "local", Role: "api", Endpoint: "127.0.0.1:9"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.st.ReportNode(ctx, "intruder", 1, []authority.PrimaryReport{{Partition: part, Epoch: l.Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.st.ReportNode(ctx, "node-0", 1, []authority.PrimaryReport{{Partition: part, Epoch: l.Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.st.Pool().Exec(ctx, `UPDATE leases SET expires_at = now() - interval '1 second' WHERE partition_id = $1`, part); err != nil {
+			t.Fatal(err)
+		}
+		_, _, metrics = getMetrics(t, other)
+		for _, want := range []string{"blobplane_duplicate_primaries 1", "blobplane_unowned_partitions 1", "blobplane_unowned_slots 2048"} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+	})
 }
 
 // The Go client resolves locally, follows MOVED after applying the signed

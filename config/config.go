@@ -333,19 +333,6 @@ func (c *Config) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// IsLoopback reports whether the configured listen address only accepts
-// connections from this machine.
-func (c *Config) IsLoopback() bool {
-	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 func parseQueues(v string) (map[string]int, error) {
 	q := map[string]int{}

@@ -28,6 +28,9 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 bin/api migrate
+# The first run prints a bootstrap admin token (stdout); later runs say one
+# exists (stderr). Use it as a Bearer token or as the Basic password.
+bin/api token bootstrap --principal admin
 bin/api & pids+=($!)
 bin/worker & pids+=($!)
 
