@@ -333,7 +333,6 @@ func (c *Config) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-
 func parseQueues(v string) (map[string]int, error) {
 	q := map[string]int{}
 	for _, part := range strings.Split(v, ",") {
