@@ -8,6 +8,32 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// The blob state row: one per published digest, its existence and obliteration state, never its representation (which travels on the object, ADR-00018). Publication never clears an obliteration mark.
+type Blob struct {
+	// Canonical content digest sha256:<64 lowercase hex>.
+	Digest string
+	// Content size in bytes (of the decoded content).
+	SizeBytes int64
+	// live, or obliterated by an operator (then no repository may publish or serve it).
+	State string
+	// Database time of the first publication of the digest.
+	CreatedAt pgtype.Timestamptz
+	// Database time of the last state change.
+	UpdatedAt pgtype.Timestamptz
+}
+
+// References: repository R publishes digest D, which makes the blob visible to R's readers. Written only by finalization (S1, S8).
+type BlobReference struct {
+	// The publishing repository.
+	Repository string
+	// The published digest (a blobs row).
+	Digest string
+	// Database time of the publication.
+	CreatedAt pgtype.Timestamptz
+	// Operation id of the finalization that created the reference.
+	OperationID pgtype.UUID
+}
+
 // Permissions on repositories, held by one token or by a principal (then every valid token of the principal has it). admin implies write implies read. A token's effective rights are its own grants plus its principal's.
 type Grant struct {
 	// Surrogate key (insertion order).
@@ -22,6 +48,36 @@ type Grant struct {
 	Permission string
 	// Database time the grant was created.
 	CreatedAt pgtype.Timestamptz
+}
+
+// One upload/admission attempt (an OCI upload session), keyed by its operation id. Committed before any byte is staged, so every staged key is claimed. Terminal states admitted and abandoned are mutually exclusive and decided on this row under FOR UPDATE (S5).
+type Intent struct {
+	// Operation id: the upload session id clients see and the idempotency key of finalization (operation_outcomes.operation_id).
+	OperationID pgtype.UUID
+	// Repository the upload publishes into.
+	Repository string
+	// Principal that opened the upload; finalization re-checks that it still has write access to the repository.
+	Principal string
+	// Content digest the upload claims: known at creation for a monolithic upload, recorded at close otherwise; NULL until then. Finalization publishes only this digest.
+	ExpectedDigest pgtype.Text
+	// Content size in bytes the upload claims, with expected_digest; NULL until known.
+	ExpectedSize pgtype.Int8
+	// Datacenter whose node accepted the bytes.
+	IngressDatacenter string
+	// Name of the ingress datacenter's byte backend holding the staged bytes.
+	Backend string
+	// The backend's staged upload id; NULL until staging starts (always after this row commits).
+	StagedLocation pgtype.Text
+	// pending (accepting bytes or awaiting finalization), admitted (published; terminal) or abandoned (cancelled or reaped; terminal, never publishes).
+	State string
+	// Bytes staged so far, as of the last chunk.
+	ReceivedBytes int64
+	// Database time the intent was created.
+	CreatedAt pgtype.Timestamptz
+	// Database time of the last change (chunk, close, transition).
+	UpdatedAt pgtype.Timestamptz
+	// Database time after which a pending intent may be reaped: now() + TTL, moved forward by every chunk. Expiry permits reclamation; it does not prove the writer gone.
+	ExpiresAt pgtype.Timestamptz
 }
 
 // The lease store: one record per partition holding ownership, the fencing epoch and the checkpoint pointer together (ZBP-5 R14-R28). Written only by ACQUIRE, RENEW, FENCE and FORCE, each one conditional statement on the database clock. Epochs never decrease and ownership never changes without an epoch increase (trigger); rows are never deleted.
@@ -112,6 +168,22 @@ type Node struct {
 	MapVersion int64
 	// Partitions the node believes it is primary for, as [{"partition": id, "epoch": n}], as of its last heartbeat. Two nodes claiming one partition at one epoch is the blobplane_duplicate_primaries alarm (R134).
 	Primaries []byte
+}
+
+// The stored acknowledgement of each successful publication, keyed by operation id: a retry returns it instead of publishing again (S4). A refusal stores nothing.
+type OperationOutcome struct {
+	// The admission operation id (intents.operation_id).
+	OperationID pgtype.UUID
+	// Repository published into.
+	Repository string
+	// Digest published.
+	Digest string
+	// Content size published, in bytes.
+	SizeBytes int64
+	// Database time of the publishing transaction.
+	PublishedAt pgtype.Timestamptz
+	// The acknowledgement as returned to clients: authority partition and epoch, whether the reference was new, replication targets enqueued.
+	Result []byte
 }
 
 // Every published partition map version (ZBP-5 R5-R9), kept and addressable so that a client holding an old version can be answered with a delta. Versions strictly increase and are never reused (R6); rows are immutable. Each insert notifies channel blobplane_map with the version.

@@ -1,0 +1,95 @@
+-- Admission and publication queries (db/migrations/00005_uploads.sql).
+
+-- name: CreateIntent :one
+INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
+VALUES (@repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
+        sqlc.narg(staged_location), now() + make_interval(secs => @ttl_seconds::float8))
+RETURNING *;
+
+-- name: GetIntent :one
+SELECT * FROM intents WHERE operation_id = @operation_id;
+
+-- name: LockIntent :one
+SELECT * FROM intents WHERE operation_id = @operation_id FOR UPDATE;
+
+-- name: ExtendIntent :one
+-- One chunk landed: record the staged size (and the staged location the
+-- first time) and move the expiry forward. Terminal intents take no
+-- progress: no row back means the intent is not pending.
+UPDATE intents
+SET received_bytes = @received_bytes,
+    staged_location = coalesce(staged_location, sqlc.narg(staged_location)),
+    expires_at = greatest(expires_at, now() + make_interval(secs => @ttl_seconds::float8)),
+    updated_at = now()
+WHERE operation_id = @operation_id AND state = 'pending'
+  AND (sqlc.narg(staged_location)::text IS NULL OR staged_location IS NULL OR staged_location = sqlc.narg(staged_location))
+RETURNING *;
+
+-- name: RecordIntentContent :one
+-- Close: the verified digest and size become the intent's, unless it
+-- already claimed different ones (then no row back).
+UPDATE intents
+SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
+WHERE operation_id = @operation_id AND state = 'pending'
+  AND coalesce(expected_digest, @digest::text) = @digest::text
+  AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
+RETURNING *;
+
+-- name: AbandonIntent :one
+-- Terminal; decided on the locked row, so it cannot overlap a publication.
+UPDATE intents SET state = 'abandoned', updated_at = now()
+WHERE operation_id = @operation_id AND state = 'pending'
+RETURNING *;
+
+-- name: AdmitIntent :execrows
+UPDATE intents SET state = 'admitted', updated_at = now()
+WHERE operation_id = @operation_id AND state = 'pending';
+
+-- name: LeaseHeldForShare :one
+-- The authority fence inside the publishing transaction: the lease row is
+-- share-locked, so a claim of a higher epoch waits for this commit.
+SELECT epoch FROM leases
+WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
+FOR SHARE;
+
+-- name: GetOutcome :one
+SELECT * FROM operation_outcomes WHERE operation_id = @operation_id;
+
+-- name: InsertOutcome :one
+INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
+VALUES (@operation_id, @repository, @digest, @size_bytes, @result)
+RETURNING *;
+
+-- name: EnsureBlob :one
+-- Creates the blob state row, or returns the existing one untouched: an
+-- obliteration mark is never cleared here.
+WITH ins AS (
+    INSERT INTO blobs (digest, size_bytes) VALUES (@digest, @size_bytes)
+    ON CONFLICT (digest) DO NOTHING
+    RETURNING *
+)
+SELECT * FROM ins
+UNION ALL
+SELECT * FROM blobs WHERE digest = @digest AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: GetBlob :one
+SELECT * FROM blobs WHERE digest = @digest;
+
+-- name: InsertReference :execrows
+INSERT INTO blob_references (repository, digest, operation_id)
+VALUES (@repository, @digest, @operation_id)
+ON CONFLICT (repository, digest) DO NOTHING;
+
+-- name: GetReferencedBlob :one
+-- Existence for HEAD, from Postgres alone: a reference in repository to a
+-- blob that is not obliterated.
+SELECT b.digest, b.size_bytes FROM blob_references r JOIN blobs b ON b.digest = r.digest
+WHERE r.repository = @repository AND r.digest = @digest AND b.state = 'live';
+
+-- name: DeleteReference :execrows
+DELETE FROM blob_references WHERE repository = @repository AND digest = @digest;
+
+-- name: ReplicationTargets :many
+-- The default replication policy: every registered datacenter other than
+-- the ingress.
+SELECT DISTINCT datacenter FROM nodes WHERE datacenter <> @ingress_datacenter ORDER BY datacenter;

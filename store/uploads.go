@@ -1,0 +1,534 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// Admission and finalization (DESIGN flows 1-2,
+// ../shared/spec/finalizing-admitted-content.md).
+//
+// An intent row is committed before any byte is staged (CreateIntent), so
+// every staged key is claimed by a row a sweeper can see. Publication
+// (Finalize) and abandonment (AbandonIntent) are both decided on that row
+// while it is locked FOR UPDATE and only from pending, so exactly one of them
+// happens (S5). Finalize writes the reference, the blob state row, the
+// replication jobs, the operation outcome and the transition to admitted in
+// one transaction; a retry of the operation id returns the stored outcome
+// (S4); a refusal stores nothing and may succeed later.
+
+// IntentState is the state of an upload intent.
+type IntentState string
+
+const (
+	IntentPending   IntentState = "pending"   // accepting bytes or awaiting finalization
+	IntentAdmitted  IntentState = "admitted"  // published (terminal)
+	IntentAbandoned IntentState = "abandoned" // cancelled or reaped (terminal); never publishes
+)
+
+// SizeUnknown is Intent.ExpectedSize before the upload's size is known.
+const SizeUnknown int64 = -1
+
+// Intent is the durable record of one upload/admission attempt.
+type Intent struct {
+	OperationID       string
+	Repository        string
+	Principal         string
+	ExpectedDigest    blobplane.Digest // "" until known
+	ExpectedSize      int64            // SizeUnknown until known
+	IngressDatacenter string
+	Backend           string
+	StagedLocation    string // "" until staging starts
+	State             IntentState
+	ReceivedBytes     int64
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	ExpiresAt         time.Time
+}
+
+// NewIntent is what CreateIntent records.
+type NewIntent struct {
+	Repository        string
+	Principal         string
+	ExpectedDigest    blobplane.Digest // "" when not known yet (chunked uploads)
+	ExpectedSize      int64            // SizeUnknown when not known yet
+	IngressDatacenter string
+	Backend           string
+	StagedLocation    string        // usually "": staging starts after the intent commits
+	TTL               time.Duration // expires_at = database now() + TTL
+}
+
+// Refusals of Finalize. Each comes back wrapped in a *blobplane.Error
+// whose code says how to answer the client; test with errors.Is.
+var (
+	// ErrAuthorityUnassigned: no lease record for the partition (code
+	// unavailable, retryable: a home will be assigned).
+	ErrAuthorityUnassigned = errors.New("the repository's partition has no authority")
+	// ErrAuthorityFence: the caller does not hold the partition at the
+	// epoch it presented, e.g. a former home after a transfer (stale_epoch).
+	ErrAuthorityFence = errors.New("the caller does not hold the repository's partition at the presented epoch")
+	// ErrContentIdentity: the digest or size differs from the intent's
+	// (digest_mismatch).
+	ErrContentIdentity = errors.New("the digest or size differs from the admission record")
+	// ErrNoVerifiedPlacement: no verified placement can supply the content
+	// (unavailable, retryable: a placement may verify later).
+	ErrNoVerifiedPlacement = errors.New("no verified placement of the content exists")
+	// ErrWriteRevoked: the intent's principal no longer has write access to
+	// the repository (forbidden; restoring the grant lets a retry succeed).
+	ErrWriteRevoked = errors.New("the principal no longer has write access to the repository")
+	// ErrIntentClosed: the intent is abandoned (conflict); an abandoned
+	// intent never publishes (S5).
+	ErrIntentClosed = errors.New("the upload is no longer pending")
+	// ErrObliterated: the digest was obliterated by an operator (conflict).
+	ErrObliterated = errors.New("the digest is obliterated")
+	// ErrNoEnqueuer: replication targets exist but the caller passed no
+	// ReplicationEnqueuer (internal: a wiring bug).
+	ErrNoEnqueuer = errors.New("replication targets exist but no replication enqueuer is configured")
+)
+
+func refusal(code blobplane.Code, op string, sentinel error, format string, args ...any) error {
+	return &blobplane.Error{Code: code, Op: "finalize " + op, Message: fmt.Sprintf(format, args...),
+		Retryable: code == blobplane.CodeUnavailable, Err: sentinel}
+}
+
+// CreateIntent records a new pending intent and returns it with its
+// operation id. It commits before the caller stages any byte. Errors:
+// invalid (malformed fields), not_found (no such repository).
+func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
+	const op = "create intent"
+	if err := auth.CheckRepository(n.Repository); err != nil {
+		return Intent{}, err
+	}
+	if n.TTL <= 0 {
+		return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "intent TTL %s: must be positive", n.TTL)
+	}
+	arg := dbsqlc.CreateIntentParams{
+		Repository: n.Repository, Principal: n.Principal, IngressDatacenter: n.IngressDatacenter, Backend: n.Backend,
+		StagedLocation: optText(n.StagedLocation), TtlSeconds: n.TTL.Seconds(),
+	}
+	if n.ExpectedDigest != "" {
+		if _, err := blobplane.ParseDigest(string(n.ExpectedDigest)); err != nil {
+			return Intent{}, err
+		}
+		arg.ExpectedDigest = optText(string(n.ExpectedDigest))
+	}
+	if n.ExpectedSize != SizeUnknown {
+		if n.ExpectedSize < 0 {
+			return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "expected size %d: must be >= 0", n.ExpectedSize)
+		}
+		arg.ExpectedSize = pgtype.Int8{Int64: n.ExpectedSize, Valid: true}
+	}
+	row, err := s.q.CreateIntent(ctx, s.pool, arg)
+	if err != nil {
+		if e := dbErr(op, err); blobplane.ErrorCode(e) == blobplane.CodeConflict { // foreign key: no such repository
+			return Intent{}, &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: fmt.Sprintf("repository %q does not exist", n.Repository), Err: err}
+		} else {
+			return Intent{}, e
+		}
+	}
+	return intentFromRow(row), nil
+}
+
+// GetIntent returns the intent op. Errors: not_found (also for a malformed
+// id).
+func (s *Store) GetIntent(ctx context.Context, op string) (Intent, error) {
+	id, err := parseOpID(op)
+	if err != nil {
+		return Intent{}, err
+	}
+	row, err := s.q.GetIntent(ctx, s.pool, id)
+	if err != nil {
+		return Intent{}, dbErr("get intent", err)
+	}
+	return intentFromRow(row), nil
+}
+
+// ExtendIntent records that the intent's staged upload now holds received
+// bytes (at stagedLocation, recorded the first time; "" leaves it) and moves
+// its expiry to at least now() + ttl. Called per chunk. Errors: not_found;
+// conflict (wrapping ErrIntentClosed) when the intent is admitted or
+// abandoned, or stagedLocation differs from the recorded one.
+func (s *Store) ExtendIntent(ctx context.Context, op string, stagedLocation string, received int64, ttl time.Duration) (Intent, error) {
+	id, err := parseOpID(op)
+	if err != nil {
+		return Intent{}, err
+	}
+	if received < 0 || ttl <= 0 {
+		return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "extend intent: received %d and TTL %s must be non-negative and positive", received, ttl)
+	}
+	row, err := s.q.ExtendIntent(ctx, s.pool, dbsqlc.ExtendIntentParams{
+		ReceivedBytes: received, StagedLocation: optText(stagedLocation), TtlSeconds: ttl.Seconds(), OperationID: id,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Intent{}, s.notPending(ctx, "extend intent", id)
+	}
+	if err != nil {
+		return Intent{}, dbErr("extend intent", err)
+	}
+	return intentFromRow(row), nil
+}
+
+// RecordIntentContent records the verified digest and size of a closed
+// upload on its pending intent; Finalize then publishes exactly these.
+// Errors: not_found; conflict (ErrIntentClosed) when the intent is not
+// pending; digest_mismatch (ErrContentIdentity) when the intent already
+// claimed another digest or size.
+func (s *Store) RecordIntentContent(ctx context.Context, op string, d blobplane.Digest, size int64) (Intent, error) {
+	id, err := parseOpID(op)
+	if err != nil {
+		return Intent{}, err
+	}
+	if _, err := blobplane.ParseDigest(string(d)); err != nil {
+		return Intent{}, err
+	}
+	row, err := s.q.RecordIntentContent(ctx, s.pool, dbsqlc.RecordIntentContentParams{Digest: string(d), SizeBytes: size, OperationID: id})
+	if errors.Is(err, pgx.ErrNoRows) {
+		cur, gerr := s.q.GetIntent(ctx, s.pool, id)
+		if gerr == nil && IntentState(cur.State) == IntentPending {
+			return Intent{}, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "upload %s: content %s (%d bytes) differs from the declared %s (%s bytes)",
+				op, d, size, cur.ExpectedDigest.String, sizeText(cur.ExpectedSize))
+		}
+		return Intent{}, s.notPending(ctx, "record intent content", id)
+	}
+	if err != nil {
+		return Intent{}, dbErr("record intent content", err)
+	}
+	return intentFromRow(row), nil
+}
+
+// AbandonIntent moves a pending intent to abandoned, deciding on the locked
+// row: it cannot overlap a publication of the same intent (S5). The caller
+// deletes staged bytes only after this returns. Errors: not_found; conflict
+// (ErrIntentClosed) when the intent is already admitted or abandoned.
+func (s *Store) AbandonIntent(ctx context.Context, op string) (Intent, error) {
+	id, err := parseOpID(op)
+	if err != nil {
+		return Intent{}, err
+	}
+	row, err := s.q.AbandonIntent(ctx, s.pool, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Intent{}, s.notPending(ctx, "abandon intent", id)
+	}
+	if err != nil {
+		return Intent{}, dbErr("abandon intent", err)
+	}
+	return intentFromRow(row), nil
+}
+
+// notPending explains why a pending-only write touched no row.
+func (s *Store) notPending(ctx context.Context, op string, id pgtype.UUID) error {
+	cur, err := s.q.GetIntent(ctx, s.pool, id)
+	if err != nil {
+		return dbErr(op, err)
+	}
+	if IntentState(cur.State) == IntentPending {
+		return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: fmt.Sprintf("upload %s: staged at another location", id.String())}
+	}
+	return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: fmt.Sprintf("upload %s is %s", id.String(), cur.State), Err: ErrIntentClosed}
+}
+
+// ReplicationEnqueuer inserts replication work inside the publishing
+// transaction, so that metadata never commits without its replication
+// record. jobs.Replication implements it with River's InsertManyTx.
+type ReplicationEnqueuer interface {
+	// EnqueueReplicationTx inserts one job per target datacenter in tx.
+	// An error rolls the publication back.
+	EnqueueReplicationTx(ctx context.Context, tx pgx.Tx, r Replication) error
+}
+
+// Replication is the work one publication hands to replication.
+type Replication struct {
+	OperationID      string
+	Digest           blobplane.Digest
+	Size             int64
+	SourceDatacenter string // the ingress datacenter, which holds a verified placement
+	Targets          []string
+}
+
+// FinalizeRequest asks to publish the intent OperationID.
+type FinalizeRequest struct {
+	OperationID string
+	// Digest and Size are the content being published; they must equal the
+	// intent's recorded digest and size.
+	Digest blobplane.Digest
+	Size   int64
+	// The authority fence: the caller holds Partition (the one owning the
+	// repository's slot) as Node at Epoch.
+	Partition string
+	Node      string
+	Epoch     uint64
+	// Targets overrides the replication policy; nil means every registered
+	// datacenter other than the ingress.
+	Targets []string
+	// Replication enqueues the jobs; required only when there are targets.
+	Replication ReplicationEnqueuer
+}
+
+// Outcome is the stored acknowledgement of a publication.
+type Outcome struct {
+	OperationID        string           `json:"operation_id"`
+	Repository         string           `json:"repository"`
+	Digest             blobplane.Digest `json:"digest"`
+	Size               int64            `json:"size"`
+	Partition          string           `json:"partition"`
+	Epoch              uint64           `json:"epoch"`
+	NewReference       bool             `json:"new_reference"`
+	ReplicationTargets []string         `json:"replication_targets"`
+	PublishedAt        time.Time        `json:"published_at"`
+}
+
+// Finalize publishes an admitted upload at the repository's authority home.
+// A retry of an operation id that already published returns the stored
+// outcome and changes nothing (S4). Otherwise it validates, in the spec's
+// order: the authority fence (ErrAuthorityUnassigned, ErrAuthorityFence),
+// content identity (ErrContentIdentity), a verified placement
+// (ErrNoVerifiedPlacement), write access of the intent's principal
+// (ErrWriteRevoked). Then one transaction locks the intent FOR UPDATE
+// (abandoned: ErrIntentClosed), re-checks the lease under FOR SHARE so a
+// transfer cannot slip in, ensures the blob state row (obliterated:
+// ErrObliterated), inserts the reference, enqueues replication, stores the
+// outcome and admits the intent. A refusal stores no outcome.
+// Other errors: not_found (unknown operation), invalid, unavailable.
+func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+	op := req.OperationID
+	id, err := parseOpID(op)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if o, ok, err := s.outcome(ctx, s.pool, id); err != nil || ok {
+		return o, err
+	}
+	in, err := s.q.GetIntent(ctx, s.pool, id)
+	if err != nil {
+		return Outcome{}, dbErr("finalize "+op, err)
+	}
+	intent := intentFromRow(in)
+
+	// 1. Authority fence.
+	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
+		return Outcome{}, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+	}
+	lease, err := s.q.GetLease(ctx, s.pool, req.Partition)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
+	}
+	if err != nil {
+		return Outcome{}, dbErr("finalize "+op, err)
+	}
+	if lease.OwnerNode != req.Node || uint64(lease.Epoch) != req.Epoch {
+		return Outcome{}, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, lease.Epoch, req.Node, req.Epoch)
+	}
+	// 2. Content identity.
+	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
+		return Outcome{}, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
+			req.Digest, req.Size, intent.ExpectedDigest, sizeText(in.ExpectedSize))
+	}
+	// 3. A verified placement somewhere in the topology.
+	ps, err := s.Placements(ctx, req.Digest)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !hasVerified(ps, req.Size) {
+		return Outcome{}, refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+	}
+	// 4. The principal still has write access.
+	ok, err := s.Allowed(ctx, intent.Principal, intent.Repository, auth.Write)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !ok {
+		return Outcome{}, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+	}
+
+	var out Outcome
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := s.q.LockIntent(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		switch IntentState(cur.State) {
+		case IntentAdmitted: // a concurrent finalization won while we validated
+			o, _, err := s.outcome(ctx, tx, id)
+			out = o
+			return err
+		case IntentAbandoned:
+			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
+		}
+		if _, err := s.q.LeaseHeldForShare(ctx, tx, dbsqlc.LeaseHeldForShareParams{PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch)}); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
+			}
+			return err
+		}
+		b, err := s.q.EnsureBlob(ctx, tx, dbsqlc.EnsureBlobParams{Digest: string(req.Digest), SizeBytes: req.Size})
+		if err != nil {
+			return err
+		}
+		if b.State == "obliterated" {
+			return refusal(blobplane.CodeConflict, op, ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
+		}
+		if b.SizeBytes != req.Size {
+			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
+		}
+		n, err := s.q.InsertReference(ctx, tx, dbsqlc.InsertReferenceParams{Repository: intent.Repository, Digest: string(req.Digest), OperationID: id})
+		if err != nil {
+			return err
+		}
+		targets := req.Targets
+		if targets == nil {
+			if targets, err = s.q.ReplicationTargets(ctx, tx, intent.IngressDatacenter); err != nil {
+				return err
+			}
+		}
+		if len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
+			if req.Replication == nil {
+				return &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: ErrNoEnqueuer.Error(), Err: ErrNoEnqueuer}
+			}
+			if err := req.Replication.EnqueueReplicationTx(ctx, tx, Replication{
+				OperationID: op, Digest: req.Digest, Size: req.Size, SourceDatacenter: intent.IngressDatacenter, Targets: targets,
+			}); err != nil {
+				return err
+			}
+		}
+		out = Outcome{
+			OperationID: op, Repository: intent.Repository, Digest: req.Digest, Size: req.Size,
+			Partition: req.Partition, Epoch: req.Epoch, NewReference: n == 1, ReplicationTargets: append([]string{}, targets...),
+		}
+		result, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		row, err := s.q.InsertOutcome(ctx, tx, dbsqlc.InsertOutcomeParams{
+			OperationID: id, Repository: intent.Repository, Digest: string(req.Digest), SizeBytes: req.Size, Result: result,
+		})
+		if err != nil {
+			return err
+		}
+		out.PublishedAt = row.PublishedAt.Time
+		if n, err := s.q.AdmitIntent(ctx, tx, id); err != nil || n != 1 {
+			return errors.Join(err, fmt.Errorf("admit intent %s: %d rows", op, n))
+		}
+		return nil
+	})
+	if err != nil {
+		var e *blobplane.Error
+		if errors.As(err, &e) {
+			return Outcome{}, err
+		}
+		return Outcome{}, dbErr("finalize "+op, err)
+	}
+	return out, nil
+}
+
+// Outcome returns the stored outcome of operation op. Errors: not_found
+// when op has not published (yet, or ever).
+func (s *Store) Outcome(ctx context.Context, op string) (Outcome, error) {
+	id, err := parseOpID(op)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o, ok, err := s.outcome(ctx, s.pool, id)
+	if err == nil && !ok {
+		err = &blobplane.Error{Code: blobplane.CodeNotFound, Op: "get outcome", Message: fmt.Sprintf("operation %s has no outcome", op)}
+	}
+	return o, err
+}
+
+func (s *Store) outcome(ctx context.Context, db dbsqlc.DBTX, id pgtype.UUID) (Outcome, bool, error) {
+	row, err := s.q.GetOutcome(ctx, db, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, false, nil
+	}
+	if err != nil {
+		return Outcome{}, false, dbErr("get outcome", err)
+	}
+	var o Outcome
+	if err := json.Unmarshal(row.Result, &o); err != nil {
+		return Outcome{}, false, blobplane.Wrap(blobplane.CodeInternal, err, "stored outcome of %s is malformed", id.String())
+	}
+	o.PublishedAt = row.PublishedAt.Time
+	return o, true, nil
+}
+
+// ReferencedBlob answers existence for HEAD from Postgres alone: the size
+// of d when repository references it and it is not obliterated. Errors:
+// not_found otherwise.
+func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error) {
+	row, err := s.q.GetReferencedBlob(ctx, s.pool, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
+	if err != nil {
+		return 0, dbErr("referenced blob", err)
+	}
+	return row.SizeBytes, nil
+}
+
+// DeleteReference removes repository's reference to d (not the bytes, not
+// the blob state row). Errors: not_found when there is none.
+func (s *Store) DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error {
+	n, err := s.q.DeleteReference(ctx, s.pool, dbsqlc.DeleteReferenceParams{Repository: repository, Digest: string(d)})
+	if err != nil {
+		return dbErr("delete reference", err)
+	}
+	if n == 0 {
+		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: "delete reference", Message: "blob unknown to repository"}
+	}
+	return nil
+}
+
+func hasVerified(ps []placement.Placement, size int64) bool {
+	for _, p := range ps {
+		if p.State == placement.Verified && p.Size == size {
+			return true
+		}
+	}
+	return false
+}
+
+func parseOpID(op string) (pgtype.UUID, error) {
+	var id pgtype.UUID
+	if len(op) != 36 || id.Scan(op) != nil {
+		return id, &blobplane.Error{Code: blobplane.CodeNotFound, Op: "parse operation id", Message: fmt.Sprintf("unknown operation %q", truncateID(op))}
+	}
+	return id, nil
+}
+
+func truncateID(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+func optText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
+
+func sizeText(v pgtype.Int8) string {
+	if !v.Valid {
+		return "unknown"
+	}
+	return fmt.Sprint(v.Int64)
+}
+
+func intentFromRow(r dbsqlc.Intent) Intent {
+	in := Intent{
+		OperationID: r.OperationID.String(), Repository: r.Repository, Principal: r.Principal,
+		ExpectedDigest: blobplane.Digest(r.ExpectedDigest.String), ExpectedSize: SizeUnknown,
+		IngressDatacenter: r.IngressDatacenter, Backend: r.Backend, StagedLocation: r.StagedLocation.String,
+		State: IntentState(r.State), ReceivedBytes: r.ReceivedBytes,
+		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time, ExpiresAt: r.ExpiresAt.Time,
+	}
+	if r.ExpectedSize.Valid {
+		in.ExpectedSize = r.ExpectedSize.Int64
+	}
+	return in
+}

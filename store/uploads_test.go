@@ -1,0 +1,550 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/jobs"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+)
+
+const (
+	upRepo      = "team/app"
+	upPrincipal = "alice"
+	upPartition = "p-0001"
+	upNode      = "node-a"
+	upDC        = "eu-1"
+)
+
+type uploads struct {
+	s     *store.Store
+	pool  *pgxpool.Pool
+	lease authority.LeaseRecord
+	river *river.Client[pgx.Tx]
+}
+
+// setupUploads gives a repository, a principal with write access to it, and
+// this node holding the repository's partition lease.
+func setupUploads(t *testing.T) *uploads {
+	t.Helper()
+	ctx := context.Background()
+	d := pgtest.New(t)
+	s := store.New(d.Pool, nil)
+	if err := s.CreateRepository(ctx, upRepo); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GrantPrincipal(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := s.AcquireLease(ctx, upPartition, upNode, upNode+":7443", leaseTTL, leaseRenew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{}) // insert-only, like the API's
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &uploads{s: s, pool: d.Pool, lease: lease, river: rc}
+}
+
+func contentOf(b []byte) (blobplane.Digest, int64) {
+	sum := sha256.Sum256(b)
+	return blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:])), int64(len(b))
+}
+
+// admitted is the factory for an upload closed at the ingress: an intent
+// with its verified content recorded and a verified placement in upDC.
+func (u *uploads) admitted(t *testing.T, content string) (store.Intent, store.FinalizeRequest) {
+	t.Helper()
+	ctx := context.Background()
+	in, err := u.s.CreateIntent(ctx, store.NewIntent{
+		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, size := contentOf([]byte(content))
+	if _, err := u.s.ExtendIntent(ctx, in.OperationID, "0123456789abcdef0123456789abcdef", size, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+	if _, err := u.s.StagePlacement(ctx, k, size, 0); err != nil && !errors.Is(err, errConflict) { // conflict: already verified
+		t.Fatal(err)
+	} else if err == nil {
+		if _, err := u.s.VerifyPlacement(ctx, k, d, size, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in, err = u.s.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
+		t.Fatal(err)
+	}
+	return in, store.FinalizeRequest{
+		OperationID: in.OperationID, Digest: d, Size: size,
+		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
+		Replication: jobs.Replication{Client: u.river},
+	}
+}
+
+func (u *uploads) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := u.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (u *uploads) outcomes(t *testing.T) int {
+	return u.count(t, `SELECT count(*) FROM operation_outcomes`)
+}
+
+func (u *uploads) references(t *testing.T) int {
+	return u.count(t, `SELECT count(*) FROM blob_references`)
+}
+
+func TestIntentLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	in, err := u.s.CreateIntent(ctx, store.NewIntent{
+		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != store.IntentPending || in.StagedLocation != "" || in.ExpectedDigest != "" || in.ExpectedSize != store.SizeUnknown || !in.ExpiresAt.After(in.CreatedAt) {
+		t.Fatalf("new intent: %+v", in)
+	}
+	got, err := u.s.ExtendIntent(ctx, in.OperationID, "loc1", 10, time.Hour)
+	if err != nil || got.ReceivedBytes != 10 || got.StagedLocation != "loc1" || !got.ExpiresAt.After(in.ExpiresAt) {
+		t.Fatalf("extend: %+v %v", got, err)
+	}
+	if _, err := u.s.ExtendIntent(ctx, in.OperationID, "other", 20, time.Hour); !errors.Is(err, errConflict) {
+		t.Fatalf("extend at another staged location: %v", err)
+	}
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.ReceivedBytes != 10 {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	// Terminal states take no progress.
+	if _, err := u.s.ExtendIntent(ctx, in.OperationID, "", 30, time.Hour); !errors.Is(err, store.ErrIntentClosed) {
+		t.Fatalf("extend after abandon: %v", err)
+	}
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); !errors.Is(err, store.ErrIntentClosed) {
+		t.Fatalf("abandon twice: %v", err)
+	}
+	for _, id := range []string{"nope", "00000000-0000-0000-0000-000000000000"} {
+		if _, err := u.s.GetIntent(ctx, id); !errors.Is(err, errNotFound) {
+			t.Fatalf("get %q: %v", id, err)
+		}
+	}
+	if _, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: "team/none", Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Minute}); !errors.Is(err, errNotFound) {
+		t.Fatalf("unknown repository: %v", err)
+	}
+	// A declared digest is what close must confirm.
+	d, size := contentOf([]byte("declared"))
+	in, err = u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := contentOf([]byte("other"))
+	if _, err := u.s.RecordIntentContent(ctx, in.OperationID, other, size); !errors.Is(err, store.ErrContentIdentity) {
+		t.Fatalf("close with another digest: %v", err)
+	}
+	if got, err := u.s.RecordIntentContent(ctx, in.OperationID, d, size); err != nil || got.ReceivedBytes != size {
+		t.Fatalf("close: %+v %v", got, err)
+	}
+}
+
+func TestFinalizePublishes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	in, req := u.admitted(t, "hello")
+	out, err := u.s.Finalize(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.OperationID != in.OperationID || out.Repository != upRepo || out.Digest != req.Digest || out.Size != req.Size ||
+		!out.NewReference || out.Epoch != u.lease.Epoch || len(out.ReplicationTargets) != 0 || out.PublishedAt.IsZero() {
+		t.Fatalf("outcome: %+v", out)
+	}
+	if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != store.IntentAdmitted {
+		t.Fatalf("intent: %+v", got)
+	}
+	if size, err := u.s.ReferencedBlob(ctx, upRepo, req.Digest); err != nil || size != req.Size {
+		t.Fatalf("referenced blob: %d %v", size, err)
+	}
+	if stored, err := u.s.Outcome(ctx, in.OperationID); err != nil || stored.Digest != req.Digest || !stored.PublishedAt.Equal(out.PublishedAt) {
+		t.Fatalf("stored outcome: %+v %v", stored, err)
+	}
+	// Single-datacenter run: no job nobody could work.
+	if n := u.count(t, `SELECT count(*) FROM river_job`); n != 0 {
+		t.Fatalf("%d jobs enqueued in a single-datacenter run", n)
+	}
+	// Abandoning a published intent is refused on the row.
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); !errors.Is(err, store.ErrIntentClosed) {
+		t.Fatalf("abandon after publish: %v", err)
+	}
+	// DELETE removes the reference only.
+	if err := u.s.DeleteReference(ctx, upRepo, req.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.ReferencedBlob(ctx, upRepo, req.Digest); !errors.Is(err, errNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if n := u.count(t, `SELECT count(*) FROM blobs`); n != 1 {
+		t.Fatalf("blob rows after delete: %d", n)
+	}
+}
+
+// Spec "Validation": every refusal has its code, and stores no outcome, so
+// it can succeed once its cause clears.
+func TestFinalizeRefusalsStoreNoOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	other, _ := contentOf([]byte("other"))
+	cases := []struct {
+		name     string
+		mutate   func(t *testing.T, u *uploads, req *store.FinalizeRequest)
+		sentinel error
+		code     blobplane.Code
+	}{
+		{"authority unassigned", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Partition = "p-none" },
+			store.ErrAuthorityUnassigned, blobplane.CodeUnavailable},
+		{"authority wrong node", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Node = "node-b" },
+			store.ErrAuthorityFence, blobplane.CodeStaleEpoch},
+		{"authority superseded epoch", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Epoch++ },
+			store.ErrAuthorityFence, blobplane.CodeStaleEpoch},
+		{"content identity digest", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Digest = other },
+			store.ErrContentIdentity, blobplane.CodeMismatch},
+		{"content identity size", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Size++ },
+			store.ErrContentIdentity, blobplane.CodeMismatch},
+		{"no verified placement", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			k := placement.Key{Digest: req.Digest, Backend: "fs", Datacenter: upDC, Location: req.Digest.Hex()}
+			if _, err := u.s.FailPlacement(context.Background(), k, placement.SourceUnavailable, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrNoVerifiedPlacement, blobplane.CodeUnavailable},
+		{"write access revoked", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			if err := u.s.RevokePrincipalGrants(context.Background(), upPrincipal, grants(t, "team/*:write")); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrWriteRevoked, blobplane.CodeForbidden},
+		{"abandoned", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			if _, err := u.s.AbandonIntent(context.Background(), req.OperationID); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrIntentClosed, blobplane.CodeConflict},
+		{"obliterated", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			if _, err := u.pool.Exec(context.Background(), `INSERT INTO blobs (digest, size_bytes, state) VALUES ($1, $2, 'obliterated')`, req.Digest, req.Size); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrObliterated, blobplane.CodeConflict},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u := setupUploads(t)
+			_, req := u.admitted(t, "content of "+tc.name)
+			tc.mutate(t, u, &req)
+			_, err := u.s.Finalize(ctx, req)
+			if !errors.Is(err, tc.sentinel) || blobplane.ErrorCode(err) != tc.code {
+				t.Fatalf("err = %v (code %s), want %v with code %s", err, blobplane.ErrorCode(err), tc.sentinel, tc.code)
+			}
+			if n := u.outcomes(t); n != 0 {
+				t.Fatalf("%d outcomes stored after a refusal", n)
+			}
+			if n := u.references(t); n != 0 {
+				t.Fatalf("%d references after a refusal", n)
+			}
+			if _, err := u.s.Outcome(ctx, req.OperationID); !errors.Is(err, errNotFound) {
+				t.Fatalf("outcome after refusal: %v", err)
+			}
+		})
+	}
+}
+
+// Issue 6: a grant revoked between close and finalization is refused;
+// restored, the same operation succeeds (a refusal is not terminal).
+func TestFinalizeRevokedGrantThenRestored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, req := u.admitted(t, "grant")
+	if err := u.s.RevokePrincipalGrants(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrWriteRevoked) {
+		t.Fatalf("revoked: %v", err)
+	}
+	if err := u.s.GrantPrincipal(ctx, upPrincipal, grants(t, "team/app:write")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.Finalize(ctx, req); err != nil {
+		t.Fatalf("restored: %v", err)
+	}
+}
+
+// S4: a retry after a lost response returns the stored outcome, with no new
+// reference and no new job set.
+func TestFinalizeRetryReturnsStoredOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, req := u.admitted(t, "retry")
+	req.Targets = []string{"us-1", "ap-1"}
+	first, err := u.s.Finalize(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The retry even survives a later refusal cause: the outcome is terminal.
+	if err := u.s.RevokePrincipalGrants(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := u.s.Finalize(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.PublishedAt.Equal(first.PublishedAt) || again.OperationID != first.OperationID || !again.NewReference || len(again.ReplicationTargets) != 2 {
+		t.Fatalf("retry: %+v, first %+v", again, first)
+	}
+	if n := u.references(t); n != 1 {
+		t.Fatalf("references: %d", n)
+	}
+	rivertest.RequireManyInserted(ctx, t, riverpgxv5.New(u.pool), []rivertest.ExpectedJob{
+		{Args: &jobs.ReplicateArgs{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "us-1"}, Opts: &rivertest.RequireInsertedOpts{Queue: jobs.ReplicationQueue}},
+		{Args: &jobs.ReplicateArgs{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "ap-1"}, Opts: &rivertest.RequireInsertedOpts{Queue: jobs.ReplicationQueue}},
+	})
+}
+
+// The default replication policy: every registered datacenter but the
+// ingress; and without an enqueuer a multi-datacenter publication rolls
+// back rather than commit without its replication record.
+func TestFinalizeDefaultTargets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	for _, n := range []store.Node{{ID: "a1", Datacenter: upDC, Role: "api"}, {ID: "b1", Datacenter: "us-1", Role: "api"}, {ID: "b2", Datacenter: "us-1", Role: "worker"}} {
+		if _, err := u.s.RegisterNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, req := u.admitted(t, "targets")
+	noEnq := req
+	noEnq.Replication = nil
+	if _, err := u.s.Finalize(ctx, noEnq); !errors.Is(err, store.ErrNoEnqueuer) {
+		t.Fatalf("without enqueuer: %v", err)
+	}
+	if n := u.outcomes(t) + u.references(t); n != 0 {
+		t.Fatalf("rolled-back publication left %d rows", n)
+	}
+	out, err := u.s.Finalize(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.ReplicationTargets) != 1 || out.ReplicationTargets[0] != "us-1" {
+		t.Fatalf("targets: %v", out.ReplicationTargets)
+	}
+	rivertest.RequireInserted(ctx, t, riverpgxv5.New(u.pool), &jobs.ReplicateArgs{
+		OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "us-1",
+	}, nil)
+}
+
+// S4: two concurrent finalizations of one operation publish once and
+// enqueue one job set; both callers get the same outcome.
+func TestFinalizeConcurrentOnePublication(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, req := u.admitted(t, "concurrent")
+	req.Targets = []string{"us-1"}
+	const n = 8
+	outs := make([]store.Outcome, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { outs[i], errs[i] = u.s.Finalize(ctx, req) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("finalization %d: %v", i, errs[i])
+		}
+		if !outs[i].PublishedAt.Equal(outs[0].PublishedAt) {
+			t.Fatalf("outcomes differ: %+v vs %+v", outs[i], outs[0])
+		}
+	}
+	if got := u.outcomes(t); got != 1 {
+		t.Fatalf("outcomes: %d", got)
+	}
+	if got := u.references(t); got != 1 {
+		t.Fatalf("references: %d", got)
+	}
+	if got := u.count(t, `SELECT count(*) FROM river_job WHERE kind = 'replicate'`); got != 1 {
+		t.Fatalf("replication jobs: %d", got)
+	}
+}
+
+// S5, driven deterministically: a third connection holds the intent row
+// lock while a publish and an abandon both queue behind it; on release
+// exactly one of them wins and the row says which.
+func TestPublishVersusAbandonOneWins(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for round := range 4 {
+		u := setupUploads(t)
+		in, req := u.admitted(t, "race")
+		holder, err := u.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.Exec(ctx, `SELECT 1 FROM intents WHERE operation_id = $1 FOR UPDATE`, in.OperationID); err != nil {
+			t.Fatal(err)
+		}
+		var pubErr, abErr error
+		var wg sync.WaitGroup
+		// Alternate which contender queues first.
+		contenders := []func(){
+			func() { _, pubErr = u.s.Finalize(ctx, req) },
+			func() { _, abErr = u.s.AbandonIntent(ctx, in.OperationID) },
+		}
+		if round%2 == 1 {
+			contenders[0], contenders[1] = contenders[1], contenders[0]
+		}
+		for i, c := range contenders {
+			wg.Go(c)
+			waitLockWaiters(t, u.pool, i+1)
+		}
+		if err := holder.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		got, err := u.s.GetIntent(ctx, in.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case pubErr == nil && errors.Is(abErr, store.ErrIntentClosed):
+			if got.State != store.IntentAdmitted || u.outcomes(t) != 1 || u.references(t) != 1 {
+				t.Fatalf("publish won but intent %s, %d outcomes", got.State, u.outcomes(t))
+			}
+		case abErr == nil && errors.Is(pubErr, store.ErrIntentClosed):
+			if got.State != store.IntentAbandoned || u.outcomes(t) != 0 || u.references(t) != 0 {
+				t.Fatalf("abandon won but intent %s, %d outcomes", got.State, u.outcomes(t))
+			}
+		default:
+			t.Fatalf("round %d: publish %v, abandon %v: want exactly one winner", round, pubErr, abErr)
+		}
+	}
+}
+
+// S5: a late publish after a reap fails on the row, not on a stale reply.
+func TestPublishAfterAbandonFailsOnTheRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	in, req := u.admitted(t, "late")
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
+		t.Fatalf("late publish: %v", err)
+	}
+	if u.outcomes(t) != 0 || u.references(t) != 0 || u.count(t, `SELECT count(*) FROM blobs`) != 0 {
+		t.Fatal("a late publish left rows behind")
+	}
+}
+
+// Spec: "A former home cannot publish work after an authority transfer
+// advances the epoch" — whether the transfer lands before validation or
+// while the publication waits on the intent row.
+func TestFormerHomeCannotPublish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("before validation", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		_, req := u.admitted(t, "former")
+		if _, err := u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) || blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+			t.Fatalf("former home: %v", err)
+		}
+		if u.outcomes(t) != 0 || u.references(t) != 0 {
+			t.Fatal("former home published")
+		}
+	})
+	t.Run("between check and commit", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		in, req := u.admitted(t, "slip")
+		holder, err := u.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.Exec(ctx, `SELECT 1 FROM intents WHERE operation_id = $1 FOR UPDATE`, in.OperationID); err != nil {
+			t.Fatal(err)
+		}
+		var finErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { _, finErr = u.s.Finalize(ctx, req) })
+		waitLockWaiters(t, u.pool, 1) // validated, now waiting on the intent row
+		if _, err := u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill"); err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if !errors.Is(finErr, store.ErrAuthorityFence) {
+			t.Fatalf("publication after a transfer: %v", finErr)
+		}
+		if u.outcomes(t) != 0 || u.references(t) != 0 {
+			t.Fatal("former home published")
+		}
+	})
+}
+
+// waitLockWaiters polls, with a deadline, until n backends of this database
+// wait on a lock.
+func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backends waiting on locks, want %d", waiting, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
