@@ -380,3 +380,19 @@ func (b *decodingBody) Close() error {
 	b.dec = nil
 	return b.close()
 }
+
+// SourceReader wraps a request body and remembers the first error it
+// returned (other than EOF), so a backend can tell a body that broke off
+// (the client's failure: retryable) from a failure of its own store.
+type SourceReader struct {
+	R   io.Reader
+	Err error
+}
+
+func (s *SourceReader) Read(p []byte) (int, error) {
+	n, err := s.R.Read(p)
+	if err != nil && err != io.EOF && s.Err == nil {
+		s.Err = err
+	}
+	return n, err
+}

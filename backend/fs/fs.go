@@ -495,31 +495,18 @@ func (b *Backend) AppendUpload(ctx context.Context, id string, offset int64, r i
 	if offset != size {
 		return size, backend.RangeInvalid(op, "upload %s: append at offset %d, but it holds %d bytes", id, offset, size)
 	}
-	src := &bodyReader{r: backend.CtxReader(ctx, r)}
+	src := &backend.SourceReader{R: backend.CtxReader(ctx, r)}
 	n, err := io.Copy(f, src)
 	if serr := f.Sync(); err == nil && serr != nil {
 		err = serr
 	}
 	if err != nil {
-		if src.err != nil {
-			return size + n, backend.Unavailable(op, src.err, "upload %s: request body failed after %d bytes: %v", id, n, src.err)
+		if src.Err != nil {
+			return size + n, backend.Unavailable(op, src.Err, "upload %s: request body failed after %d bytes: %v", id, n, src.Err)
 		}
 		return size + n, classify(op, err)
 	}
 	return size + n, nil
-}
-
-type bodyReader struct {
-	r   io.Reader
-	err error
-}
-
-func (s *bodyReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if err != nil && err != io.EOF && s.err == nil {
-		s.err = err
-	}
-	return n, err
 }
 
 // UploadSize implements backend.Stager.

@@ -794,11 +794,11 @@ func (b *Backend) AppendUpload(ctx context.Context, id string, offset int64, r i
 		return size, backend.RangeInvalid(op, "upload %s: append at offset %d, but it holds %d bytes", id, offset, size)
 	}
 	u := &upload{b: b, ctx: ctx, key: fmt.Sprintf("%s%020d", b.stagingPrefix(id), offset), ifNoneMatch: true}
-	src := &sourceReader{r: backend.CtxReader(ctx, r)}
+	src := &backend.SourceReader{R: backend.CtxReader(ctx, r)}
 	if _, err := io.Copy(u, src); err != nil {
 		u.abort()
-		if src.err != nil {
-			return size, backend.Unavailable(op, src.err, "upload %s: request body failed: %v", id, src.err)
+		if src.Err != nil {
+			return size, backend.Unavailable(op, src.Err, "upload %s: request body failed: %v", id, src.Err)
 		}
 		return size, classify(op, err)
 	}
@@ -815,19 +815,6 @@ func (b *Backend) AppendUpload(ctx context.Context, id string, offset int64, r i
 		return size, err
 	}
 	return size + u.n, nil
-}
-
-type sourceReader struct {
-	r   io.Reader
-	err error
-}
-
-func (s *sourceReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if err != nil && err != io.EOF && s.err == nil {
-		s.err = err
-	}
-	return n, err
 }
 
 // UploadSize implements backend.Stager.
