@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export BLOBPLANE_DATA_DIR=${BLOBPLANE_DATA_DIR:-$PWD/.data}
 eval "$(scripts/pg.sh env)"
-if [[ -x scripts/minio.sh && -z ${BLOBPLANE_MINIO_BIN:-} ]]; then
-	BLOBPLANE_MINIO_BIN=$(scripts/minio.sh)
-	export BLOBPLANE_MINIO_BIN
-fi
+# Real third-party peers, built once from the Go module proxy and cached:
+# MinIO for the S3 backend, oras and crane for the OCI blob API.
+: "${BLOBPLANE_MINIO_BIN:=$(scripts/minio.sh)}"
+: "${BLOBPLANE_CRANE_BIN:=$(scripts/tool.sh crane)}"
+: "${BLOBPLANE_ORAS_BIN:=$(scripts/tool.sh oras)}"
+export BLOBPLANE_MINIO_BIN BLOBPLANE_CRANE_BIN BLOBPLANE_ORAS_BIN
 go test -race -timeout 45m -count=1 "$@" ./...
