@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -71,9 +72,14 @@ func contentOf(b []byte) (blobplane.Digest, int64) {
 // with its verified content recorded and a verified placement in upDC.
 func (u *uploads) admitted(t *testing.T, content string) (store.Intent, store.FinalizeRequest) {
 	t.Helper()
+	return u.admittedIn(t, upRepo, content)
+}
+
+func (u *uploads) admittedIn(t *testing.T, repo, content string) (store.Intent, store.FinalizeRequest) {
+	t.Helper()
 	ctx := context.Background()
 	in, err := u.s.CreateIntent(ctx, store.NewIntent{
-		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+		Repository: repo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
 	})
 	if err != nil {
@@ -404,6 +410,34 @@ func TestFinalizeConcurrentOnePublication(t *testing.T) {
 	}
 	if got := u.count(t, `SELECT count(*) FROM river_job WHERE kind = 'replicate'`); got != 1 {
 		t.Fatalf("replication jobs: %d", got)
+	}
+}
+
+// Two operations publishing one digest into two repositories at once: two
+// references, one blob state row, both succeed.
+func TestFinalizeSameDigestTwoRepositories(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	if err := u.s.CreateRepository(ctx, "team/other"); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 5 // the race is on the blob row insert; repeat to meet it
+	for i := range rounds {
+		content := fmt.Sprintf("shared %d", i)
+		_, a := u.admittedIn(t, upRepo, content)
+		_, b := u.admittedIn(t, "team/other", content)
+		var errA, errB error
+		var wg sync.WaitGroup
+		wg.Go(func() { _, errA = u.s.Finalize(ctx, a) })
+		wg.Go(func() { _, errB = u.s.Finalize(ctx, b) })
+		wg.Wait()
+		if errA != nil || errB != nil {
+			t.Fatalf("round %d: finalize: %v / %v", i, errA, errB)
+		}
+	}
+	if u.references(t) != 2*rounds || u.count(t, `SELECT count(*) FROM blobs`) != rounds {
+		t.Fatalf("%d references, %d blob rows", u.references(t), u.count(t, `SELECT count(*) FROM blobs`))
 	}
 }
 

@@ -61,16 +61,15 @@ VALUES (@operation_id, @repository, @digest, @size_bytes, @result)
 RETURNING *;
 
 -- name: EnsureBlob :one
--- Creates the blob state row, or returns the existing one untouched: an
--- obliteration mark is never cleared here.
-WITH ins AS (
-    INSERT INTO blobs (digest, size_bytes) VALUES (@digest, @size_bytes)
-    ON CONFLICT (digest) DO NOTHING
-    RETURNING *
-)
-SELECT * FROM ins
-UNION ALL
-SELECT * FROM blobs WHERE digest = @digest AND NOT EXISTS (SELECT 1 FROM ins);
+-- Creates the blob state row, or returns the existing one with its state
+-- untouched: an obliteration mark is never cleared here. DO UPDATE (of
+-- nothing) rather than DO NOTHING: it returns the row a concurrent
+-- publisher just committed, which a separate SELECT under this statement's
+-- snapshot would miss, and it locks the row, so an obliteration serializes
+-- with this publication.
+INSERT INTO blobs (digest, size_bytes) VALUES (@digest, @size_bytes)
+ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
+RETURNING *;
 
 -- name: GetBlob :one
 SELECT * FROM blobs WHERE digest = @digest;

@@ -120,14 +120,9 @@ func (q *Queries) DeleteReference(ctx context.Context, db DBTX, arg DeleteRefere
 }
 
 const ensureBlob = `-- name: EnsureBlob :one
-WITH ins AS (
-    INSERT INTO blobs (digest, size_bytes) VALUES ($1, $2)
-    ON CONFLICT (digest) DO NOTHING
-    RETURNING digest, size_bytes, state, created_at, updated_at
-)
-SELECT digest, size_bytes, state, created_at, updated_at FROM ins
-UNION ALL
-SELECT digest, size_bytes, state, created_at, updated_at FROM blobs WHERE digest = $1 AND NOT EXISTS (SELECT 1 FROM ins)
+INSERT INTO blobs (digest, size_bytes) VALUES ($1, $2)
+ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
+RETURNING digest, size_bytes, state, created_at, updated_at
 `
 
 type EnsureBlobParams struct {
@@ -135,19 +130,15 @@ type EnsureBlobParams struct {
 	SizeBytes int64
 }
 
-type EnsureBlobRow struct {
-	Digest    string
-	SizeBytes int64
-	State     string
-	CreatedAt pgtype.Timestamptz
-	UpdatedAt pgtype.Timestamptz
-}
-
-// Creates the blob state row, or returns the existing one untouched: an
-// obliteration mark is never cleared here.
-func (q *Queries) EnsureBlob(ctx context.Context, db DBTX, arg EnsureBlobParams) (EnsureBlobRow, error) {
+// Creates the blob state row, or returns the existing one with its state
+// untouched: an obliteration mark is never cleared here. DO UPDATE (of
+// nothing) rather than DO NOTHING: it returns the row a concurrent
+// publisher just committed, which a separate SELECT under this statement's
+// snapshot would miss, and it locks the row, so an obliteration serializes
+// with this publication.
+func (q *Queries) EnsureBlob(ctx context.Context, db DBTX, arg EnsureBlobParams) (Blob, error) {
 	row := db.QueryRow(ctx, ensureBlob, arg.Digest, arg.SizeBytes)
-	var i EnsureBlobRow
+	var i Blob
 	err := row.Scan(
 		&i.Digest,
 		&i.SizeBytes,
