@@ -46,6 +46,9 @@ type Deps struct {
 	// Repositories backs /v1/admin/repositories (admin only); nil leaves
 	// the routes unmounted.
 	Repositories RepositoryAdmin
+	// OCI enables the /v2/ blob API and GET /v1/operations/{id} (with
+	// Auth); nil leaves them unmounted.
+	OCI *OCI
 }
 
 // NewRouter builds the chi router with every route and middleware.
@@ -80,6 +83,9 @@ func NewRouter(d Deps) http.Handler {
 	}
 	if d.Auth != nil {
 		adminRoutes(r, d)
+	}
+	if d.Auth != nil && d.OCI != nil {
+		ociRoutes(r, d)
 	}
 	switch {
 	case d.RiverUI == nil:

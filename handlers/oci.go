@@ -1,0 +1,800 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+)
+
+// The OCI distribution blob API under /v2/ (issue 6): upload sessions are
+// intents (store.CreateIntent commits before the backend stages a byte),
+// close verifies while promoting the staged bytes and records the
+// placement, and publication is store.Finalize when this node is the
+// repository's home. See docs/uploads.md.
+
+// UploadStore is the Postgres side of uploads. store.Store implements it.
+type UploadStore interface {
+	// CreateIntent records a pending intent. Errors: invalid, not_found
+	// (no such repository).
+	CreateIntent(ctx context.Context, n store.NewIntent) (store.Intent, error)
+	// GetIntent errors: not_found.
+	GetIntent(ctx context.Context, op string) (store.Intent, error)
+	// ExtendIntent records progress per chunk. Errors: not_found, conflict
+	// (store.ErrIntentClosed).
+	ExtendIntent(ctx context.Context, op, stagedLocation string, received int64, ttl time.Duration) (store.Intent, error)
+	// RecordIntentContent records the verified digest and size at close.
+	// Errors: not_found, conflict, digest_mismatch.
+	RecordIntentContent(ctx context.Context, op string, d blobplane.Digest, size int64) (store.Intent, error)
+	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
+	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
+	// Finalize publishes; see store.Store.Finalize for its refusals.
+	Finalize(ctx context.Context, req store.FinalizeRequest) (store.Outcome, error)
+	// Outcome errors: not_found.
+	Outcome(ctx context.Context, op string) (store.Outcome, error)
+	// ReferencedBlob answers existence from Postgres alone. Errors: not_found.
+	ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error)
+	// DeleteReference errors: not_found.
+	DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error
+	// Placements lists d's placements.
+	Placements(ctx context.Context, d blobplane.Digest) ([]placement.Placement, error)
+	// StagePlacement, VerifyPlacement, FailPlacement: the ledger writes of
+	// an ingress close (see store).
+	StagePlacement(ctx context.Context, k placement.Key, size, epoch int64) (placement.Placement, error)
+	VerifyPlacement(ctx context.Context, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64) (placement.Placement, error)
+	FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error)
+}
+
+var _ UploadStore = (*store.Store)(nil)
+
+// HomeLease is this node's authority over a repository, when it has it.
+type HomeLease struct {
+	Partition string
+	Node      string
+	Epoch     uint64
+	// Ctx ends when the lease is lost; publication runs under it.
+	Ctx context.Context
+}
+
+// HomeResolver says whether this node is the repository's home right now.
+type HomeResolver interface {
+	// Home returns this node's lease over repo's partition, or ok false
+	// when another node (or nobody) is the home.
+	Home(repo string) (HomeLease, bool)
+}
+
+// KeeperHome resolves homes from the lease keeper: the current verified
+// map names repo's partition, and the keeper holds its lease, serving and
+// inside the self-fence deadline.
+type KeeperHome struct {
+	NodeID string
+	Keeper LeaseKeeper
+}
+
+// Home implements HomeResolver.
+func (k KeeperHome) Home(repo string) (HomeLease, bool) {
+	vm := k.Keeper.Map()
+	if vm == nil {
+		return HomeLease{}, false
+	}
+	res, err := vm.ResolveKey(repo)
+	if err != nil {
+		return HomeLease{}, false
+	}
+	ls := k.Keeper.Lease(res.Partition.ID)
+	if !ls.Held || !ls.Serving {
+		return HomeLease{}, false
+	}
+	ctx, err := k.Keeper.Admit(res.Partition.ID, ls.Epoch)
+	if err != nil {
+		return HomeLease{}, false
+	}
+	return HomeLease{Partition: res.Partition.ID, Node: k.NodeID, Epoch: ls.Epoch, Ctx: ctx}, true
+}
+
+// OCI is what the /v2/ blob API needs. Store, Backends, Backend, Home and
+// Datacenter are required.
+type OCI struct {
+	Store UploadStore
+	// Backends are this datacenter's byte backends by name; Backend names
+	// the one uploads stage into.
+	Backends   map[string]backend.Backend
+	Backend    string
+	Datacenter string
+	Home       HomeResolver
+	// Replication enqueues replication work in the publishing transaction
+	// (jobs.Replication); needed only when other datacenters exist.
+	Replication store.ReplicationEnqueuer
+	// MaxBlobSize bounds a blob's size (413 past it); 0 means
+	// DefaultMaxBlobSize.
+	MaxBlobSize int64
+	// IntentTTL is how long an idle upload session lives; 0 means
+	// DefaultIntentTTL.
+	IntentTTL time.Duration
+	Logger    *slog.Logger
+}
+
+// Defaults of OCI.
+const (
+	DefaultMaxBlobSize int64 = 10 << 30
+	DefaultIntentTTL         = time.Hour
+)
+
+// ObjectLocation is the placement location of d's content-addressed object
+// in any backend.
+func ObjectLocation(d blobplane.Digest) string { return "sha256/" + d.Hex() }
+
+// OCI error codes (distribution spec, "Error Codes").
+const (
+	ociBlobUnknown       = "BLOB_UNKNOWN"
+	ociUploadInvalid     = "BLOB_UPLOAD_INVALID"
+	ociUploadUnknown     = "BLOB_UPLOAD_UNKNOWN"
+	ociDigestInvalid     = "DIGEST_INVALID"
+	ociNameInvalid       = "NAME_INVALID"
+	ociNameUnknown       = "NAME_UNKNOWN"
+	ociSizeInvalid       = "SIZE_INVALID"
+	ociUnauthorized      = "UNAUTHORIZED"
+	ociDenied            = "DENIED"
+	ociUnsupported       = "UNSUPPORTED"
+	ociUnavailable       = "UNAVAILABLE" // not in the spec's table; clients treat 5xx as retryable
+	ociRangeNotSatisfied = "BLOB_UPLOAD_INVALID"
+)
+
+// OCIErrorBody is the distribution spec's error document.
+type OCIErrorBody struct {
+	Errors []OCIError `json:"errors"`
+}
+
+// OCIError is one entry of OCIErrorBody.
+type OCIError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Detail  any    `json:"detail,omitempty"`
+}
+
+type ociHandler struct {
+	OCI
+	logger *slog.Logger
+}
+
+func ociRoutes(r chi.Router, d Deps) {
+	o := d.OCI
+	h := &ociHandler{OCI: *o, logger: d.Logger}
+	if o.Logger != nil {
+		h.logger = o.Logger
+	}
+	if h.MaxBlobSize <= 0 {
+		h.MaxBlobSize = DefaultMaxBlobSize
+	}
+	if h.IntentTTL <= 0 {
+		h.IntentTTL = DefaultIntentTTL
+	}
+	fail := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, err, ociUnauthorized) }
+	r.Group(func(r chi.Router) {
+		r.Use(Authenticate(d.Auth, fail))
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+				next.ServeHTTP(w, r)
+			})
+		})
+		r.Get("/v2/", func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, http.StatusOK, struct{}{}) })
+		r.HandleFunc("/v2/*", h.route)
+		r.Get("/v1/operations/{id}", h.operation)
+	})
+}
+
+// route dispatches /v2/<name>/blobs/... by hand: repository names contain
+// slashes, which chi patterns cannot match in the middle of a path.
+func (h *ociHandler) route(w http.ResponseWriter, r *http.Request) {
+	p := strings.TrimPrefix(r.URL.Path, "/v2/")
+	i := strings.LastIndex(p, "/blobs/")
+	if i <= 0 {
+		h.fail(w, r, blobplane.Errorf(blobplane.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path), ociUnsupported)
+		return
+	}
+	name, rest := p[:i], p[i+len("/blobs/"):]
+	if !auth.ValidRepository(name) {
+		h.fail(w, r, blobplane.Errorf(blobplane.CodeInvalid, "repository name %q is not valid", name), ociNameInvalid)
+		return
+	}
+	perm := auth.Write
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		if !strings.HasPrefix(rest, "uploads/") {
+			perm = auth.Read
+		}
+	}
+	// Rights first, before any blob state is touched: a caller without
+	// them gets one answer whether or not the blob exists (S8).
+	if err := CheckPermission(r.Context(), name, perm); err != nil {
+		h.fail(w, r, err, ociDenied)
+		return
+	}
+	switch {
+	case rest == "uploads/" || rest == "uploads":
+		if r.Method != http.MethodPost {
+			h.methodNotAllowed(w, r)
+			return
+		}
+		h.startUpload(w, r, name)
+	case strings.HasPrefix(rest, "uploads/"):
+		id := strings.TrimPrefix(rest, "uploads/")
+		switch r.Method {
+		case http.MethodPatch:
+			h.patchUpload(w, r, name, id)
+		case http.MethodPut:
+			h.putUpload(w, r, name, id)
+		case http.MethodGet:
+			h.uploadStatus(w, r, name, id)
+		case http.MethodDelete:
+			h.cancelUpload(w, r, name, id)
+		default:
+			h.methodNotAllowed(w, r)
+		}
+	default:
+		d, err := blobplane.ParseDigest(rest)
+		if err != nil {
+			h.fail(w, r, err, ociDigestInvalid)
+			return
+		}
+		switch r.Method {
+		case http.MethodHead, http.MethodGet:
+			h.getBlob(w, r, name, d)
+		case http.MethodDelete:
+			h.deleteBlob(w, r, name, d)
+		default:
+			h.methodNotAllowed(w, r)
+		}
+	}
+}
+
+func (h *ociHandler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	h.writeOCI(w, r, http.StatusMethodNotAllowed, ociUnsupported, r.Method+" is not supported on "+r.URL.Path)
+}
+
+// startUpload is POST /v2/<name>/blobs/uploads/[?digest=] (cross-repository
+// ?mount= falls back to a session, as the spec allows).
+func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name string) {
+	ctx := r.Context()
+	var d blobplane.Digest
+	if q := r.URL.Query().Get("digest"); q != "" {
+		var err error
+		if d, err = blobplane.ParseDigest(q); err != nil {
+			h.fail(w, r, err, ociDigestInvalid)
+			return
+		}
+	}
+	size := store.SizeUnknown
+	if d != "" && r.ContentLength >= 0 {
+		size = r.ContentLength
+		if size > h.MaxBlobSize {
+			h.fail(w, r, tooLarge(h.MaxBlobSize), ociSizeInvalid)
+			return
+		}
+	}
+	be, ok := h.Backends[h.Backend]
+	if !ok {
+		h.fail(w, r, blobplane.Errorf(blobplane.CodeInternal, "upload backend %q is not configured", h.Backend), ociUnavailable)
+		return
+	}
+	p, _ := PrincipalOf(ctx)
+	// The intent commits before the backend stages anything (flow 1).
+	in, err := h.Store.CreateIntent(ctx, store.NewIntent{
+		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
+		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
+	})
+	if err != nil {
+		h.fail(w, r, err, ociNameUnknown)
+		return
+	}
+	id, err := be.CreateUpload(ctx)
+	if err != nil {
+		h.fail(w, r, err, ociUnavailable)
+		return
+	}
+	if in, err = h.Store.ExtendIntent(ctx, in.OperationID, id, 0, h.IntentTTL); err != nil {
+		h.fail(w, r, err, ociUploadUnknown)
+		return
+	}
+	if d == "" {
+		h.sessionAnswer(w, name, in.OperationID, 0, http.StatusAccepted)
+		return
+	}
+	n, ok := h.append(w, r, be, in, 0)
+	if !ok {
+		return
+	}
+	in.ReceivedBytes = n
+	h.close(w, r, be, in, d)
+}
+
+// patchUpload is PATCH /v2/<name>/blobs/uploads/<id>: one chunk, in order.
+func (h *ociHandler) patchUpload(w http.ResponseWriter, r *http.Request, name, id string) {
+	in, be, ok := h.session(w, r, name, id)
+	if !ok {
+		return
+	}
+	offset := in.ReceivedBytes
+	if cr := r.Header.Get("Content-Range"); cr != "" {
+		start, end, err := ParseContentRange(cr)
+		if err != nil || start != in.ReceivedBytes || (r.ContentLength >= 0 && r.ContentLength != end-start+1) {
+			h.rangeNotSatisfiable(w, r, name, in, fmt.Sprintf("Content-Range %q: the next chunk must start at byte %d", cr, in.ReceivedBytes))
+			return
+		}
+	}
+	n, ok := h.append(w, r, be, in, offset)
+	if !ok {
+		return
+	}
+	h.sessionAnswer(w, name, in.OperationID, n, http.StatusAccepted)
+}
+
+// putUpload is PUT /v2/<name>/blobs/uploads/<id>?digest=: an optional last
+// chunk, then close.
+func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id string) {
+	d, err := blobplane.ParseDigest(r.URL.Query().Get("digest"))
+	if err != nil {
+		h.fail(w, r, err, ociDigestInvalid)
+		return
+	}
+	in, be, ok := h.session(w, r, name, id)
+	if !ok {
+		return
+	}
+	if r.ContentLength != 0 {
+		n, ok := h.append(w, r, be, in, in.ReceivedBytes)
+		if !ok {
+			return
+		}
+		in.ReceivedBytes = n
+	}
+	h.close(w, r, be, in, d)
+}
+
+// uploadStatus is GET /v2/<name>/blobs/uploads/<id>: where to resume.
+func (h *ociHandler) uploadStatus(w http.ResponseWriter, r *http.Request, name, id string) {
+	in, be, ok := h.session(w, r, name, id)
+	if !ok {
+		return
+	}
+	// The staged upload is the truth after a crash mid-chunk.
+	n, err := be.UploadSize(r.Context(), in.StagedLocation)
+	if err != nil {
+		h.fail(w, r, err, ociUploadUnknown)
+		return
+	}
+	h.sessionAnswer(w, name, in.OperationID, n, http.StatusNoContent)
+}
+
+// cancelUpload is DELETE /v2/<name>/blobs/uploads/<id>: abandon on the row
+// first, then delete the staged bytes.
+func (h *ociHandler) cancelUpload(w http.ResponseWriter, r *http.Request, name, id string) {
+	in, be, ok := h.session(w, r, name, id)
+	if !ok {
+		return
+	}
+	if _, err := h.Store.AbandonIntent(r.Context(), in.OperationID); err != nil {
+		h.fail(w, r, err, ociUploadUnknown)
+		return
+	}
+	if err := be.AbortUpload(r.Context(), in.StagedLocation); err != nil {
+		h.logger.WarnContext(r.Context(), "staged bytes of a cancelled upload remain for the sweeper", "operation_id", in.OperationID, "err", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// session loads a pending upload of repository name.
+func (h *ociHandler) session(w http.ResponseWriter, r *http.Request, name, id string) (store.Intent, backend.Backend, bool) {
+	in, err := h.Store.GetIntent(r.Context(), id)
+	if err != nil || in.Repository != name || in.State != store.IntentPending || in.StagedLocation == "" {
+		if err == nil {
+			err = blobplane.Errorf(blobplane.CodeNotFound, "upload %s is unknown to %s", truncateID(id), name)
+		}
+		h.fail(w, r, err, ociUploadUnknown)
+		return store.Intent{}, nil, false
+	}
+	be, ok := h.Backends[in.Backend]
+	if !ok {
+		h.fail(w, r, blobplane.Errorf(blobplane.CodeNotFound, "upload %s was staged on a backend this node does not have", id), ociUploadUnknown)
+		return store.Intent{}, nil, false
+	}
+	return in, be, true
+}
+
+// append streams the request body into the staged upload at offset and
+// records the new size on the intent (moving its expiry). It answers the
+// client itself when it fails.
+func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, offset int64) (int64, bool) {
+	ctx := r.Context()
+	limit := &limitReader{r: r.Body, left: h.MaxBlobSize - offset}
+	n, err := be.AppendUpload(ctx, in.StagedLocation, offset, limit)
+	if limit.exceeded {
+		// Past the maximum: the session cannot succeed any more.
+		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr == nil {
+			_ = be.AbortUpload(context.WithoutCancel(ctx), in.StagedLocation)
+		}
+		h.fail(w, r, tooLarge(h.MaxBlobSize), ociSizeInvalid)
+		return 0, false
+	}
+	if errors.Is(err, backend.ErrRangeInvalid) {
+		cur, serr := be.UploadSize(ctx, in.StagedLocation)
+		if serr == nil {
+			in.ReceivedBytes = cur
+		}
+		h.rangeNotSatisfiable(w, r, in.Repository, in, blobplane.ErrorMessage(err))
+		return 0, false
+	}
+	if err != nil {
+		h.fail(w, r, err, ociUploadInvalid)
+		return 0, false
+	}
+	if _, err := h.Store.ExtendIntent(ctx, in.OperationID, "", n, h.IntentTTL); err != nil {
+		h.fail(w, r, err, ociUploadUnknown)
+		return 0, false
+	}
+	return n, true
+}
+
+// close verifies the staged bytes while promoting them to d's
+// content-addressed object, records the placement, and publishes.
+func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest) {
+	ctx := r.Context()
+	size := in.ReceivedBytes
+	if in.ExpectedDigest != "" && (in.ExpectedDigest != d || (in.ExpectedSize != store.SizeUnknown && in.ExpectedSize != size)) {
+		h.rejectContent(w, r, be, in, d, blobplane.Errorf(blobplane.CodeMismatch, "the upload declared %s, closed as %s with %d bytes", in.ExpectedDigest, d, size))
+		return
+	}
+	k := placement.Key{Digest: d, Backend: in.Backend, Datacenter: h.Datacenter, Location: ObjectLocation(d)}
+	_, err := h.Store.StagePlacement(ctx, k, size, 0)
+	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
+	if err != nil && !alreadyVerified {
+		h.fail(w, r, err, ociUploadInvalid)
+		return
+	}
+	// PromoteUpload hashes while it streams: the bytes must prove the
+	// digest even when a verified copy exists (S8). An existing object is
+	// the same content under the same key: one stored copy.
+	info, err := be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: d, Size: size})
+	if errors.Is(err, backend.ErrMismatch) {
+		if !alreadyVerified {
+			if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), k, placement.DigestMismatch, 0); ferr != nil {
+				h.logger.WarnContext(ctx, "cannot record digest mismatch", "operation_id", in.OperationID, "err", ferr)
+			}
+		}
+		h.rejectContent(w, r, be, in, d, err)
+		return
+	}
+	if err != nil {
+		h.fail(w, r, err, ociUploadInvalid)
+		return
+	}
+	if !alreadyVerified {
+		if _, err := h.Store.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0); err != nil {
+			h.fail(w, r, err, ociUploadInvalid)
+			return
+		}
+	}
+	if _, err := h.Store.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
+		h.fail(w, r, err, ociDigestInvalid)
+		return
+	}
+	home, ok := h.Home.Home(in.Repository)
+	if !ok {
+		// Not the home: the intent stays pending with its verified content.
+		// Forwarding to the home and the finalize job are not built yet.
+		w.Header().Set("Location", "/v1/operations/"+in.OperationID)
+		w.Header().Set("Docker-Upload-UUID", in.OperationID)
+		w.Header().Set("Docker-Content-Digest", string(d))
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if home.Ctx != nil {
+		defer context.AfterFunc(home.Ctx, cancel)()
+	}
+	if _, err := h.Store.Finalize(fctx, store.FinalizeRequest{
+		OperationID: in.OperationID, Digest: d, Size: size,
+		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
+		Replication: h.Replication,
+	}); err != nil {
+		h.fail(w, r, err, ociUploadInvalid)
+		return
+	}
+	w.Header().Set("Location", "/v2/"+in.Repository+"/blobs/"+string(d))
+	w.Header().Set("Docker-Content-Digest", string(d))
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusCreated)
+}
+
+// rejectContent ends an upload whose bytes are not the claimed content:
+// abandoned on the row, staged bytes removed, DIGEST_INVALID.
+func (h *ociHandler) rejectContent(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, cause error) {
+	ctx := context.WithoutCancel(r.Context())
+	if _, err := h.Store.AbandonIntent(ctx, in.OperationID); err == nil {
+		if err := be.AbortUpload(ctx, in.StagedLocation); err != nil {
+			h.logger.WarnContext(ctx, "staged bytes of a rejected upload remain for the sweeper", "operation_id", in.OperationID, "err", err)
+		}
+	}
+	h.writeOCI(w, r, http.StatusBadRequest, ociDigestInvalid, blobplane.ErrorMessage(cause))
+}
+
+// getBlob is HEAD and GET /v2/<name>/blobs/<digest>. Existence comes from
+// Postgres alone; HEAD makes no backend request.
+func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string, d blobplane.Digest) {
+	ctx := r.Context()
+	size, err := h.Store.ReferencedBlob(ctx, name, d)
+	if err != nil {
+		h.fail(w, r, err, ociBlobUnknown)
+		return
+	}
+	w.Header().Set("Docker-Content-Digest", string(d))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Accept-Ranges", "bytes")
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	var rng *backend.Range
+	if hv := r.Header.Get("Range"); hv != "" {
+		rr, err := ParseByteRange(hv, size)
+		if err != nil {
+			w.Header().Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+			h.fail(w, r, err, ociBlobUnknown)
+			return
+		}
+		rng = &rr
+	}
+	ps, err := h.Store.Placements(ctx, d)
+	if err != nil {
+		h.fail(w, r, err, ociUnavailable)
+		return
+	}
+	var obj *backend.Object
+	for _, p := range ps {
+		be, ok := h.Backends[p.Backend]
+		if p.State != placement.Verified || p.Datacenter != h.Datacenter || !ok {
+			continue
+		}
+		obj, err = be.Read(ctx, d, backend.ReadOptions{Range: rng})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, backend.ErrNotFound) {
+			h.fail(w, r, err, ociUnavailable)
+			return
+		}
+		// A reference plus a backend not-found is a detected loss.
+		h.logger.ErrorContext(ctx, "verified placement lost its bytes", "digest", d, "backend", p.Backend)
+		if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), p.Key, placement.SourceUnavailable, p.Epoch); ferr != nil {
+			h.logger.WarnContext(ctx, "cannot record a lost placement", "digest", d, "err", ferr)
+		}
+	}
+	if obj == nil {
+		h.fail(w, r, blobplane.Errorf(blobplane.CodeUnavailable, "%s has no verified placement in datacenter %s; remote read-through is not available yet", d, h.Datacenter), ociUnavailable)
+		return
+	}
+	defer obj.Body.Close()
+	w.Header().Set("Content-Length", strconv.FormatInt(obj.Length, 10))
+	status := http.StatusOK
+	if rng != nil {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", rng.Offset, rng.Offset+rng.Length-1, size))
+		status = http.StatusPartialContent
+	}
+	w.WriteHeader(status)
+	if _, err := io.Copy(w, obj.Body); err != nil && !errors.Is(err, context.Canceled) {
+		h.logger.WarnContext(ctx, "blob body failed mid-stream", "digest", d, "err", err)
+	}
+}
+
+// deleteBlob is DELETE /v2/<name>/blobs/<digest>: the reference only.
+func (h *ociHandler) deleteBlob(w http.ResponseWriter, r *http.Request, name string, d blobplane.Digest) {
+	if err := h.Store.DeleteReference(r.Context(), name, d); err != nil {
+		h.fail(w, r, err, ociBlobUnknown)
+		return
+	}
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// operation is GET /v1/operations/<id>: the outcome of a publication, or
+// the pending intent.
+func (h *ociHandler) operation(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	in, err := h.Store.GetIntent(r.Context(), id)
+	if err == nil {
+		err = CheckPermission(r.Context(), in.Repository, auth.Read)
+	}
+	if err != nil {
+		if blobplane.ErrorCode(err) == blobplane.CodeForbidden {
+			err = blobplane.Errorf(blobplane.CodeNotFound, "unknown operation") // do not confirm it exists
+		}
+		WriteAuthError(w, r, h.logger, err)
+		return
+	}
+	if in.State == store.IntentAdmitted {
+		o, err := h.Store.Outcome(r.Context(), in.OperationID)
+		if err != nil {
+			WriteError(w, r, h.logger, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]any{"state": in.State, "outcome": o})
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"state": in.State, "repository": in.Repository, "digest": in.ExpectedDigest})
+}
+
+// sessionAnswer writes the headers of an open upload session.
+func (h *ociHandler) sessionAnswer(w http.ResponseWriter, name, id string, size int64, status int) {
+	w.Header().Set("Location", "/v2/"+name+"/blobs/uploads/"+id)
+	w.Header().Set("Docker-Upload-UUID", id)
+	w.Header().Set("Range", uploadRange(size))
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(status)
+}
+
+func (h *ociHandler) rangeNotSatisfiable(w http.ResponseWriter, r *http.Request, name string, in store.Intent, msg string) {
+	w.Header().Set("Location", "/v2/"+name+"/blobs/uploads/"+in.OperationID)
+	w.Header().Set("Docker-Upload-UUID", in.OperationID)
+	w.Header().Set("Range", uploadRange(in.ReceivedBytes))
+	h.writeOCI(w, r, http.StatusRequestedRangeNotSatisfiable, ociRangeNotSatisfied, msg)
+}
+
+// uploadRange is the Range header of a session holding size bytes
+// ("0-0" for none, as distribution answers).
+func uploadRange(size int64) string {
+	if size == 0 {
+		return "0-0"
+	}
+	return "0-" + strconv.FormatInt(size-1, 10)
+}
+
+// fail answers err in the OCI format. The status comes from StatusOf; the
+// OCI code from the error's kind, with fallback for the endpoint's own
+// not-found or invalid answer.
+func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fallback string) {
+	code := blobplane.ErrorCode(err)
+	status := StatusOf(code)
+	oci := fallback
+	switch code {
+	case blobplane.CodeUnauthorized:
+		oci = ociUnauthorized
+		Challenge(w)
+	case blobplane.CodeForbidden:
+		oci = ociDenied
+	case blobplane.CodeTooLarge:
+		oci = ociSizeInvalid
+	case blobplane.CodeMismatch:
+		oci = ociDigestInvalid
+	case blobplane.CodeUnavailable, blobplane.CodeInternal:
+		oci = ociUnavailable
+		w.Header().Set("Retry-After", "1")
+	case blobplane.CodeStaleEpoch:
+		status, oci = http.StatusServiceUnavailable, ociUnavailable // the home moved: retry
+		w.Header().Set("Retry-After", "1")
+	}
+	if status >= 500 && !errors.Is(err, context.Canceled) {
+		h.logger.ErrorContext(r.Context(), "oci request failed", "err", err, "path", r.URL.Path)
+	}
+	h.writeOCI(w, r, status, oci, blobplane.ErrorMessage(err))
+}
+
+func (h *ociHandler) writeOCI(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if r.Method == http.MethodHead {
+		w.WriteHeader(status)
+		return
+	}
+	WriteJSON(w, status, OCIErrorBody{Errors: []OCIError{{Code: code, Message: msg}}})
+}
+
+func tooLarge(max int64) error {
+	return blobplane.Errorf(blobplane.CodeTooLarge, "blob exceeds the maximum size of %d bytes", max)
+}
+
+func truncateID(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// limitReader fails once more than left bytes were asked of it.
+type limitReader struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+var errTooLarge = errors.New("request body exceeds the maximum blob size")
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		// One byte more tells a body at the limit from one past it.
+		var one [1]byte
+		n, err := l.r.Read(one[:])
+		if n > 0 {
+			l.exceeded = true
+			return 0, errTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// ParseContentRange parses an OCI chunk's Content-Range, "<start>-<end>"
+// (inclusive; a "bytes " prefix is tolerated).
+func ParseContentRange(s string) (start, end int64, err error) {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "bytes ")
+	a, b, ok := strings.Cut(s, "-")
+	bad := blobplane.Errorf(blobplane.CodeRangeInvalid, "Content-Range %q: want <start>-<end>", truncateID(s))
+	if !ok || a == "" || b == "" || strings.ContainsAny(a+b, "+- ") {
+		return 0, 0, bad
+	}
+	start, err1 := strconv.ParseInt(a, 10, 64)
+	end, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || start < 0 || end < start {
+		return 0, 0, bad
+	}
+	return start, end, nil
+}
+
+// ParseByteRange parses a single-range "Range: bytes=a-b" (or "a-" or
+// "-n") against a blob of size bytes.
+func ParseByteRange(s string, size int64) (backend.Range, error) {
+	bad := blobplane.Errorf(blobplane.CodeRangeInvalid, "Range %q is not a satisfiable single byte range of a %d-byte blob", truncateID(s), size)
+	spec, ok := strings.CutPrefix(s, "bytes=")
+	if !ok || strings.Contains(spec, ",") {
+		return backend.Range{}, bad
+	}
+	a, b, ok := strings.Cut(spec, "-")
+	if !ok {
+		return backend.Range{}, bad
+	}
+	var start, end int64
+	var err error
+	switch {
+	case a == "" && b != "": // suffix
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			return backend.Range{}, bad
+		}
+		start, end = max(size-n, 0), size-1
+	case a != "":
+		if start, err = strconv.ParseInt(a, 10, 64); err != nil || start < 0 {
+			return backend.Range{}, bad
+		}
+		end = size - 1
+		if b != "" {
+			if end, err = strconv.ParseInt(b, 10, 64); err != nil || end < start {
+				return backend.Range{}, bad
+			}
+			end = min(end, size-1)
+		}
+	default:
+		return backend.Range{}, bad
+	}
+	if start >= size || end < start {
+		return backend.Range{}, bad
+	}
+	return backend.Range{Offset: start, Length: end - start + 1}, nil
+}

@@ -1,0 +1,473 @@
+package handlers_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/backend/fs"
+	"github.com/blobplane/blobplane/handlers"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+)
+
+// countingBackend counts every call into the byte store.
+type countingBackend struct {
+	backend.Backend
+	calls atomic.Int64
+}
+
+func (c *countingBackend) Write(ctx context.Context, req backend.WriteRequest) (backend.Info, error) {
+	c.calls.Add(1)
+	return c.Backend.Write(ctx, req)
+}
+func (c *countingBackend) Read(ctx context.Context, d blobplane.Digest, o backend.ReadOptions) (*backend.Object, error) {
+	c.calls.Add(1)
+	return c.Backend.Read(ctx, d, o)
+}
+func (c *countingBackend) Stat(ctx context.Context, d blobplane.Digest) (backend.Info, error) {
+	c.calls.Add(1)
+	return c.Backend.Stat(ctx, d)
+}
+func (c *countingBackend) Delete(ctx context.Context, d blobplane.Digest) error {
+	c.calls.Add(1)
+	return c.Backend.Delete(ctx, d)
+}
+func (c *countingBackend) List(ctx context.Context, o backend.ListOptions) (backend.Page, error) {
+	c.calls.Add(1)
+	return c.Backend.List(ctx, o)
+}
+func (c *countingBackend) CreateUpload(ctx context.Context) (string, error) {
+	c.calls.Add(1)
+	return c.Backend.CreateUpload(ctx)
+}
+func (c *countingBackend) AppendUpload(ctx context.Context, id string, off int64, r io.Reader) (int64, error) {
+	c.calls.Add(1)
+	return c.Backend.AppendUpload(ctx, id, off, r)
+}
+func (c *countingBackend) UploadSize(ctx context.Context, id string) (int64, error) {
+	c.calls.Add(1)
+	return c.Backend.UploadSize(ctx, id)
+}
+func (c *countingBackend) PromoteUpload(ctx context.Context, id string, req backend.WriteRequest) (backend.Info, error) {
+	c.calls.Add(1)
+	return c.Backend.PromoteUpload(ctx, id, req)
+}
+func (c *countingBackend) AbortUpload(ctx context.Context, id string) error {
+	c.calls.Add(1)
+	return c.Backend.AbortUpload(ctx, id)
+}
+
+// staticHome is this node's lease, acquired for real in the lease table;
+// home false plays a node that is not the repository's home.
+type staticHome struct {
+	lease handlers.HomeLease
+	home  atomic.Bool
+}
+
+func (h *staticHome) Home(string) (handlers.HomeLease, bool) { return h.lease, h.home.Load() }
+
+type ociEnv struct {
+	st   *store.Store
+	srv  *httptest.Server
+	be   *countingBackend
+	fs   *fs.Backend
+	home *staticHome
+	// writer may push and pull team/*; reader may only pull.
+	writer, reader string
+}
+
+func ociSetup(t *testing.T, maxBlob int64) *ociEnv {
+	t.Helper()
+	ctx := context.Background()
+	st := pgtest.NewStore(t)
+	for _, repo := range []string{"team/app", "team/other"} {
+		if err := st.CreateRepository(ctx, repo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	be := &countingBackend{Backend: raw}
+	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
+	home.home.Store(true)
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
+		Store: st, Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1",
+		Home: home, MaxBlobSize: maxBlob,
+	}}))
+	t.Cleanup(srv.Close)
+	return &ociEnv{
+		st: st, srv: srv, be: be, fs: raw, home: home,
+		writer: token(t, st, "alice", "team/*:write"),
+		reader: token(t, st, "bob", "team/*:read"),
+	}
+}
+
+func ociDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// do sends a request with a header map.
+func (e *ociEnv) do(t *testing.T, method, path, body, cred string, hdr map[string]string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred != "" {
+		req.SetBasicAuth("oras", cred)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func ociCode(t *testing.T, a answer) string {
+	t.Helper()
+	var body handlers.OCIErrorBody
+	if err := json.Unmarshal([]byte(a.body), &body); err != nil || len(body.Errors) != 1 {
+		t.Fatalf("not an OCI error body (%d): %q", a.status, a.body)
+	}
+	return body.Errors[0].Code
+}
+
+func TestOCIBase(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	if a := e.do(t, "GET", "/v2/", "", "", nil); a.status != 401 || len(a.header.Values("WWW-Authenticate")) == 0 || ociCode(t, a) != "UNAUTHORIZED" {
+		t.Fatalf("anonymous /v2/: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/", "", e.reader, nil); a.status != 200 || a.header.Get("Docker-Distribution-API-Version") != "registry/2.0" {
+		t.Fatalf("/v2/: %+v", a)
+	}
+	if a := e.do(t, "POST", "/v2/Team/App/blobs/uploads/", "", e.writer, nil); a.status != 400 || ociCode(t, a) != "NAME_INVALID" {
+		t.Fatalf("bad name: %+v", a)
+	}
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.reader, nil); a.status != 403 || ociCode(t, a) != "DENIED" {
+		t.Fatalf("push without write: %+v", a)
+	}
+	if a := e.do(t, "POST", "/v2/team/none/blobs/uploads/", "", e.writer, nil); a.status != 404 || ociCode(t, a) != "NAME_UNKNOWN" {
+		t.Fatalf("unknown repository: %+v", a)
+	}
+}
+
+// Monolithic POST ?digest=, then HEAD, GET, ranged GET and DELETE.
+func TestOCIMonolithicUploadAndRead(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	content := "hello, blobplane"
+	d := ociDigest(content)
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, content, e.writer, nil)
+	if a.status != 201 || a.header.Get("Location") != "/v2/team/app/blobs/"+d || a.header.Get("Docker-Content-Digest") != d {
+		t.Fatalf("monolithic: %+v", a)
+	}
+	if a := e.do(t, "HEAD", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 200 || a.header.Get("Content-Length") != fmt.Sprint(len(content)) || a.header.Get("Docker-Content-Digest") != d {
+		t.Fatalf("head: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 200 || a.body != content {
+		t.Fatalf("get: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, map[string]string{"Range": "bytes=7-"}); a.status != 206 || a.body != "blobplane" ||
+		a.header.Get("Content-Range") != fmt.Sprintf("bytes 7-%d/%d", len(content)-1, len(content)) {
+		t.Fatalf("ranged get: %+v", a)
+	}
+	// Another repository does not see it: references are per repository.
+	if a := e.do(t, "GET", "/v2/team/other/blobs/"+d, "", e.reader, nil); a.status != 404 || ociCode(t, a) != "BLOB_UNKNOWN" {
+		t.Fatalf("other repository: %+v", a)
+	}
+	if a := e.do(t, "DELETE", "/v2/team/app/blobs/"+d, "", e.writer, nil); a.status != 202 {
+		t.Fatalf("delete: %+v", a)
+	}
+	if a := e.do(t, "HEAD", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 404 {
+		t.Fatalf("head after delete: %+v", a)
+	}
+	// Only the reference went: the bytes stay for other references.
+	if _, err := e.fs.Stat(context.Background(), blobplane.Digest(d)); err != nil {
+		t.Fatalf("bytes after reference delete: %v", err)
+	}
+}
+
+// Chunked upload: a bad Content-Range is 416 with the valid Range, and the
+// client resumes from the status the session reports.
+func TestOCIChunkedBadRangeThenResume(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	loc := a.header.Get("Location")
+	if a.status != 202 || !strings.HasPrefix(loc, "/v2/team/app/blobs/uploads/") || a.header.Get("Docker-Upload-UUID") == "" || a.header.Get("Range") != "0-0" {
+		t.Fatalf("start: %+v", a)
+	}
+	if a := e.do(t, "PATCH", loc, "01234", e.writer, map[string]string{"Content-Range": "0-4", "Content-Type": "application/octet-stream"}); a.status != 202 || a.header.Get("Range") != "0-4" {
+		t.Fatalf("chunk 1: %+v", a)
+	}
+	a = e.do(t, "PATCH", loc, "zzzzz", e.writer, map[string]string{"Content-Range": "10-14"})
+	if a.status != 416 || a.header.Get("Range") != "0-4" || ociCode(t, a) != "BLOB_UPLOAD_INVALID" {
+		t.Fatalf("bad range: %+v", a)
+	}
+	if a := e.do(t, "GET", loc, "", e.writer, nil); a.status != 204 || a.header.Get("Range") != "0-4" || a.header.Get("Location") != loc {
+		t.Fatalf("status: %+v", a)
+	}
+	if a := e.do(t, "PATCH", loc, "56789", e.writer, map[string]string{"Content-Range": "5-9"}); a.status != 202 || a.header.Get("Range") != "0-9" {
+		t.Fatalf("chunk 2: %+v", a)
+	}
+	d := ociDigest("0123456789abc")
+	if a := e.do(t, "PUT", loc+"?digest="+d, "abc", e.writer, nil); a.status != 201 || a.header.Get("Docker-Content-Digest") != d {
+		t.Fatalf("close: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.body != "0123456789abc" {
+		t.Fatalf("read back: %+v", a)
+	}
+	// A closed session is gone.
+	if a := e.do(t, "PATCH", loc, "x", e.writer, nil); a.status != 404 || ociCode(t, a) != "BLOB_UPLOAD_UNKNOWN" {
+		t.Fatalf("patch after close: %+v", a)
+	}
+}
+
+// S2: a digest mismatch leaves no verified placement and no staged bytes.
+func TestOCIDigestMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := ociSetup(t, 0)
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	loc, id := a.header.Get("Location"), a.header.Get("Docker-Upload-UUID")
+	e.do(t, "PATCH", loc, "actual bytes", e.writer, nil)
+	in, err := e.st.GetIntent(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := ociDigest("claimed bytes")
+	a = e.do(t, "PUT", loc+"?digest="+claimed, "", e.writer, nil)
+	if a.status != 400 || ociCode(t, a) != "DIGEST_INVALID" {
+		t.Fatalf("mismatch: %+v", a)
+	}
+	ps, err := e.st.Placements(ctx, blobplane.Digest(claimed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.State == placement.Verified {
+			t.Fatalf("verified placement after a mismatch: %+v", p)
+		}
+	}
+	if _, err := e.fs.UploadSize(ctx, in.StagedLocation); err == nil {
+		t.Fatal("staged bytes kept after a mismatch")
+	}
+	if got, _ := e.st.GetIntent(ctx, id); got.State != store.IntentAbandoned {
+		t.Fatalf("intent after mismatch: %s", got.State)
+	}
+	if a := e.do(t, "HEAD", "/v2/team/app/blobs/"+claimed, "", e.reader, nil); a.status != 404 {
+		t.Fatalf("head of mismatched digest: %+v", a)
+	}
+}
+
+// ADR-00018: existence is answered from Postgres; HEAD makes no backend call.
+func TestOCIHeadMakesNoBackendCalls(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	d := ociDigest("head")
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, "head", e.writer, nil); a.status != 201 {
+		t.Fatalf("upload: %+v", a)
+	}
+	before := e.be.calls.Load()
+	for _, repo := range []string{"team/app", "team/other"} {
+		e.do(t, "HEAD", "/v2/"+repo+"/blobs/"+d, "", e.reader, nil)
+	}
+	if n := e.be.calls.Load() - before; n != 0 {
+		t.Fatalf("HEAD made %d backend calls", n)
+	}
+}
+
+func TestOCIOversizeIs413(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 8)
+	d := ociDigest("123456789")
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, "123456789", e.writer, nil); a.status != 413 || ociCode(t, a) != "SIZE_INVALID" {
+		t.Fatalf("monolithic oversize: %+v", a)
+	}
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	loc := a.header.Get("Location")
+	if a := e.do(t, "PATCH", loc, "12345", e.writer, nil); a.status != 202 {
+		t.Fatalf("chunk within the limit: %+v", a)
+	}
+	if a := e.do(t, "PATCH", loc, "6789", e.writer, nil); a.status != 413 || ociCode(t, a) != "SIZE_INVALID" {
+		t.Fatalf("chunk past the limit: %+v", a)
+	}
+	if a := e.do(t, "GET", loc, "", e.writer, nil); a.status != 404 {
+		t.Fatalf("session after oversize: %+v", a)
+	}
+}
+
+// S8: a caller without read access gets the same answer whether or not the
+// blob exists.
+func TestOCIDeniedIsIndistinguishable(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	d := ociDigest("secret")
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, "secret", e.writer, nil); a.status != 201 {
+		t.Fatalf("upload: %+v", a)
+	}
+	outsider := token(t, e.st, "eve", "elsewhere/*:write")
+	known := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", outsider, nil)
+	unknown := e.do(t, "GET", "/v2/team/app/blobs/"+ociDigest("nothing"), "", outsider, nil)
+	if known.status != 403 || known.status != unknown.status || known.body != unknown.body {
+		t.Fatalf("existing: %d %q; unknown: %d %q", known.status, known.body, unknown.status, unknown.body)
+	}
+}
+
+// Cancel abandons on the row, then removes the staged bytes.
+func TestOCICancelUpload(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := ociSetup(t, 0)
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	loc, id := a.header.Get("Location"), a.header.Get("Docker-Upload-UUID")
+	e.do(t, "PATCH", loc, "partial", e.writer, nil)
+	in, _ := e.st.GetIntent(ctx, id)
+	if a := e.do(t, "DELETE", loc, "", e.writer, nil); a.status != 204 {
+		t.Fatalf("cancel: %+v", a)
+	}
+	if got, _ := e.st.GetIntent(ctx, id); got.State != store.IntentAbandoned {
+		t.Fatalf("intent: %s", got.State)
+	}
+	if _, err := e.fs.UploadSize(ctx, in.StagedLocation); err == nil {
+		t.Fatal("staged bytes kept after cancel")
+	}
+	if a := e.do(t, "PUT", loc+"?digest="+ociDigest("partial"), "", e.writer, nil); a.status != 404 || ociCode(t, a) != "BLOB_UPLOAD_UNKNOWN" {
+		t.Fatalf("close after cancel: %+v", a)
+	}
+}
+
+// Not the home: the content is admitted and verified, the answer is 202
+// with the operation to watch, and nothing is published here.
+func TestOCINotHomeAnswers202(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	e.home.home.Store(false)
+	d := ociDigest("elsewhere")
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, "elsewhere", e.writer, nil)
+	loc := a.header.Get("Location")
+	if a.status != 202 || !strings.HasPrefix(loc, "/v1/operations/") {
+		t.Fatalf("not home: %+v", a)
+	}
+	if a := e.do(t, "HEAD", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 404 {
+		t.Fatalf("published without the home: %+v", a)
+	}
+	a = e.do(t, "GET", loc, "", e.reader, nil)
+	if a.status != 200 || !strings.Contains(a.body, `"state": "pending"`) {
+		t.Fatalf("operation: %+v", a)
+	}
+	if a := e.do(t, "GET", loc, "", token(t, e.st, "eve", "elsewhere/*:read"), nil); a.status != 404 {
+		t.Fatalf("operation for an outsider: %+v", a)
+	}
+	// The same operation published by the home shows its outcome.
+	id := strings.TrimPrefix(loc, "/v1/operations/")
+	if _, err := e.st.Finalize(context.Background(), store.FinalizeRequest{OperationID: id, Digest: blobplane.Digest(d), Size: int64(len("elsewhere")),
+		Partition: "p-0001", Node: "node-a", Epoch: e.home.lease.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.do(t, "GET", loc, "", e.reader, nil); a.status != 200 || !strings.Contains(a.body, `"state": "admitted"`) || !strings.Contains(a.body, d) {
+		t.Fatalf("operation after publication: %+v", a)
+	}
+}
+
+// The same content uploaded concurrently into two repositories: two
+// references, one stored copy.
+func TestOCISameContentTwoRepositories(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := ociSetup(t, 0)
+	content := "shared layer"
+	d := ociDigest(content)
+	var wg sync.WaitGroup
+	answers := make([]answer, 2)
+	for i, repo := range []string{"team/app", "team/other"} {
+		wg.Go(func() {
+			answers[i] = e.do(t, "POST", "/v2/"+repo+"/blobs/uploads/?digest="+d, content, e.writer, nil)
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if a.status != 201 {
+			t.Fatalf("upload %d: %+v", i, a)
+		}
+	}
+	for _, repo := range []string{"team/app", "team/other"} {
+		if a := e.do(t, "GET", "/v2/"+repo+"/blobs/"+d, "", e.reader, nil); a.body != content {
+			t.Fatalf("%s: %+v", repo, a)
+		}
+	}
+	page, err := e.fs.List(ctx, backend.ListOptions{})
+	if err != nil || len(page.Entries) != 1 {
+		t.Fatalf("stored objects: %+v %v", page.Entries, err)
+	}
+}
+
+func TestParseContentRange(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string][2]int64{"0-4": {0, 4}, "bytes 5-9": {5, 9}, "7-7": {7, 7}} {
+		a, b, err := handlers.ParseContentRange(s)
+		if err != nil || a != want[0] || b != want[1] {
+			t.Errorf("%q: %d %d %v", s, a, b, err)
+		}
+	}
+	for _, s := range []string{"", "-", "4-1", "-1-2", "a-b", "1-", "+1-2", "1 -2"} {
+		if _, _, err := handlers.ParseContentRange(s); err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}
+
+func FuzzParseContentRange(f *testing.F) {
+	for _, s := range []string{"0-4", "bytes 5-9", "4-1", "-", "9223372036854775807-9223372036854775807"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, b, err := handlers.ParseContentRange(s)
+		if err == nil && (a < 0 || b < a) {
+			t.Fatalf("%q: %d-%d", s, a, b)
+		}
+	})
+}
+
+func TestParseByteRange(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string][2]int64{"bytes=0-0": {0, 1}, "bytes=2-": {2, 8}, "bytes=-3": {7, 3}, "bytes=5-100": {5, 5}} {
+		r, err := handlers.ParseByteRange(s, 10)
+		if err != nil || r.Offset != want[0] || r.Length != want[1] {
+			t.Errorf("%q: %+v %v", s, r, err)
+		}
+	}
+	for _, s := range []string{"bytes=10-", "bytes=3-2", "bytes=0-1,3-4", "items=0-1", "bytes=-0", "bytes=-"} {
+		if _, err := handlers.ParseByteRange(s, 10); err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}
