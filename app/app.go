@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
@@ -150,6 +151,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Auth:         st,
 		Repositories: st,
 		Authority:    routing,
+		OCI:          ociDeps(cfg, st, a.backends, a.keeper, riverClient),
 	})
 	a.server = &http.Server{
 		Handler:           router,
@@ -158,6 +160,20 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return a, nil
+}
+
+// ociDeps wires the /v2/ blob API: uploads stage on the first configured
+// backend and publish when this node's keeper holds the repository's
+// partition. Without a backend there is no blob API.
+func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx]) *handlers.OCI {
+	if len(b.Order) == 0 {
+		return nil
+	}
+	return &handlers.OCI{
+		Store: st, Backends: b.ByName, Backend: b.Order[0], Datacenter: cfg.Datacenter,
+		Home:        handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},
+		Replication: jobs.Replication{Client: rc},
+	}
 }
 
 // Keeper is this node's lease keeper.
