@@ -265,10 +265,12 @@ func (h *ociHandler) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	h.writeOCI(w, r, http.StatusMethodNotAllowed, ociUnsupported, r.Method+" is not supported on "+r.URL.Path)
 }
 
-// startUpload is POST /v2/<name>/blobs/uploads/[?digest=] (cross-repository
-// ?mount= falls back to a session, as the spec allows).
+// startUpload is POST /v2/<name>/blobs/uploads/[?digest=|?mount=&from=].
 func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
+	if m := r.URL.Query().Get("mount"); m != "" && h.mount(w, r, name, m, r.URL.Query().Get("from")) {
+		return
+	}
 	var d blobplane.Digest
 	if q := r.URL.Query().Get("digest"); q != "" {
 		var err error
@@ -319,6 +321,51 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 	}
 	in.ReceivedBytes = n
 	h.close(w, r, be, in, d)
+}
+
+// mount publishes digest m of repository from into name without bytes,
+// through the same finalization as an upload, and reports whether it
+// answered. It succeeds only when the caller can read from and from
+// references m; in every other case (no rights, unknown digest, not the
+// home, a refusal) the caller falls back to a plain upload session, so the
+// answer is the same whether or not the digest exists elsewhere (S8).
+func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from string) bool {
+	ctx := r.Context()
+	d, err := blobplane.ParseDigest(m)
+	if err != nil || !auth.ValidRepository(from) || CheckPermission(ctx, from, auth.Read) != nil {
+		return false
+	}
+	size, err := h.Store.ReferencedBlob(ctx, from, d)
+	if err != nil {
+		return false
+	}
+	home, ok := h.Home.Home(name)
+	if !ok {
+		return false
+	}
+	p, _ := PrincipalOf(ctx)
+	in, err := h.Store.CreateIntent(ctx, store.NewIntent{
+		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
+		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
+	})
+	if err != nil {
+		return false
+	}
+	if _, err := h.Store.Finalize(ctx, store.FinalizeRequest{
+		OperationID: in.OperationID, Digest: d, Size: size,
+		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Replication: h.Replication,
+	}); err != nil {
+		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr != nil {
+			h.logger.WarnContext(ctx, "cannot abandon a failed mount", "operation_id", in.OperationID, "err", aerr)
+		}
+		h.logger.InfoContext(ctx, "mount refused; falling back to an upload session", "digest", d, "from", from, "err", err)
+		return false
+	}
+	w.Header().Set("Location", "/v2/"+name+"/blobs/"+string(d))
+	w.Header().Set("Docker-Content-Digest", string(d))
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusCreated)
+	return true
 }
 
 // patchUpload is PATCH /v2/<name>/blobs/uploads/<id>: one chunk, in order.

@@ -471,3 +471,37 @@ func TestParseByteRange(t *testing.T) {
 		}
 	}
 }
+
+// Cross-repository mount publishes without bytes when the caller can read
+// the source; without read access the answer is the same upload session a
+// mount of an unknown digest gets (S8), and nothing is published.
+func TestOCIMount(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	d := ociDigest("mounted")
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, "mounted", e.writer, nil); a.status != 201 {
+		t.Fatalf("upload: %+v", a)
+	}
+	pushOnly := token(t, e.st, "mallory", "team/other:write")
+	denied := e.do(t, "POST", "/v2/team/other/blobs/uploads/?mount="+d+"&from=team/app", "", pushOnly, nil)
+	unknown := e.do(t, "POST", "/v2/team/other/blobs/uploads/?mount="+ociDigest("nothing")+"&from=team/app", "", pushOnly, nil)
+	for _, a := range []answer{denied, unknown} {
+		if a.status != 202 || !strings.HasPrefix(a.header.Get("Location"), "/v2/team/other/blobs/uploads/") || a.header.Get("Range") != "0-0" || a.body != "" {
+			t.Fatalf("mount fallback: %+v", a)
+		}
+	}
+	if a := e.do(t, "HEAD", "/v2/team/other/blobs/"+d, "", e.reader, nil); a.status != 404 {
+		t.Fatalf("mount without read access published: %+v", a)
+	}
+	before := e.be.calls.Load()
+	a := e.do(t, "POST", "/v2/team/other/blobs/uploads/?mount="+d+"&from=team/app", "", e.writer, nil)
+	if a.status != 201 || a.header.Get("Location") != "/v2/team/other/blobs/"+d || a.header.Get("Docker-Content-Digest") != d {
+		t.Fatalf("mount: %+v", a)
+	}
+	if n := e.be.calls.Load() - before; n != 0 {
+		t.Fatalf("mount made %d backend calls", n)
+	}
+	if a := e.do(t, "GET", "/v2/team/other/blobs/"+d, "", e.reader, nil); a.status != 200 || a.body != "mounted" {
+		t.Fatalf("read after mount: %+v", a)
+	}
+}
