@@ -401,6 +401,17 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 	if !ok {
 		return
 	}
+	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes {
+		// A retried close: a successful promotion is the only thing that
+		// consumes a staged upload of a pending intent (cancel and
+		// mismatch abandon it), so a missing one means the content was
+		// verified and recorded; only publication failed, and a refusal
+		// can succeed later.
+		if _, err := be.UploadSize(r.Context(), in.StagedLocation); errors.Is(err, backend.ErrNotFound) {
+			h.publish(w, r, in, d, in.ReceivedBytes)
+			return
+		}
+	}
 	if r.ContentLength != 0 {
 		n, ok := h.append(w, r, be, in, in.ReceivedBytes)
 		if !ok {
@@ -538,6 +549,13 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		h.fail(w, r, err, ociDigestInvalid)
 		return
 	}
+	h.publish(w, r, in, d, size)
+}
+
+// publish finalizes verified content at the home, or leaves it admitted
+// and answers 202 elsewhere.
+func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64) {
+	ctx := r.Context()
 	home, ok := h.Home.Home(in.Repository)
 	if !ok {
 		// Not the home: the intent stays pending with its verified content.

@@ -74,11 +74,22 @@ func (c *countingBackend) AbortUpload(ctx context.Context, id string) error {
 // staticHome is this node's lease, acquired for real in the lease table;
 // home false plays a node that is not the repository's home.
 type staticHome struct {
+	mu    sync.Mutex
 	lease handlers.HomeLease
 	home  atomic.Bool
 }
 
-func (h *staticHome) Home(string) (handlers.HomeLease, bool) { return h.lease, h.home.Load() }
+func (h *staticHome) Home(string) (handlers.HomeLease, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease, h.home.Load()
+}
+
+func (h *staticHome) setEpoch(epoch uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lease.Epoch = epoch
+}
 
 type ociEnv struct {
 	st   *store.Store
@@ -389,8 +400,9 @@ func TestOCINotHomeAnswers202(t *testing.T) {
 	}
 	// The same operation published by the home shows its outcome.
 	id := strings.TrimPrefix(loc, "/v1/operations/")
+	good, _ := e.home.Home("team/app")
 	if _, err := e.st.Finalize(context.Background(), store.FinalizeRequest{OperationID: id, Digest: blobplane.Digest(d), Size: int64(len("elsewhere")),
-		Partition: "p-0001", Node: "node-a", Epoch: e.home.lease.Epoch}); err != nil {
+		Partition: "p-0001", Node: "node-a", Epoch: good.Epoch}); err != nil {
 		t.Fatal(err)
 	}
 	if a := e.do(t, "GET", loc, "", e.reader, nil); a.status != 200 || !strings.Contains(a.body, `"state": "admitted"`) || !strings.Contains(a.body, d) {
@@ -503,5 +515,31 @@ func TestOCIMount(t *testing.T) {
 	}
 	if a := e.do(t, "GET", "/v2/team/other/blobs/"+d, "", e.reader, nil); a.status != 200 || a.body != "mounted" {
 		t.Fatalf("read after mount: %+v", a)
+	}
+}
+
+// A refused publication stores nothing and leaves the session open: the
+// client's retried close publishes once the cause clears.
+func TestOCIRetriedCloseAfterRefusal(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	good, _ := e.home.Home("team/app")
+	e.home.setEpoch(good.Epoch + 7) // a superseded view of the lease
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	loc := a.header.Get("Location")
+	e.do(t, "PATCH", loc, "retry me", e.writer, nil)
+	d := ociDigest("retry me")
+	if a := e.do(t, "PUT", loc+"?digest="+d, "", e.writer, nil); a.status != 503 || a.header.Get("Retry-After") == "" {
+		t.Fatalf("refused close: %+v", a)
+	}
+	if a := e.do(t, "HEAD", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 404 {
+		t.Fatalf("published after a refusal: %+v", a)
+	}
+	e.home.setEpoch(good.Epoch)
+	if a := e.do(t, "PUT", loc+"?digest="+d, "", e.writer, nil); a.status != 201 {
+		t.Fatalf("retried close: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.body != "retry me" {
+		t.Fatalf("read: %+v", a)
 	}
 }
