@@ -5,6 +5,8 @@
 package config
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +42,17 @@ type Config struct {
 	Queues          map[string]int
 	Cron            map[string]string
 	RiverUI         bool
+	// MaxBlobSize bounds one blob (413 past it).
+	MaxBlobSize int64
+	// UploadTTL is how long an idle upload intent lives; expiry is
+	// permission to reclaim, not proof the writer is dead.
+	UploadTTL time.Duration
+	// ReplicateTo lists the datacenters published blobs are copied to; nil
+	// means every registered datacenter other than the ingress.
+	ReplicateTo []string
+	// ClusterSecret authenticates node-to-node calls (finalization
+	// forwarded to a repository's home).
+	ClusterSecret string
 	// Backends are this datacenter's byte backends, in preference order
 	// (the first is where uploads land).
 	Backends []backend.Spec
@@ -146,6 +159,50 @@ var Settings = []Setting{
 				return errors.New(blobplane.ErrorMessage(err))
 			}
 			c.Backends = specs
+			return nil
+		}},
+	{Flag: "max-blob-size", Env: "BLOBPLANE_MAX_BLOB_SIZE", Default: "10GiB", Usage: "largest blob accepted (413 past it), bytes or with a KiB/MiB/GiB/TiB suffix", For: []string{API},
+		set: func(c *Config, v string) error {
+			n, err := parseBytes(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: must be a positive size such as 512MiB or 10GiB", v)
+			}
+			c.MaxBlobSize = n
+			return nil
+		}},
+	{Flag: "upload-ttl", Env: "BLOBPLANE_UPLOAD_TTL", Default: "1h", Usage: "how long an idle upload session lives before it may be reclaimed (each chunk extends it)", For: servers,
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				return fmt.Errorf("%q: must be a duration of at least 1s such as 1h", v)
+			}
+			c.UploadTTL = d
+			return nil
+		}},
+	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,
+		set: func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			c.ReplicateTo = []string{}
+			if v == "none" {
+				return nil
+			}
+			for _, dc := range strings.Split(v, ",") {
+				dc = strings.TrimSpace(dc)
+				if !dcLabel.MatchString(dc) {
+					return fmt.Errorf("%q: %q is not a datacenter label", v, dc)
+				}
+				c.ReplicateTo = append(c.ReplicateTo, dc)
+			}
+			return nil
+		}},
+	{Flag: "cluster-secret", Env: "BLOBPLANE_CLUSTER_SECRET", Default: "", Usage: "shared secret nodes present to each other when forwarding finalization to a repository's home (at least 32 characters; default: generated once into <data-dir>/cluster-secret)", For: servers,
+		set: func(c *Config, v string) error {
+			if v != "" && len(v) < 32 {
+				return errors.New("must be at least 32 characters")
+			}
+			c.ClusterSecret = v
 			return nil
 		}},
 	{Flag: "log-format", Env: "BLOBPLANE_LOG_FORMAT", Default: "json", Usage: "log format: json or text", For: all,
@@ -387,6 +444,25 @@ func redactErr(err error) string {
 	return msg
 }
 
+// parseBytes reads a size: plain bytes or a KiB/MiB/GiB/TiB suffix.
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSuffix(v, u.suffix), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n > (1<<62)/mult {
+		return 0, errors.New("bad size")
+	}
+	return n * mult, nil
+}
+
 // Commands lists the subcommands each binary accepts (the first is the
 // default). The binaries dispatch on these names and the compose-file test
 // checks docker-compose.yml against them.
@@ -394,4 +470,54 @@ var Commands = map[string][]string{
 	API:        {"serve", "migrate", "lease", "token", "repo"},
 	Worker:     {"run"},
 	Controller: {"show", "keygen", "publish"},
+}
+
+// ResolveClusterSecret fills ClusterSecret from <data-dir>/cluster-secret
+// when none was configured. Serving processes call it at start (not Load,
+// so that --help and one-shot commands write nothing).
+func (c *Config) ResolveClusterSecret() error {
+	if c.ClusterSecret != "" {
+		return nil
+	}
+	secret, err := clusterSecret(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("invalid BLOBPLANE_CLUSTER_SECRET: none set and %v", err)
+	}
+	c.ClusterSecret = secret
+	return nil
+}
+
+// clusterSecret reads <dataDir>/cluster-secret, creating it (0600, random)
+// the first time, so every process of a single-machine deployment shares
+// one without configuration. Multi-host deployments set
+// BLOBPLANE_CLUSTER_SECRET.
+func clusterSecret(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "cluster-secret")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return "", fmt.Errorf("cannot create %s: %v", dataDir, err)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	secret := hex.EncodeToString(buf)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) { // another process won the race: use its secret
+		b, rerr := os.ReadFile(path)
+		if rerr != nil {
+			return "", rerr
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("cannot write %s: %v", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		return "", err
+	}
+	return secret, f.Sync()
 }

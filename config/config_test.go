@@ -164,3 +164,40 @@ func TestBackendsDefaultAndValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestUploadSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c, _, err := Load(API, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATA_DIR": dir,
+		"BLOBPLANE_MAX_BLOB_SIZE": "512MiB", "BLOBPLANE_UPLOAD_TTL": "30m", "BLOBPLANE_REPLICATE_TO": "eu-1, us-2"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxBlobSize != 512<<20 || c.UploadTTL != 30*time.Minute || len(c.ReplicateTo) != 2 || c.ReplicateTo[1] != "us-2" {
+		t.Fatalf("%+v", c)
+	}
+	// The generated cluster secret is stable across processes.
+	w, _, err := Load(Worker, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATA_DIR": dir}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ClusterSecret != "" {
+		t.Fatal("Load must not create the cluster secret")
+	}
+	if err := c.ResolveClusterSecret(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ResolveClusterSecret(); err != nil || len(c.ClusterSecret) < 32 || w.ClusterSecret != c.ClusterSecret {
+		t.Fatalf("cluster secret %q vs %q (%v)", c.ClusterSecret, w.ClusterSecret, err)
+	}
+	none, _, _ := Load(API, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATA_DIR": dir, "BLOBPLANE_REPLICATE_TO": "none"}), nil)
+	if none.ReplicateTo == nil || len(none.ReplicateTo) != 0 {
+		t.Fatalf("none: %#v", none.ReplicateTo)
+	}
+	for k, v := range map[string]string{"BLOBPLANE_MAX_BLOB_SIZE": "lots", "BLOBPLANE_UPLOAD_TTL": "0s", "BLOBPLANE_REPLICATE_TO": "EU 1", "BLOBPLANE_CLUSTER_SECRET": "short"} {
+		_, _, err := Load(API, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATA_DIR": dir, k: v}), nil)
+		if err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%q: %v", k, v, err)
+		}
+	}
+}
