@@ -79,6 +79,11 @@ func (b *Backends) Close() {
 // NewAPI opens the database and binds the listener. Close it with Serve's
 // return or Close.
 func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API, error) {
+	// Node-to-node calls (finalization forwarded to a home) need the
+	// shared secret before anything serves.
+	if err := cfg.ResolveClusterSecret(); err != nil {
+		return nil, fmt.Errorf("cluster secret: %w", err)
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
 		return nil, err
@@ -173,6 +178,9 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 		Store: st, Backends: b.ByName, Backend: b.Order[0], Datacenter: cfg.Datacenter,
 		Home:        handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},
 		Replication: jobs.Replication{Client: rc},
+		Targets:     cfg.ReplicateTo,
+		MaxBlobSize: cfg.MaxBlobSize,
+		IntentTTL:   cfg.UploadTTL,
 	}
 }
 
@@ -274,6 +282,10 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	periodic, err := jobs.PeriodicJobs(cfg.Cron)
 	if err != nil {
 		return err
+	}
+	// The finalize worker forwards to homes with the cluster secret.
+	if err := cfg.ResolveClusterSecret(); err != nil {
+		return fmt.Errorf("cluster secret: %w", err)
 	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {

@@ -118,6 +118,9 @@ type OCI struct {
 	// Replication enqueues replication work in the publishing transaction
 	// (jobs.Replication); needed only when other datacenters exist.
 	Replication store.ReplicationEnqueuer
+	// Targets is the replication policy (FinalizeRequest.Targets): nil
+	// means every registered datacenter other than the ingress, empty none.
+	Targets []string
 	// MaxBlobSize bounds a blob's size (413 past it); 0 means
 	// DefaultMaxBlobSize.
 	MaxBlobSize int64
@@ -353,7 +356,7 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 	}
 	if _, err := h.Store.Finalize(ctx, store.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
-		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Replication: h.Replication,
+		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Targets: h.Targets, Replication: h.Replication,
 	}); err != nil {
 		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr != nil {
 			h.logger.WarnContext(ctx, "cannot abandon a failed mount", "operation_id", in.OperationID, "err", aerr)
@@ -575,7 +578,7 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 	if _, err := h.Store.Finalize(fctx, store.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
-		Replication: h.Replication,
+		Targets: h.Targets, Replication: h.Replication,
 	}); err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
 		return
