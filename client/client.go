@@ -22,10 +22,22 @@ import (
 	"github.com/blobplane/blobplane/authority"
 )
 
+// MapSource serves published maps and the controller's signing keys
+// without HTTP: store.Store, for processes that share the control-plane
+// database (the worker has no seed URL).
+type MapSource interface {
+	LatestMap(ctx context.Context) (*authority.Map, error)
+	SigningKeys(ctx context.Context) ([]authority.TrustedKey, error)
+}
+
 // Config configures a Client.
 type Config struct {
 	// Seed is the base URL of any Blobplane api node, used to fetch maps.
+	// Unused when Maps is set.
 	Seed string
+	// Maps, when set, is where maps and (unless Keys is set) signing keys
+	// come from instead of the seed. Every map is still verified.
+	Maps MapSource
 	// Keys are the trusted controller keys. Nil fetches them from the seed
 	// at the first refresh (trust on first use; pin them in production).
 	Keys *authority.Keyring
@@ -43,7 +55,7 @@ type Config struct {
 // Client routes requests to the home of a key. Safe for concurrent use.
 type Client struct {
 	cfg       Config
-	core      *authority.Client
+	core      atomic.Pointer[authority.Client]
 	misrouted atomic.Uint64
 	rejected  func() uint64
 	next      atomic.Int64 // unix nanos of the next periodic refresh
@@ -74,10 +86,10 @@ func New(cfg Config) *Client {
 func (c *Client) setKeys(k *authority.Keyring) {
 	v := authority.NewVerifier(k, nil)
 	c.rejected = v.Rejected
-	c.core = authority.NewClient(v, authority.ClientConfig{
+	c.core.Store(authority.NewClient(v, authority.ClientConfig{
 		MaxRedirects: c.cfg.MaxRedirects, NotReadyRetry: 200 * time.Millisecond,
 		RefreshEvery: c.cfg.RefreshEvery, RefreshJitter: 0.25,
-	})
+	}))
 }
 
 // Misrouted counts MISROUTED answers: each is a correctness fault (R105).
@@ -93,39 +105,62 @@ func (c *Client) Rejected() uint64 {
 
 // MapVersion is the cached map's version (0 before the first).
 func (c *Client) MapVersion() uint64 {
-	if c.core == nil || c.core.Map() == nil {
+	core := c.core.Load()
+	if core == nil || core.Map() == nil {
 		return 0
 	}
-	return c.core.Map().Version()
+	return core.Map().Version()
 }
 
 // Refresh fetches the seed's latest map and installs it if it verifies and
 // is newer.
 func (c *Client) Refresh(ctx context.Context) error {
-	if c.core == nil {
-		b, err := c.get(ctx, "/v1/map/keys")
-		if err != nil {
-			return err
-		}
-		ring, err := authority.ParseKeyring(b)
+	if c.core.Load() == nil {
+		ring, err := c.keys(ctx)
 		if err != nil {
 			return err
 		}
 		c.setKeys(ring)
 	}
+	core := c.core.Load()
+	m, err := c.latestMap(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := core.Install(m, time.Now()); err != nil && !errors.Is(err, authority.ErrNotNewer) {
+		return err
+	}
+	c.next.Store(time.Now().Add(core.NextRefresh(rand.Float64())).UnixNano())
+	return nil
+}
+
+func (c *Client) keys(ctx context.Context) (*authority.Keyring, error) {
+	if c.cfg.Maps == nil {
+		b, err := c.get(ctx, "/v1/map/keys")
+		if err != nil {
+			return nil, err
+		}
+		return authority.ParseKeyring(b)
+	}
+	keys, err := c.cfg.Maps.SigningKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 { // nothing to verify with yet: ask again next time
+		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "no map signing keys are published yet")
+	}
+	return authority.NewKeyring(keys...)
+}
+
+func (c *Client) latestMap(ctx context.Context) (*authority.Map, error) {
+	if c.cfg.Maps != nil {
+		return c.cfg.Maps.LatestMap(ctx)
+	}
 	b, err := c.get(ctx, "/v1/map")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m, err := authority.ParseMap(b)
-	if err != nil {
-		return err
-	}
-	if _, err := c.core.Install(m, time.Now()); err != nil && !errors.Is(err, authority.ErrNotNewer) {
-		return err
-	}
-	c.next.Store(time.Now().Add(c.core.NextRefresh(rand.Float64())).UnixNano())
-	return nil
+	return authority.ParseMap(b)
 }
 
 // Do sends the request build makes for key's home and applies the routing
@@ -133,15 +168,18 @@ func (c *Client) Refresh(ctx context.Context) error {
 // fresh request each time (it may be called several times). A served answer
 // is returned as is, whatever its status; routing answers are consumed.
 func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Context, base string) (*http.Request, error)) (*http.Response, error) {
-	if c.core == nil || c.core.Map() == nil || time.Now().UnixNano() > c.next.Load() {
-		if err := c.Refresh(ctx); err != nil && (c.core == nil || c.core.Map() == nil) {
-			return nil, err
+	if core := c.core.Load(); core == nil || core.Map() == nil || time.Now().UnixNano() > c.next.Load() {
+		if err := c.Refresh(ctx); err != nil {
+			if core := c.core.Load(); core == nil || core.Map() == nil {
+				return nil, err
+			}
 		}
 	}
+	core := c.core.Load()
 	deadline := time.Now().Add(c.cfg.MaxWait)
 	redirects := 0
 	for {
-		t, err := c.core.Target(key)
+		t, err := core.Target(key)
 		if err != nil {
 			if errors.Is(err, authority.ErrNotReady) && time.Now().Add(authority.RetryAfterOf(err)).Before(deadline) {
 				if err := sleep(ctx, authority.RetryAfterOf(err)); err != nil {
@@ -166,7 +204,7 @@ func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Cont
 		if !ok {
 			return resp, nil
 		}
-		step := c.core.OnAnswer(env, redirects, time.Now())
+		step := core.OnAnswer(env, redirects, time.Now())
 		redirects = step.Redirects
 		switch step.Action {
 		case authority.Fail:
