@@ -23,6 +23,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	_ "github.com/blobplane/blobplane/backend/fs" // registers the filesystem backend
 	_ "github.com/blobplane/blobplane/backend/s3" // registers the S3 backend
+	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/jobs"
@@ -169,7 +170,8 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 
 // ociDeps wires the /v2/ blob API: uploads stage on the first configured
 // backend and publish when this node's keeper holds the repository's
-// partition. Without a backend there is no blob API.
+// partition, or are forwarded to the home (a finalize job when it cannot
+// be reached). Without a backend there is no blob API.
 func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx]) *handlers.OCI {
 	if len(b.Order) == 0 {
 		return nil
@@ -181,6 +183,13 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 		Targets:     cfg.ReplicateTo,
 		MaxBlobSize: cfg.MaxBlobSize,
 		IntentTTL:   cfg.UploadTTL,
+		// Away from the home: forward to it through the routing contract
+		// (maps read from Postgres and verified), or queue a finalize job.
+		ClusterSecret: cfg.ClusterSecret,
+		Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Routing: client.New(client.Config{
+			Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second}, MaxWait: 2 * time.Second,
+		})},
+		Later: jobs.FinalizeQueue{Client: rc},
 	}
 }
 
@@ -308,7 +317,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		ID:           cfg.NodeID,
 		Logger:       logger,
 		Queues:       queues,
-		Workers:      jobs.Workers(jobs.Deps{Store: st, Logger: logger}),
+		Workers:      jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret}),
 		PeriodicJobs: periodic,
 	})
 	if err != nil {

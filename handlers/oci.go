@@ -127,7 +127,15 @@ type OCI struct {
 	// IntentTTL is how long an idle upload session lives; 0 means
 	// DefaultIntentTTL.
 	IntentTTL time.Duration
-	Logger    *slog.Logger
+	// ClusterSecret admits node-to-node calls to the internal finalize
+	// endpoint (mounted only with it and an Authority).
+	ClusterSecret string
+	// Forward hands finalization to the repository's home when this node
+	// is not it; Later enqueues it when the home cannot be reached. Without
+	// them a close away from the home leaves the intent pending (202).
+	Forward HomeForwarder
+	Later   FinalizeEnqueuer
+	Logger  *slog.Logger
 }
 
 // Defaults of OCI.
@@ -198,6 +206,9 @@ func ociRoutes(r chi.Router, d Deps) {
 		r.HandleFunc("/v2/*", h.route)
 		r.Get("/v1/operations/{id}", h.operation)
 	})
+	if d.Authority != nil && h.ClusterSecret != "" {
+		internalRoutes(r, d, h)
+	}
 }
 
 // route dispatches /v2/<name>/blobs/... by hand: repository names contain
@@ -329,8 +340,9 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 // mount publishes digest m of repository from into name without bytes,
 // through the same finalization as an upload, and reports whether it
 // answered. It succeeds only when the caller can read from and from
-// references m; in every other case (no rights, unknown digest, not the
-// home, a refusal) the caller falls back to a plain upload session, so the
+// references m; it publishes at the home, or away from it by forwarding to
+// the home. In every other case (no rights, unknown digest, the home
+// unreachable, a refusal) the caller falls back to a plain upload session, so the
 // answer is the same whether or not the digest exists elsewhere (S8).
 func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from string) bool {
 	ctx := r.Context()
@@ -342,8 +354,8 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 	if err != nil {
 		return false
 	}
-	home, ok := h.Home.Home(name)
-	if !ok {
+	home, atHome := h.Home.Home(name)
+	if !atHome && h.Forward == nil {
 		return false
 	}
 	p, _ := PrincipalOf(ctx)
@@ -354,20 +366,24 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 	if err != nil {
 		return false
 	}
-	if _, err := h.Store.Finalize(ctx, store.FinalizeRequest{
-		OperationID: in.OperationID, Digest: d, Size: size,
-		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Targets: h.Targets, Replication: h.Replication,
-	}); err != nil {
+	if atHome {
+		_, err = h.Store.Finalize(ctx, store.FinalizeRequest{
+			OperationID: in.OperationID, Digest: d, Size: size,
+			Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Targets: h.Targets, Replication: h.Replication,
+		})
+	} else {
+		// Not the home: the home publishes it, or the mount falls back
+		// (no finalize job: the client uploads instead).
+		_, err = h.Forward.ForwardFinalize(ctx, name, in.OperationID)
+	}
+	if err != nil {
 		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr != nil {
 			h.logger.WarnContext(ctx, "cannot abandon a failed mount", "operation_id", in.OperationID, "err", aerr)
 		}
 		h.logger.InfoContext(ctx, "mount refused; falling back to an upload session", "digest", d, "from", from, "err", err)
 		return false
 	}
-	w.Header().Set("Location", "/v2/"+name+"/blobs/"+string(d))
-	w.Header().Set("Docker-Content-Digest", string(d))
-	w.Header().Set("Content-Length", "0")
-	w.WriteHeader(http.StatusCreated)
+	h.published(w, name, d)
 	return true
 }
 
@@ -555,19 +571,14 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	h.publish(w, r, in, d, size)
 }
 
-// publish finalizes verified content at the home, or leaves it admitted
-// and answers 202 elsewhere.
+// publish finalizes verified content at the home; elsewhere it forwards
+// to the home, and when the home cannot publish now it enqueues a finalize
+// job and answers 202 with the operation.
 func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64) {
 	ctx := r.Context()
 	home, ok := h.Home.Home(in.Repository)
 	if !ok {
-		// Not the home: the intent stays pending with its verified content.
-		// Forwarding to the home and the finalize job are not built yet.
-		w.Header().Set("Location", "/v1/operations/"+in.OperationID)
-		w.Header().Set("Docker-Upload-UUID", in.OperationID)
-		w.Header().Set("Docker-Content-Digest", string(d))
-		w.Header().Set("Content-Length", "0")
-		w.WriteHeader(http.StatusAccepted)
+		h.publishAway(w, r, in, d)
 		return
 	}
 	fctx, cancel := context.WithCancel(ctx)
@@ -583,10 +594,61 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 		h.fail(w, r, err, ociUploadInvalid)
 		return
 	}
-	w.Header().Set("Location", "/v2/"+in.Repository+"/blobs/"+string(d))
+	h.published(w, in.Repository, d)
+}
+
+// published answers a publication: 201 with the blob's location.
+func (h *ociHandler) published(w http.ResponseWriter, repo string, d blobplane.Digest) {
+	w.Header().Set("Location", "/v2/"+repo+"/blobs/"+string(d))
 	w.Header().Set("Docker-Content-Digest", string(d))
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusCreated)
+}
+
+// publishAway is publication at an ingress that is not the home: forward
+// to the home (201 as if local when it publishes; its final refusal as
+// the local answer would be), else enqueue the finalize job and answer 202
+// with the operation. The intent stays pending with its verified content
+// until the home publishes it.
+func (h *ociHandler) publishAway(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest) {
+	ctx := r.Context()
+	if h.Forward != nil {
+		_, err := h.Forward.ForwardFinalize(ctx, in.Repository, in.OperationID)
+		if err == nil {
+			h.published(w, in.Repository, d)
+			return
+		}
+		if forwardedRefusalIsFinal(err) {
+			h.fail(w, r, err, ociUploadInvalid)
+			return
+		}
+		h.logger.WarnContext(ctx, "the home cannot publish now; finalization is queued", "operation_id", in.OperationID, "repository", in.Repository, "err", err)
+	}
+	if h.Later != nil {
+		if err := h.Later.EnqueueFinalize(context.WithoutCancel(ctx), in.Repository, in.OperationID); err != nil {
+			h.fail(w, r, err, ociUnavailable)
+			return
+		}
+	}
+	w.Header().Set("Location", "/v1/operations/"+in.OperationID)
+	w.Header().Set("Docker-Upload-UUID", in.OperationID)
+	w.Header().Set("Docker-Content-Digest", string(d))
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// forwardedRefusalIsFinal reports whether the home's refusal is the answer
+// the client gets, as it would from a local publication: other content
+// than admitted, a closed intent or an obliterated digest, a revoked
+// grant (the client may retry the close once it is restored). Anything
+// else (unreachable, no authority, moved, no placement yet, a
+// misconfigured secret) is work for the finalize job.
+func forwardedRefusalIsFinal(err error) bool {
+	switch blobplane.ErrorCode(err) {
+	case blobplane.CodeMismatch, blobplane.CodeConflict, blobplane.CodeForbidden, blobplane.CodeNotFound, blobplane.CodeInvalid:
+		return true
+	}
+	return false
 }
 
 // rejectContent ends an upload whose bytes are not the claimed content:

@@ -6,12 +6,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
 
+	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/store"
 )
@@ -20,12 +22,19 @@ import (
 type Deps struct {
 	Store  *store.Store
 	Logger *slog.Logger
+	// ClusterSecret authenticates the finalize worker to repositories'
+	// homes (config.Config.ResolveClusterSecret).
+	ClusterSecret string
 }
 
 // Workers registers every worker Blobplane runs.
 func Workers(d Deps) *river.Workers {
 	w := river.NewWorkers()
 	river.AddWorker(w, &NodePruneWorker{store: d.Store, logger: d.Logger})
+	// The worker has no seed URL: the routing client reads the published
+	// maps from Postgres (and verifies them).
+	routing := client.New(client.Config{Maps: d.Store, HTTP: &http.Client{Timeout: 30 * time.Second}})
+	river.AddWorker(w, &FinalizeWorker{Home: HomeFinalizer{Routing: routing, Secret: d.ClusterSecret}, Logger: d.Logger})
 	return w
 }
 

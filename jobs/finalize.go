@@ -1,0 +1,167 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/client"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Finalization forwarded to a repository's home (DESIGN flow 2,
+// docs/uploads.md): an ingress that is not the home asks the home to
+// publish over the internal endpoint; when the home cannot be reached it
+// enqueues a FinalizeArgs job, and FinalizeWorker forwards the same way
+// until the home publishes or refuses for good.
+
+// InternalFinalizePath is the home's internal endpoint; the operation id
+// follows it.
+const InternalFinalizePath = "/internal/v1/finalize/"
+
+// FinalizeCall is the body of POST /internal/v1/finalize/{operation_id}.
+type FinalizeCall struct {
+	Repository string `json:"repository"`
+}
+
+// FinalizeArgs asks for the publication of a closed upload at its
+// repository's home. Unique by operation id: one job per operation, however
+// often the ingress enqueues it.
+type FinalizeArgs struct {
+	OperationID string `json:"operation_id" river:"unique"`
+	Repository  string `json:"repository"`
+}
+
+func (FinalizeArgs) Kind() string { return "finalize" }
+
+// InsertOpts: the default queue (served by the default BLOBPLANE_QUEUES),
+// unique by the operation id only, in every state but cancelled and
+// discarded.
+func (FinalizeArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: river.QueueDefault, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// FinalizeQueue enqueues finalize jobs; handlers.OCI uses it as its
+// FinalizeEnqueuer.
+type FinalizeQueue struct {
+	// Client may be insert-only: the API's River client.
+	Client *river.Client[pgx.Tx]
+}
+
+// EnqueueFinalize inserts the finalize job of op (a duplicate is skipped).
+func (q FinalizeQueue) EnqueueFinalize(ctx context.Context, repo, op string) error {
+	if _, err := q.Client.Insert(ctx, FinalizeArgs{OperationID: op, Repository: repo}, nil); err != nil {
+		return blobplane.Wrap(blobplane.CodeUnavailable, err, "enqueue finalization of %s", op)
+	}
+	return nil
+}
+
+// HomeFinalizer forwards a finalization to the repository's home through
+// the routing contract (client: verified map, MOVED followed a bounded
+// number of times), authenticated with the cluster secret.
+type HomeFinalizer struct {
+	Routing *client.Client
+	Secret  string
+}
+
+// ForwardFinalize asks repo's home to publish op and returns the outcome it
+// stored. Errors are *blobplane.Error: the home's refusal with its code
+// (digest_mismatch, conflict, forbidden, stale_epoch, unavailable, ...), or
+// unavailable when the home could not be reached or answered something
+// else.
+func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error) {
+	body, err := json.Marshal(FinalizeCall{Repository: repo})
+	if err != nil {
+		return store.Outcome{}, err
+	}
+	resp, err := f.Routing.Do(ctx, repo, func(ctx context.Context, base string) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+InternalFinalizePath+url.PathEscape(op), bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+f.Secret)
+		req.Header.Set("Content-Type", "application/json")
+		return req, nil
+	})
+	if err != nil {
+		if blobplane.ErrorCode(err) == blobplane.CodeUnavailable {
+			return store.Outcome{}, err
+		}
+		return store.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return store.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the home's answer for %s", op)
+	}
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
+		var o store.Outcome
+		if err := json.Unmarshal(b, &o); err != nil || o.OperationID != op {
+			return store.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", resp.StatusCode, op)
+		}
+		return o, nil
+	}
+	var eb struct {
+		Code    blobplane.Code `json:"code"`
+		Message string         `json:"message"`
+	}
+	if json.Unmarshal(b, &eb) != nil || eb.Code == "" || eb.Code == blobplane.CodeInternal {
+		eb.Code = blobplane.CodeUnavailable
+	}
+	return store.Outcome{}, &blobplane.Error{
+		Code: eb.Code, Op: "forward finalize " + op,
+		Message:   fmt.Sprintf("the home of %s answered %d: %s", repo, resp.StatusCode, eb.Message),
+		Retryable: eb.Code == blobplane.CodeUnavailable || eb.Code == blobplane.CodeStaleEpoch,
+	}
+}
+
+// FinalizeTerminal reports whether a forwarded finalization's refusal can
+// never succeed on retry: the content differs from the admission record,
+// the intent is closed (abandoned) or the digest obliterated (conflict), or
+// the operation does not exist. Everything else (no authority, a moved
+// home, no verified placement yet, a revoked grant, an unreachable home)
+// can clear.
+func FinalizeTerminal(err error) bool {
+	switch blobplane.ErrorCode(err) {
+	case blobplane.CodeMismatch, blobplane.CodeConflict, blobplane.CodeNotFound, blobplane.CodeInvalid:
+		return true
+	}
+	return false
+}
+
+// FinalizeWorker runs FinalizeArgs: it forwards to the home like the
+// ingress did. A retryable refusal returns an error (River retries with
+// backoff); a terminal one cancels the job.
+type FinalizeWorker struct {
+	river.WorkerDefaults[FinalizeArgs]
+	Home   HomeFinalizer
+	Logger *slog.Logger
+}
+
+// Timeout bounds one attempt.
+func (w *FinalizeWorker) Timeout(*river.Job[FinalizeArgs]) time.Duration { return time.Minute }
+
+func (w *FinalizeWorker) Work(ctx context.Context, job *river.Job[FinalizeArgs]) error {
+	a := job.Args
+	o, err := w.Home.ForwardFinalize(ctx, a.Repository, a.OperationID)
+	if err == nil {
+		w.Logger.InfoContext(ctx, "finalization published at the home", "operation_id", a.OperationID, "repository", a.Repository,
+			"digest", o.Digest, "partition", o.Partition, "epoch", o.Epoch, "attempt", job.Attempt)
+		return nil
+	}
+	if FinalizeTerminal(err) {
+		w.Logger.WarnContext(ctx, "finalization refused for good", "operation_id", a.OperationID, "repository", a.Repository, "err", err)
+		return river.JobCancel(err)
+	}
+	return err
+}
