@@ -1,0 +1,385 @@
+package app_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/blobplane/blobplane/app"
+	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Finalization away from the home (DESIGN flow 2, issue 6): the ingress
+// forwards to the home over the internal endpoint, or queues a finalize
+// job the worker forwards later.
+
+const testClusterSecret = "test-cluster-secret-0123456789abcdef"
+
+// homeCluster is startCluster's two api nodes sharing one cluster secret,
+// each stoppable and restartable on its address.
+type homeCluster struct {
+	*cluster
+	d     *pgtest.DB
+	cfgs  [2]*config.Config
+	stops [2]func()
+	token string
+}
+
+func startHomeCluster(t *testing.T) *homeCluster {
+	t.Helper()
+	d := pgtest.New(t)
+	c := &homeCluster{cluster: &cluster{st: store.New(d.Pool, nil)}, d: d}
+	for i := range c.nodes {
+		cfg := testConfig(t, d.URL)
+		cfg.NodeID = fmt.Sprintf("node-%d", i)
+		cfg.ClusterSecret = testClusterSecret
+		cfg.RiverUI = false
+		c.cfgs[i] = cfg
+		c.start(t, i)
+	}
+	t.Cleanup(func() {
+		for _, stop := range c.stops {
+			if stop != nil {
+				stop()
+			}
+		}
+	})
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	now := time.Now()
+	c.signer = authority.Signer{KeyID: "test-key", Key: priv}
+	if err := c.st.PublishSigningKey(ctx, authority.TrustedKey{KeyID: "test-key", Alg: authority.SignatureAlg, PublicKey: pub, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := authority.EvenSplit{
+		Version: 1, GeneratedAt: now, Partitions: 2, State: authority.PrimaryServing, Epoch: 1, Class: "standard", Mode: authority.ModeDerived,
+		Nodes: []authority.NodeAddr{{Node: "node-0", Endpoint: c.nodes[0].Addr()}, {Node: "node-1", Endpoint: c.nodes[1].Addr()}},
+	}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.signer.SignMap(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.PublishMap(ctx, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.m = m
+	ix, err := authority.NewIndex(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; c.repos[0] == "" || c.repos[1] == ""; i++ {
+		repo := fmt.Sprintf("team/app-%d", i)
+		r, err := ix.ResolveKey(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		if r.Partition.Primary.Node == "node-1" {
+			n = 1
+		}
+		if c.repos[n] == "" {
+			c.repos[n] = repo
+		}
+	}
+	for i := range c.nodes {
+		c.waitHome(t, i)
+		if err := c.st.CreateRepository(ctx, c.repos[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs, err := auth.ParseGrants([]string{"*:write"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.token, _, err = c.st.CreateToken(ctx, "ci", gs); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// start runs node i (again, on its previous address once it has one).
+func (c *homeCluster) start(t *testing.T, i int) {
+	t.Helper()
+	if c.nodes[i] != nil {
+		c.cfgs[i].Listen = c.nodes[i].Addr()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.NewAPI(ctx, c.cfgs[i], slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	c.nodes[i] = a
+	done := make(chan error, 1)
+	go func() { done <- a.Serve(ctx) }()
+	c.stops[i] = func() { cancel(); <-done }
+}
+
+// stop shuts node i down (its lease is released; its address refuses).
+func (c *homeCluster) stop(i int) {
+	c.stops[i]()
+	c.stops[i] = nil
+}
+
+// waitHome waits until node i serves its repository as the home.
+func (c *homeCluster) waitHome(t *testing.T, i int) {
+	t.Helper()
+	waitFor(t, func() bool {
+		code, _, _ := c.do(t, c.nodes[i], c.repos[i], nil)
+		return code == http.StatusOK
+	})
+}
+
+func (c *homeCluster) send(t *testing.T, method, url, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.SetBasicAuth("ci", c.token)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func (c *homeCluster) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := c.d.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (c *homeCluster) opOf(t *testing.T, repo string) string {
+	t.Helper()
+	var op string
+	if err := c.d.Pool.QueryRow(context.Background(), `SELECT operation_id::text FROM intents WHERE repository = $1`, repo).Scan(&op); err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+type operationView struct {
+	State   string        `json:"state"`
+	Outcome store.Outcome `json:"outcome"`
+}
+
+func (c *homeCluster) operation(t *testing.T, node int, op string) operationView {
+	t.Helper()
+	resp, body := c.send(t, "GET", c.nodes[node].URL()+"/v1/operations/"+op, "", nil)
+	var v operationView
+	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+		t.Fatalf("GET /v1/operations/%s: %d %s", op, resp.StatusCode, body)
+	}
+	return v
+}
+
+// homeOf is the partition and epoch node i serves its repository under.
+func (c *homeCluster) homeOf(t *testing.T, i int) (string, uint64) {
+	t.Helper()
+	code, _, body := c.do(t, c.nodes[i], c.repos[i], nil)
+	var h struct {
+		Partition string `json:"partition"`
+		Epoch     uint64 `json:"epoch"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &h) != nil {
+		t.Fatalf("home probe: %d %s", code, body)
+	}
+	return h.Partition, h.Epoch
+}
+
+const (
+	refsQuery     = `SELECT count(*) FROM blob_references WHERE repository = $1 AND digest = $2`
+	outcomesQuery = `SELECT count(*) FROM operation_outcomes WHERE operation_id = $1::uuid`
+	jobsQuery     = `SELECT count(*) FROM river_job WHERE kind = 'finalize' AND args->>'operation_id' = $1`
+)
+
+// Flow 2 away from the home: an upload closed at node-0 for node-1's
+// repository is published by forwarding, 201 with the headers of a local
+// publication, one reference, one outcome under the home's partition and
+// epoch, and no finalize job.
+func TestFinalizeForwardedToTheHome(t *testing.T) {
+	c := startHomeCluster(t)
+	repo, content := c.repos[1], "forwarded layer"
+	d := digestOf(content)
+	resp, body := c.send(t, "POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/?digest="+d, content, nil)
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Docker-Content-Digest") != d || resp.Header.Get("Location") != "/v2/"+repo+"/blobs/"+d {
+		t.Fatalf("upload away from the home: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	op := c.opOf(t, repo)
+	if n := c.count(t, refsQuery, repo, d); n != 1 {
+		t.Fatalf("%d references, want 1", n)
+	}
+	if n := c.count(t, outcomesQuery, op); n != 1 {
+		t.Fatalf("%d outcomes, want 1", n)
+	}
+	if n := c.count(t, jobsQuery, op); n != 0 {
+		t.Fatalf("%d finalize jobs after a forwarded publication, want 0", n)
+	}
+	part, epoch := c.homeOf(t, 1)
+	v := c.operation(t, 0, op)
+	if v.State != string(store.IntentAdmitted) || v.Outcome.Partition != part || v.Outcome.Epoch != epoch || string(v.Outcome.Digest) != d {
+		t.Fatalf("operation %s: %+v, want admitted under %s@%d", op, v, part, epoch)
+	}
+	if r, _ := c.send(t, "HEAD", c.nodes[0].URL()+"/v2/"+repo+"/blobs/"+d, "", nil); r.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD after forwarding: %d", r.StatusCode)
+	}
+
+	// A mount away from the home publishes through the same path.
+	other := c.repos[0]
+	if r, _ := c.send(t, "POST", c.nodes[1].URL()+"/v2/"+other+"/blobs/uploads/?mount="+d+"&from="+repo, "", nil); r.StatusCode != http.StatusCreated {
+		t.Fatalf("mount away from the home: %d", r.StatusCode)
+	}
+	if n := c.count(t, refsQuery, other, d); n != 1 {
+		t.Fatalf("%d references after the mount, want 1", n)
+	}
+}
+
+// The home unreachable: the ingress answers 202 with the operation and
+// queues one finalize job (a retried close enqueues no second one); the
+// worker publishes it once the home is back; any further attempt returns
+// the stored outcome without a second publication (S4).
+func TestFinalizeQueuedWhileTheHomeIsDown(t *testing.T) {
+	c := startHomeCluster(t)
+	repo, content := c.repos[1], "queued layer"
+	d := digestOf(content)
+	c.stop(1)
+
+	start, _ := c.send(t, "POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/", "", nil)
+	if start.StatusCode != http.StatusAccepted {
+		t.Fatalf("open session: %d", start.StatusCode)
+	}
+	session := c.nodes[0].URL() + start.Header.Get("Location")
+	if r, body := c.send(t, "PATCH", session, content, map[string]string{"Content-Range": fmt.Sprintf("0-%d", len(content)-1)}); r.StatusCode != http.StatusAccepted {
+		t.Fatalf("patch: %d %s", r.StatusCode, body)
+	}
+	op := start.Header.Get("Docker-Upload-UUID")
+	for attempt := range 2 { // the second is a client retrying the close
+		r, body := c.send(t, "PUT", session+"?digest="+d, "", nil)
+		if r.StatusCode != http.StatusAccepted || r.Header.Get("Location") != "/v1/operations/"+op {
+			t.Fatalf("close %d with the home down: %d %v %s", attempt, r.StatusCode, r.Header, body)
+		}
+		if n := c.count(t, jobsQuery, op); n != 1 {
+			t.Fatalf("close %d: %d finalize jobs, want 1", attempt, n)
+		}
+	}
+	if v := c.operation(t, 0, op); v.State != string(store.IntentPending) {
+		t.Fatalf("operation before the home is back: %+v", v)
+	}
+	if n := c.count(t, refsQuery, repo, d); n != 0 {
+		t.Fatalf("published while the home was down: %d references", n)
+	}
+
+	c.start(t, 1)
+	c.waitHome(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	wcfg := testConfig(t, c.d.URL)
+	wcfg.NodeID = "worker-0"
+	wcfg.ClusterSecret = testClusterSecret
+	done := make(chan error, 1)
+	go func() { done <- app.RunWorker(ctx, wcfg, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, func() bool {
+		return c.count(t, `SELECT count(*) FROM river_job WHERE kind = 'finalize' AND state = 'completed' AND args->>'operation_id' = $1`, op) == 1
+	})
+	part, epoch := c.homeOf(t, 1)
+	v := c.operation(t, 0, op)
+	if v.State != string(store.IntentAdmitted) || v.Outcome.Partition != part || v.Outcome.Epoch != epoch {
+		t.Fatalf("operation after the worker: %+v, want admitted under %s@%d", v, part, epoch)
+	}
+	if r, _ := c.send(t, "HEAD", c.nodes[0].URL()+"/v2/"+repo+"/blobs/"+d, "", nil); r.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD after the worker published: %d", r.StatusCode)
+	}
+
+	// S4: another finalization of the operation id (a duplicate job or a
+	// lost response retried) returns the stored outcome.
+	again := c.internalFinalize(t, 1, "Bearer "+testClusterSecret, op, repo)
+	if again.StatusCode != http.StatusOK {
+		t.Fatalf("finalizing again: %d, want 200 with the stored outcome", again.StatusCode)
+	}
+	if n := c.count(t, refsQuery, repo, d); n != 1 {
+		t.Fatalf("%d references, want 1", n)
+	}
+	if n := c.count(t, outcomesQuery, op); n != 1 {
+		t.Fatalf("%d outcomes, want 1", n)
+	}
+}
+
+// internalFinalize posts to node i's internal endpoint without routing
+// headers (served at the home, MOVED elsewhere).
+func (c *homeCluster) internalFinalize(t *testing.T, i int, authz, op, repo string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", c.nodes[i].URL()+"/internal/v1/finalize/"+op, strings.NewReader(`{"repository":"`+repo+`"}`))
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// The internal endpoint accepts only the cluster secret: no credentials, a
+// wrong secret, a user token (Bearer or Basic) are 401, checked before
+// anything else.
+func TestInternalFinalizeNeedsTheClusterSecret(t *testing.T) {
+	c := startHomeCluster(t)
+	op, repo := "00000000-0000-4000-8000-000000000001", c.repos[1]
+	basic := func() string {
+		req, _ := http.NewRequest("GET", "/", nil)
+		req.SetBasicAuth("ci", c.token)
+		return req.Header.Get("Authorization")
+	}()
+	for name, authz := range map[string]string{
+		"none":              "",
+		"wrong secret":      "Bearer " + strings.Repeat("x", len(testClusterSecret)),
+		"secret prefix":     "Bearer " + testClusterSecret[:len(testClusterSecret)-1],
+		"user token":        "Bearer " + c.token,
+		"user token, basic": basic,
+		"secret as basic":   "Basic " + testClusterSecret,
+	} {
+		if r := c.internalFinalize(t, 1, authz, op, repo); r.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", name, r.StatusCode)
+		}
+	}
+	// With the secret, at the home: an unknown operation is 404.
+	if r := c.internalFinalize(t, 1, "Bearer "+testClusterSecret, op, repo); r.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown operation at the home: %d, want 404", r.StatusCode)
+	}
+	// Away from the home the routing contract answers (MOVED).
+	if r := c.internalFinalize(t, 0, "Bearer "+testClusterSecret, op, repo); r.StatusCode != authority.StatusMoved {
+		t.Errorf("at the wrong node: %d, want %d", r.StatusCode, authority.StatusMoved)
+	}
+}
