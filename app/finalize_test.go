@@ -383,3 +383,94 @@ func TestInternalFinalizeNeedsTheClusterSecret(t *testing.T) {
 		t.Errorf("at the wrong node: %d, want %d", r.StatusCode, authority.StatusMoved)
 	}
 }
+
+// The worker's refusals: a retryable one (the grant revoked between close
+// and finalization) stores no outcome and the job retries until it clears;
+// a terminal one (the intent abandoned) cancels the job, never publishing.
+func TestFinalizeWorkerRetriesRefusalsUntilTheyClearAndCancelsTerminalOnes(t *testing.T) {
+	c := startHomeCluster(t)
+	ctx := context.Background()
+	repo := c.repos[1]
+	c.stop(1)
+	closeAway := func(content string) string {
+		t.Helper()
+		r, body := c.send(t, "POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/?digest="+digestOf(content), content, nil)
+		if r.StatusCode != http.StatusAccepted {
+			t.Fatalf("close with the home down: %d %s", r.StatusCode, body)
+		}
+		return strings.TrimPrefix(r.Header.Get("Location"), "/v1/operations/")
+	}
+	// Grants of the principal, not of the token, so they can be revoked.
+	gs, err := auth.ParseGrants([]string{"*:write"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.GrantPrincipal(ctx, "builder", gs); err != nil {
+		t.Fatal(err)
+	}
+	if c.token, _, err = c.st.CreateToken(ctx, "builder", nil); err != nil {
+		t.Fatal(err)
+	}
+	revoked, abandoned := closeAway("revoked layer"), closeAway("abandoned layer")
+	if _, err := c.st.AbandonIntent(ctx, abandoned); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.RevokePrincipalGrants(ctx, "builder", gs); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t, 1)
+	c.waitHome(t, 1)
+
+	wctx, cancel := context.WithCancel(ctx)
+	wcfg := testConfig(t, c.d.URL)
+	wcfg.NodeID = "worker-0"
+	wcfg.ClusterSecret = testClusterSecret
+	done := make(chan error, 1)
+	go func() { done <- app.RunWorker(wctx, wcfg, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	defer func() {
+		if t.Failed() {
+			rows, err := c.d.Pool.Query(ctx, `SELECT args->>'operation_id', state::text, attempt, coalesce(errors::text, '') FROM river_job WHERE kind = 'finalize'`)
+			if err != nil {
+				t.Log(err)
+				return
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var op, state, errs string
+				var attempt int
+				if err := rows.Scan(&op, &state, &attempt, &errs); err != nil {
+					t.Log(err)
+					return
+				}
+				t.Logf("finalize job %s: %s after %d attempts: %s", op, state, attempt, errs)
+			}
+		}
+	}()
+	failedOnce := `SELECT count(*) FROM river_job WHERE kind = 'finalize' AND args->>'operation_id' = $1 AND state IN ('retryable', 'available', 'running') AND cardinality(errors) >= 1`
+	waitFor(t, func() bool { return c.count(t, failedOnce, revoked) == 1 })
+	if n := c.count(t, outcomesQuery, revoked); n != 0 {
+		t.Fatalf("a refused finalization stored %d outcomes", n)
+	}
+	if err := c.st.GrantPrincipal(ctx, "builder", gs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return c.count(t, `SELECT count(*) FROM river_job WHERE kind = 'finalize' AND state = 'completed' AND args->>'operation_id' = $1`, revoked) == 1 &&
+			c.count(t, `SELECT count(*) FROM river_job WHERE kind = 'finalize' AND state = 'cancelled' AND args->>'operation_id' = $1`, abandoned) == 1
+	})
+	if n := c.count(t, outcomesQuery, revoked); n != 1 {
+		t.Fatalf("%d outcomes once the grant was restored, want 1", n)
+	}
+	if n := c.count(t, outcomesQuery, abandoned); n != 0 {
+		t.Fatalf("an abandoned intent published: %d outcomes", n)
+	}
+	if n := c.count(t, refsQuery, repo, digestOf("abandoned layer")); n != 0 {
+		t.Fatalf("an abandoned intent published: %d references", n)
+	}
+}
