@@ -49,6 +49,9 @@ type finalizeCallKey struct{}
 // else (no header, Basic, a user token, an empty configured secret) is 401.
 func RequireClusterSecret(secret string, logger *slog.Logger) func(http.Handler) http.Handler {
 	want := []byte(secret)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")

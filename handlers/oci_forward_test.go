@@ -1,0 +1,175 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/backend/fs"
+	"github.com/blobplane/blobplane/handlers"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/store"
+)
+
+// fakeHome stands for the repository's home across the network: it
+// finalizes with the real store under the lease, or fails with err.
+type fakeHome struct {
+	st    *store.Store
+	epoch uint64
+	err   error
+
+	mu     sync.Mutex
+	queued []string // repo/op of each EnqueueFinalize
+}
+
+func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error) {
+	if f.err != nil {
+		return store.Outcome{}, f.err
+	}
+	in, err := f.st.GetIntent(ctx, op)
+	if err != nil {
+		return store.Outcome{}, err
+	}
+	return f.st.Finalize(ctx, store.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
+		Partition: "p-0001", Node: "node-a", Epoch: f.epoch})
+}
+
+func (f *fakeHome) EnqueueFinalize(_ context.Context, repo, op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queued = append(f.queued, repo+"/"+op)
+	return nil
+}
+
+// A close away from the home: published by the home (201 with a local
+// publication's headers), its final refusal as the local answer, or queued
+// (202 with the operation) when it cannot publish now.
+func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		err    error
+		status int
+		queued bool
+	}{
+		"published by the home":       {status: 201},
+		"home unreachable":            {err: blobplane.Errorf(blobplane.CodeUnavailable, "dial: connection refused"), status: 202, queued: true},
+		"home moved (stale epoch)":    {err: blobplane.Errorf(blobplane.CodeStaleEpoch, "superseded"), status: 202, queued: true},
+		"secret rejected by the home": {err: blobplane.Errorf(blobplane.CodeUnauthorized, "cluster secret"), status: 202, queued: true},
+		"grant revoked":               {err: blobplane.Errorf(blobplane.CodeForbidden, "revoked"), status: 403},
+		"abandoned":                   {err: blobplane.Errorf(blobplane.CodeConflict, "abandoned"), status: 409},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := pgtest.NewStore(t)
+			if err := st.CreateRepository(ctx, "team/app"); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { raw.Close() })
+			home := &fakeHome{st: st, epoch: lease.Epoch, err: tc.err}
+			away := &staticHome{} // never the home
+			srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
+				Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1",
+				Home: away, Forward: home, Later: home,
+			}}))
+			t.Cleanup(srv.Close)
+			e := &ociEnv{st: st, srv: srv, writer: token(t, st, "alice", "team/*:write")}
+
+			d := ociDigest("away " + name)
+			a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, "away "+name, e.writer, nil)
+			if a.status != tc.status {
+				t.Fatalf("close: %d, want %d (%s)", a.status, tc.status, a.body)
+			}
+			var op string
+			if err := onlyOperation(ctx, st, &op); err != nil {
+				t.Fatal(err)
+			}
+			switch a.status {
+			case 201:
+				if a.header.Get("Location") != "/v2/team/app/blobs/"+d || a.header.Get("Docker-Content-Digest") != d {
+					t.Fatalf("published answer: %v", a.header)
+				}
+				if _, err := st.Outcome(ctx, op); err != nil {
+					t.Fatalf("no outcome after a forwarded publication: %v", err)
+				}
+			case 202:
+				if a.header.Get("Location") != "/v1/operations/"+op || a.header.Get("Docker-Upload-UUID") != op {
+					t.Fatalf("queued answer: %v", a.header)
+				}
+			}
+			home.mu.Lock()
+			defer home.mu.Unlock()
+			if queued := len(home.queued) == 1 && home.queued[0] == "team/app/"+op; queued != tc.queued || len(home.queued) > 1 {
+				t.Fatalf("queued %v, want queued=%v", home.queued, tc.queued)
+			}
+		})
+	}
+}
+
+// onlyOperation reads the one intent's operation id.
+func onlyOperation(ctx context.Context, st *store.Store, op *string) error {
+	return st.Pool().QueryRow(ctx, `SELECT operation_id::text FROM intents WHERE repository = 'team/app'`).Scan(op)
+}
+
+// The internal endpoint is not reachable with user credentials even when
+// no cluster secret is configured (it is then not mounted at all).
+func TestInternalFinalizeNotMountedWithoutSecret(t *testing.T) {
+	t.Parallel()
+	st := pgtest.NewStore(t)
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Home: &staticHome{}}}))
+	t.Cleanup(srv.Close)
+	e := &ociEnv{st: st, srv: srv}
+	a := e.do(t, "POST", "/internal/v1/finalize/00000000-0000-4000-8000-000000000001", `{"repository":"team/app"}`, token(t, st, "root", "*:admin"), nil)
+	if a.status != 404 && a.status != 405 {
+		t.Fatalf("internal endpoint without a secret: %d %s", a.status, a.body)
+	}
+}
+
+// RequireClusterSecret: the exact secret as Bearer only; an empty
+// configured secret admits nothing.
+func TestRequireClusterSecret(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		configured, authz string
+		ok                bool
+	}{
+		{secret, "Bearer " + secret, true},
+		{secret, "bearer " + secret, true},
+		{secret, "Bearer " + secret + "x", false},
+		{secret, "Bearer " + secret[1:], false},
+		{secret, "Basic " + secret, false},
+		{secret, "", false},
+		{"", "Bearer ", false},
+		{"", "", false},
+	} {
+		h := handlers.RequireClusterSecret(tc.configured, nil)(httpOK{})
+		req := httptest.NewRequest("POST", "/internal/v1/finalize/x", strings.NewReader("{}"))
+		if tc.authz != "" {
+			req.Header.Set("Authorization", tc.authz)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if got := rec.Code == 200; got != tc.ok {
+			t.Errorf("configured %q, Authorization %q: %d", tc.configured, tc.authz, rec.Code)
+		}
+	}
+}
+
+type httpOK struct{}
+
+func (httpOK) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
