@@ -139,12 +139,18 @@ func FinalizeTerminal(err error) bool {
 	return false
 }
 
+// Forwarder forwards one finalization to the repository's home
+// (HomeFinalizer).
+type Forwarder interface {
+	ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error)
+}
+
 // FinalizeWorker runs FinalizeArgs: it forwards to the home like the
 // ingress did. A retryable refusal returns an error (River retries with
 // backoff); a terminal one cancels the job.
 type FinalizeWorker struct {
 	river.WorkerDefaults[FinalizeArgs]
-	Home   HomeFinalizer
+	Home   Forwarder
 	Logger *slog.Logger
 }
 

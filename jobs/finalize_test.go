@@ -1,0 +1,80 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/store"
+)
+
+type forwardFunc func(ctx context.Context, repo, op string) (store.Outcome, error)
+
+func (f forwardFunc) ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error) {
+	return f(ctx, repo, op)
+}
+
+// Retryable refusals fail the attempt (River retries with backoff);
+// terminal ones cancel the job; a publication completes it.
+func TestFinalizeWorkerRetriesOrCancels(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err            error
+		fails, cancels bool
+	}{
+		{err: nil},
+		{err: blobplane.Errorf(blobplane.CodeUnavailable, "home unreachable"), fails: true},
+		{err: blobplane.Errorf(blobplane.CodeStaleEpoch, "home moved"), fails: true},
+		{err: blobplane.Errorf(blobplane.CodeForbidden, "grant revoked"), fails: true},
+		{err: blobplane.Errorf(blobplane.CodeUnauthorized, "secret rejected"), fails: true},
+		{err: &blobplane.Error{Code: blobplane.CodeMismatch, Err: store.ErrContentIdentity}, fails: true, cancels: true},
+		{err: &blobplane.Error{Code: blobplane.CodeConflict, Err: store.ErrIntentClosed}, fails: true, cancels: true},
+		{err: &blobplane.Error{Code: blobplane.CodeConflict, Err: store.ErrObliterated}, fails: true, cancels: true},
+		{err: blobplane.Errorf(blobplane.CodeNotFound, "unknown operation"), fails: true, cancels: true},
+	} {
+		w := &FinalizeWorker{Logger: slog.New(slog.DiscardHandler), Home: forwardFunc(func(context.Context, string, string) (store.Outcome, error) {
+			return store.Outcome{OperationID: "op"}, tc.err
+		})}
+		err := w.Work(context.Background(), &river.Job[FinalizeArgs]{JobRow: &rivertype.JobRow{Attempt: 1}, Args: FinalizeArgs{OperationID: "op", Repository: "team/app"}})
+		var cancel *rivertype.JobCancelError
+		if (err != nil) != tc.fails || errors.As(err, &cancel) != tc.cancels {
+			t.Errorf("%v: Work = %v, want fails=%v cancels=%v", tc.err, err, tc.fails, tc.cancels)
+		}
+	}
+}
+
+// One finalize job per operation id, however often (and with whatever
+// repository) it is enqueued.
+func TestFinalizeJobUniqueByOperation(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	ctx := context.Background()
+	rc, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := FinalizeQueue{Client: rc}
+	const op = "00000000-0000-4000-8000-000000000001"
+	for _, repo := range []string{"team/app", "team/app", "team/other"} {
+		if err := q.EnqueueFinalize(ctx, repo, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.EnqueueFinalize(ctx, "team/app", "00000000-0000-4000-8000-000000000002"); err != nil {
+		t.Fatal(err)
+	}
+	var n, ops int
+	if err := d.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT args->>'operation_id') FROM river_job WHERE kind = 'finalize' AND queue = 'default'`).Scan(&n, &ops); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || ops != 2 {
+		t.Fatalf("%d finalize jobs for %d operations, want one per operation", n, ops)
+	}
+}
