@@ -55,6 +55,25 @@ func startCluster(t *testing.T) *cluster {
 		}
 	})
 
+	c.publishTwoPartitionMap(t)
+	// Both nodes adopt the map (NOTIFY) and acquire their partitions.
+	waitFor(t, func() bool {
+		for i, a := range c.nodes {
+			code, _, _ := c.do(t, a, c.repos[i], nil)
+			if code != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	})
+	return c
+}
+
+// publishTwoPartitionMap signs and publishes map 1 giving one partition to
+// each node, and picks a repository homed on each (c.repos).
+func (c *cluster) publishTwoPartitionMap(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	now := time.Now()
 	c.signer = authority.Signer{KeyID: "test-key", Key: priv}
@@ -93,17 +112,6 @@ func startCluster(t *testing.T) *cluster {
 			c.repos[n] = repo
 		}
 	}
-	// Both nodes adopt the map (NOTIFY) and acquire their partitions.
-	waitFor(t, func() bool {
-		for i, a := range c.nodes {
-			code, _, _ := c.do(t, a, c.repos[i], nil)
-			if code != http.StatusOK {
-				return false
-			}
-		}
-		return true
-	})
-	return c
 }
 
 func (c *cluster) do(t *testing.T, a *app.API, repo string, hdr map[string]string) (int, http.Header, string) {

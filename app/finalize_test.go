@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/auth"
@@ -58,44 +56,7 @@ func startHomeCluster(t *testing.T) *homeCluster {
 		}
 	})
 	ctx := context.Background()
-	pub, priv, _ := ed25519.GenerateKey(nil)
-	now := time.Now()
-	c.signer = authority.Signer{KeyID: "test-key", Key: priv}
-	if err := c.st.PublishSigningKey(ctx, authority.TrustedKey{KeyID: "test-key", Alg: authority.SignatureAlg, PublicKey: pub, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := authority.EvenSplit{
-		Version: 1, GeneratedAt: now, Partitions: 2, State: authority.PrimaryServing, Epoch: 1, Class: "standard", Mode: authority.ModeDerived,
-		Nodes: []authority.NodeAddr{{Node: "node-0", Endpoint: c.nodes[0].Addr()}, {Node: "node-1", Endpoint: c.nodes[1].Addr()}},
-	}.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.signer.SignMap(m); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.st.PublishMap(ctx, m, nil); err != nil {
-		t.Fatal(err)
-	}
-	c.m = m
-	ix, err := authority.NewIndex(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; c.repos[0] == "" || c.repos[1] == ""; i++ {
-		repo := fmt.Sprintf("team/app-%d", i)
-		r, err := ix.ResolveKey(repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		if r.Partition.Primary.Node == "node-1" {
-			n = 1
-		}
-		if c.repos[n] == "" {
-			c.repos[n] = repo
-		}
-	}
+	c.publishTwoPartitionMap(t)
 	for i := range c.nodes {
 		c.waitHome(t, i)
 		if err := c.st.CreateRepository(ctx, c.repos[i]); err != nil {
