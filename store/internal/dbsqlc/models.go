@@ -78,6 +78,8 @@ type Intent struct {
 	UpdatedAt pgtype.Timestamptz
 	// Database time after which a pending intent may be reaped: now() + TTL, moved forward by every chunk. Expiry permits reclamation; it does not prove the writer gone.
 	ExpiresAt pgtype.Timestamptz
+	// Database time the reaper confirmed the staged upload deleted (after the abandonment committed); NULL while an abandoned intent's staged bytes may remain, so a crashed or failed delete is retried by the next sweep. Always NULL unless abandoned.
+	StagedDeletedAt pgtype.Timestamptz
 }
 
 // The lease store: one record per partition holding ownership, the fencing epoch and the checkpoint pointer together (ZBP-5 R14-R28). Written only by ACQUIRE, RENEW, FENCE and FORCE, each one conditional statement on the database clock. Epochs never decrease and ownership never changes without an epoch increase (trigger); rows are never deleted.

@@ -14,7 +14,7 @@ import (
 const abandonIntent = `-- name: AbandonIntent :one
 UPDATE intents SET state = 'abandoned', updated_at = now()
 WHERE operation_id = $1 AND state = 'pending'
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 `
 
 // Terminal; decided on the locked row, so it cannot overlap a publication.
@@ -35,6 +35,7 @@ func (q *Queries) AbandonIntent(ctx context.Context, db DBTX, operationID pgtype
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.StagedDeletedAt,
 	)
 	return i, err
 }
@@ -57,7 +58,7 @@ const createIntent = `-- name: CreateIntent :one
 INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6,
         $7, now() + make_interval(secs => $8::float8))
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 `
 
 type CreateIntentParams struct {
@@ -98,6 +99,7 @@ func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentPar
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.StagedDeletedAt,
 	)
 	return i, err
 }
@@ -157,7 +159,7 @@ SET received_bytes = $1,
     updated_at = now()
 WHERE operation_id = $4 AND state = 'pending'
   AND ($2::text IS NULL OR staged_location IS NULL OR staged_location = $2)
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 `
 
 type ExtendIntentParams struct {
@@ -192,6 +194,7 @@ func (q *Queries) ExtendIntent(ctx context.Context, db DBTX, arg ExtendIntentPar
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.StagedDeletedAt,
 	)
 	return i, err
 }
@@ -214,7 +217,7 @@ func (q *Queries) GetBlob(ctx context.Context, db DBTX, digest string) (Blob, er
 }
 
 const getIntent = `-- name: GetIntent :one
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at FROM intents WHERE operation_id = $1
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = $1
 `
 
 func (q *Queries) GetIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (Intent, error) {
@@ -234,6 +237,7 @@ func (q *Queries) GetIntent(ctx context.Context, db DBTX, operationID pgtype.UUI
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.StagedDeletedAt,
 	)
 	return i, err
 }
@@ -356,7 +360,7 @@ func (q *Queries) LeaseHeldForShare(ctx context.Context, db DBTX, arg LeaseHeldF
 }
 
 const lockIntent = `-- name: LockIntent :one
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at FROM intents WHERE operation_id = $1 FOR UPDATE
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (Intent, error) {
@@ -376,6 +380,7 @@ func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UU
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.StagedDeletedAt,
 	)
 	return i, err
 }
@@ -386,7 +391,7 @@ SET expected_digest = $1::text, expected_size = $2::bigint, received_bytes = $2:
 WHERE operation_id = $3 AND state = 'pending'
   AND coalesce(expected_digest, $1::text) = $1::text
   AND coalesce(expected_size, $2::bigint) = $2::bigint
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 `
 
 type RecordIntentContentParams struct {
@@ -414,6 +419,7 @@ func (q *Queries) RecordIntentContent(ctx context.Context, db DBTX, arg RecordIn
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ExpiresAt,
+		&i.StagedDeletedAt,
 	)
 	return i, err
 }

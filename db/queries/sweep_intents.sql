@@ -1,0 +1,52 @@
+-- The reaper of expired intents (db/migrations/00006_sweep_intents.sql).
+
+-- name: ReapExpiredIntents :many
+-- Decide abandonment of a bounded batch of expired pending intents of one
+-- ingress datacenter, oldest first, by the database clock. A row another
+-- transaction holds (a chunk being recorded, a publication) is skipped, and
+-- the UPDATE re-checks pending on the locked row, so publish and abandon
+-- stay mutually exclusive (S5) and concurrent reapers never share a row.
+WITH claimed AS (
+    SELECT p.operation_id FROM intents p
+    WHERE p.state = 'pending' AND p.ingress_datacenter = @ingress_datacenter AND p.expires_at < now()
+    ORDER BY p.expires_at
+    LIMIT @batch
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE intents i SET state = 'abandoned', updated_at = now()
+FROM claimed c
+WHERE i.operation_id = c.operation_id AND i.state = 'pending'
+RETURNING i.*;
+
+-- name: ExpiredIntents :many
+-- What ReapExpiredIntents would decide now (dry run): no lock, no change.
+SELECT * FROM intents
+WHERE state = 'pending' AND ingress_datacenter = @ingress_datacenter AND expires_at < now()
+ORDER BY expires_at
+LIMIT @batch;
+
+-- name: UndeletedStagedIntents :many
+-- Abandoned intents whose staged bytes are not confirmed deleted: reaped by
+-- a pass that crashed or failed before its delete, or abandoned by a
+-- handler whose own abort failed.
+SELECT * FROM intents
+WHERE state = 'abandoned' AND staged_deleted_at IS NULL AND staged_location IS NOT NULL
+  AND ingress_datacenter = @ingress_datacenter
+ORDER BY updated_at
+LIMIT @batch;
+
+-- name: MarkStagedDeleted :execrows
+UPDATE intents SET staged_deleted_at = now()
+WHERE operation_id = @operation_id AND state = 'abandoned' AND staged_deleted_at IS NULL;
+
+-- name: SweepIntentBacklog :one
+-- The oldest overdue item of one datacenter: an expired pending intent (age
+-- past its expiry) or an abandoned intent whose staged bytes remain (age
+-- since abandonment), in seconds; 0 when there is none.
+SELECT coalesce(extract(epoch FROM now() - least(
+    (SELECT min(p.expires_at) FROM intents p
+     WHERE p.state = 'pending' AND p.ingress_datacenter = @ingress_datacenter AND p.expires_at < now()),
+    (SELECT min(a.updated_at) FROM intents a
+     WHERE a.state = 'abandoned' AND a.staged_deleted_at IS NULL AND a.staged_location IS NOT NULL
+       AND a.ingress_datacenter = @ingress_datacenter)
+)), 0)::float8 AS oldest_overdue_seconds;

@@ -1,0 +1,143 @@
+package store
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// The reaper of expired intents (DESIGN flow 5, issue 7,
+// ../shared/spec/publication-across-two-stores.md).
+//
+// Abandonment is a decision made on the intent row, in the same statement
+// that claims it FOR UPDATE SKIP LOCKED and re-checks that it is pending,
+// so a reap and a publication of one intent are mutually exclusive (S5): a
+// writer that wakes after its intent was reaped fails on the row
+// (ErrIntentClosed). Expiry is only permission to reclaim. The staged bytes
+// are deleted by the caller after the decision commits; MarkStagedDeleted
+// records that, and until it does the intent stays in
+// UndeletedStagedIntents, so a crash or a failed delete is retried.
+
+// ReapedIntent is an abandoned intent whose staged bytes are (or were) to
+// be deleted.
+type ReapedIntent struct {
+	OperationID string
+	Repository  string
+	// Backend and StagedLocation locate the staged upload: the backend's
+	// upload id on the named backend of the ingress datacenter.
+	// StagedLocation is "" when staging never started.
+	Backend        string
+	StagedLocation string
+	// ReceivedBytes is the staged size as of the last recorded chunk.
+	ReceivedBytes int64
+	ExpiresAt     time.Time
+	UpdatedAt     time.Time
+}
+
+func reapedFromRows(rows []dbsqlc.Intent) []ReapedIntent {
+	out := make([]ReapedIntent, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, ReapedIntent{
+			OperationID: r.OperationID.String(), Repository: r.Repository, Backend: r.Backend,
+			StagedLocation: r.StagedLocation.String, ReceivedBytes: r.ReceivedBytes,
+			ExpiresAt: r.ExpiresAt.Time, UpdatedAt: r.UpdatedAt.Time,
+		})
+	}
+	return out
+}
+
+func batch(limit int) (int32, error) {
+	if limit <= 0 || limit > math.MaxInt32 {
+		return 0, blobplane.Errorf(blobplane.CodeInvalid, "sweep batch %d: must be from 1 to %d", limit, math.MaxInt32)
+	}
+	return int32(limit), nil
+}
+
+// ReapExpiredIntents abandons up to limit pending intents of datacenter
+// whose expiry (database clock) has passed, oldest first, in one
+// transaction, and returns them. Intents locked by another transaction (a
+// chunk being recorded, a publication, another reaper) are skipped, so
+// concurrent reapers never reap one intent twice. With dryRun it returns
+// what would be reaped now and changes nothing. The caller deletes the
+// staged bytes only after this returns, then calls MarkStagedDeleted.
+// Errors: invalid (limit), unavailable.
+func (s *Store) ReapExpiredIntents(ctx context.Context, datacenter string, limit int, dryRun bool) ([]ReapedIntent, error) {
+	n, err := batch(limit)
+	if err != nil {
+		return nil, err
+	}
+	var rows []dbsqlc.Intent
+	if dryRun {
+		rows, err = s.q.ExpiredIntents(ctx, s.pool, dbsqlc.ExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+	} else {
+		rows, err = s.q.ReapExpiredIntents(ctx, s.pool, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+	}
+	if err != nil {
+		return nil, dbErr("reap expired intents", err)
+	}
+	return reapedFromRows(rows), nil
+}
+
+// ReapExpiredIntentsTx is ReapExpiredIntents (not a dry run) inside the
+// caller's transaction: the decisions and their row locks last until tx
+// ends, so a caller can compose them with other writes, and tests can hold
+// a reap open while they drive a competing writer.
+func (s *Store) ReapExpiredIntentsTx(ctx context.Context, tx pgx.Tx, datacenter string, limit int) ([]ReapedIntent, error) {
+	n, err := batch(limit)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.q.ReapExpiredIntents(ctx, tx, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+	if err != nil {
+		return nil, dbErr("reap expired intents", err)
+	}
+	return reapedFromRows(rows), nil
+}
+
+// UndeletedStagedIntents returns up to limit abandoned intents of
+// datacenter whose staged bytes are not confirmed deleted, oldest
+// abandonment first: reaps whose delete crashed or failed, and uploads a
+// handler abandoned but could not abort. Errors: invalid, unavailable.
+func (s *Store) UndeletedStagedIntents(ctx context.Context, datacenter string, limit int) ([]ReapedIntent, error) {
+	n, err := batch(limit)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.q.UndeletedStagedIntents(ctx, s.pool, dbsqlc.UndeletedStagedIntentsParams{IngressDatacenter: datacenter, Batch: n})
+	if err != nil {
+		return nil, dbErr("undeleted staged intents", err)
+	}
+	return reapedFromRows(rows), nil
+}
+
+// MarkStagedDeleted records that the staged bytes of the abandoned intent
+// op are deleted, so no later pass deletes them again. Marking twice, or
+// an intent that is not abandoned, changes nothing. Errors: not_found for a
+// malformed id, unavailable.
+func (s *Store) MarkStagedDeleted(ctx context.Context, op string) error {
+	id, err := parseOpID(op)
+	if err != nil {
+		return err
+	}
+	if _, err := s.q.MarkStagedDeleted(ctx, s.pool, id); err != nil {
+		return dbErr("mark staged deleted", err)
+	}
+	return nil
+}
+
+// OldestOverdueIntent is the age of datacenter's oldest overdue reaper
+// item: an expired pending intent (since its expiry) or an abandoned intent
+// whose staged bytes remain (since its abandonment); 0 when there is none.
+// Measured by the database clock.
+func (s *Store) OldestOverdueIntent(ctx context.Context, datacenter string) (time.Duration, error) {
+	sec, err := s.q.SweepIntentBacklog(ctx, s.pool, datacenter)
+	if err != nil {
+		return 0, dbErr("sweep intent backlog", err)
+	}
+	return time.Duration(sec * float64(time.Second)), nil
+}
