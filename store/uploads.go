@@ -298,7 +298,8 @@ type Outcome struct {
 // (ErrWriteRevoked). Then one transaction locks the intent FOR UPDATE
 // (abandoned: ErrIntentClosed), re-checks the lease under FOR SHARE so a
 // transfer cannot slip in, ensures the blob state row (obliterated:
-// ErrObliterated), inserts the reference, enqueues replication, stores the
+// ErrObliterated; collected with no placement verified since: ErrCollected,
+// retryable), inserts the reference, enqueues replication, stores the
 // outcome and admits the intent. A refusal stores no outcome.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
@@ -378,6 +379,15 @@ func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, err
 		}
 		if b.State == "obliterated" {
 			return refusal(blobplane.CodeConflict, op, ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
+		}
+		if b.State == "collected" {
+			// Collected after step 3 looked: its placements were revoked
+			// and its bytes are (being) deleted. Only a placement that
+			// verified since (re-staged, so its deletion is superseded)
+			// holds the bytes; then publication revives the row (S1).
+			if err := s.reviveCollected(ctx, tx, op, req.Digest, req.Size); err != nil {
+				return err
+			}
 		}
 		if b.SizeBytes != req.Size {
 			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)

@@ -14,7 +14,7 @@ type Blob struct {
 	Digest string
 	// Content size in bytes (of the decoded content).
 	SizeBytes int64
-	// live, or obliterated by an operator (then no repository may publish or serve it).
+	// live; collected (no reference and no claim was left: its placements are revoked and its bytes deleted or being deleted; a publication is refused retryably until a placement verifies again, then revives it); or obliterated by an operator (then no repository may publish or serve it).
 	State string
 	// Database time of the first publication of the digest.
 	CreatedAt pgtype.Timestamptz
@@ -32,6 +32,28 @@ type BlobReference struct {
 	CreatedAt pgtype.Timestamptz
 	// Operation id of the finalization that created the reference.
 	OperationID pgtype.UUID
+}
+
+// Durable record of a collection decision, one per revoked placement: written in the transaction that marks the blob collected, finished by the byte-deletion job. An unfinished row is work still owed to the byte store.
+type Deletion struct {
+	// Surrogate key.
+	ID int64
+	// The collected digest (a blobs row in state collected when decided).
+	Digest string
+	// Backend name of the revoked placement.
+	Backend string
+	// Datacenter of the revoked placement.
+	Datacenter string
+	// Location of the revoked placement inside its backend.
+	Location string
+	// Content size recorded on the placement, counted as reclaimed bytes when deleted.
+	SizeBytes int64
+	// Database time of the collection decision.
+	DecidedAt pgtype.Timestamptz
+	// Database time the job finished: bytes deleted (missing counts as deleted) or the deletion superseded; NULL while owed.
+	DeletedAt pgtype.Timestamptz
+	// deleted (the bytes are gone) or superseded (the placement was re-staged or the digest claimed again before the job ran, so the bytes were kept); NULL while owed.
+	Result pgtype.Text
 }
 
 // Permissions on repositories, held by one token or by a principal (then every valid token of the principal has it). admin implies write implies read. A token's effective rights are its own grants plus its principal's.

@@ -1,0 +1,76 @@
+-- Collection of unreferenced content (db/migrations/00007_collect.sql).
+
+-- name: LockCollectCandidates :many
+-- Live blob rows that look unowned under this statement's snapshot, locked
+-- so that a publication of the same digest (EnsureBlob) waits for the
+-- decision. SKIP LOCKED: a row a publication holds is being published, and
+-- a concurrent collector takes other rows. The caller re-checks ownership
+-- with a fresh statement after the lock (a reference committed between
+-- this snapshot and the lock is not visible here).
+SELECT b.digest, b.size_bytes FROM blobs b
+WHERE b.state = 'live'
+  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
+  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
+  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
+  AND NOT (b.digest = ANY (@skip::text[]))
+ORDER BY b.updated_at
+LIMIT @max_rows
+FOR UPDATE OF b SKIP LOCKED;
+
+-- name: BlobOwnership :one
+-- Ownership of a digest (S6): the refcount over live references and the
+-- claims by unfinished intents that name it.
+SELECT (SELECT count(*) FROM blob_references r WHERE r.digest = @digest::text)::bigint AS refs,
+       (SELECT count(*) FROM intents i WHERE i.state = 'pending' AND i.expected_digest = @digest::text)::bigint AS claims;
+
+-- name: LockBlob :one
+SELECT * FROM blobs WHERE digest = @digest FOR UPDATE;
+
+-- name: MarkBlobCollected :execrows
+UPDATE blobs SET state = 'collected', updated_at = now()
+WHERE digest = @digest AND state = 'live';
+
+-- name: ReviveBlob :execrows
+-- A collected digest whose placement verified again (re-stored bytes):
+-- publication makes it live again.
+UPDATE blobs SET state = 'live', updated_at = now()
+WHERE digest = @digest AND state = 'collected';
+
+-- name: RevokePlacementsForReclamation :many
+-- Every placement of a collected digest stops serving and stops protecting
+-- its bytes. A re-stage (a new upload of the same content) moves it out of
+-- revoked again, which the byte-deletion job sees.
+UPDATE placements
+SET state = 'revoked', reason = NULL, revoke_reason = 'reclamation',
+    generation = generation + 1, updated_at = now()
+WHERE digest = @digest AND state <> 'revoked'
+RETURNING *;
+
+-- name: ListPlacementsTx :many
+SELECT * FROM placements WHERE digest = @digest ORDER BY datacenter, backend, location;
+
+-- name: InsertDeletion :one
+INSERT INTO deletions (digest, backend, datacenter, location, size_bytes)
+VALUES (@digest, @backend, @datacenter, @location, @size_bytes)
+ON CONFLICT (digest, backend, datacenter, location) WHERE deleted_at IS NULL DO UPDATE SET decided_at = deletions.decided_at
+RETURNING *;
+
+-- name: LockUnfinishedDeletion :one
+SELECT * FROM deletions
+WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location AND deleted_at IS NULL
+FOR UPDATE;
+
+-- name: FinishDeletion :exec
+UPDATE deletions SET deleted_at = now(), result = @result WHERE id = @id AND deleted_at IS NULL;
+
+-- name: UnfinishedDeletions :many
+-- Owed deletions, oldest first: for re-enqueueing after a crash and for
+-- the oldest-overdue metric.
+SELECT * FROM deletions WHERE deleted_at IS NULL ORDER BY decided_at LIMIT @max_rows;
+
+-- name: PlacementsAt :many
+-- Placements of a digest in one backend of one datacenter (inventory).
+SELECT * FROM placements WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter;
+
+-- name: LockBlobIfExists :many
+SELECT digest, state FROM blobs WHERE digest = @digest FOR UPDATE;

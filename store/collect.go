@@ -1,0 +1,403 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// Collection of unreferenced content and the inventory's ownership checks
+// (issue 7, DESIGN flow 5, S1, S6, L1; docs/sweeps.md).
+//
+// Ownership of a content-addressed key is a refcount over live references
+// plus claims: a pending intent whose expected digest names it, or a
+// pending placement of it (a close in progress: the close path stages the
+// placement before it promotes bytes to the key). Abandoning one attempt
+// never deletes another's bytes, because nothing is deleted while anything
+// owns the key.
+//
+// The decision is made in Postgres first, on the blob state row, the row a
+// publication locks in EnsureBlob. CollectUnreferenced locks a candidate
+// FOR UPDATE SKIP LOCKED, takes the digest's placement lock (the advisory
+// lock StagePlacement takes), re-checks ownership with fresh statements,
+// then in the same transaction marks the row collected, revokes every
+// placement (reclamation), writes one deletion record per revoked placement
+// and enqueues the byte-deletion jobs. Bytes go only after that commit.
+//
+// A publication that locks the row after the decision finds it collected:
+// it revives the row only if a placement verified again since (a new upload
+// re-staged and re-stored the bytes: a re-staged placement is no longer
+// revoked, so its pending deletion is superseded), and is otherwise refused
+// retryably (ErrCollected). It never references deleted bytes (S1).
+//
+// Bytes are deleted only while the digest's placement lock is held and
+// only when the placement is still revoked and nothing owns the digest, so
+// a StagePlacement of a new upload waits until the delete has finished and
+// writes its bytes after it.
+
+// ErrCollected is returned (wrapped, code unavailable, retryable) by
+// Finalize when the digest was collected and no placement of it has
+// verified since: the client uploads the bytes again (or retries once a
+// concurrent upload of the same content verified).
+var ErrCollected = errors.New("the digest was collected; upload its bytes again")
+
+// DeletionEnqueuer inserts byte-deletion work in the transaction that
+// decides a collection, so the jobs exist exactly when the decision does
+// and run only after it commits. jobs.Deletion implements it.
+type DeletionEnqueuer interface {
+	// EnqueueDeletionsTx inserts one job per deletion in tx. An error
+	// rolls the decision back.
+	EnqueueDeletionsTx(ctx context.Context, tx pgx.Tx, ds []Deletion) error
+}
+
+// Deletion is the durable record of one placement whose bytes a collection
+// decided to delete.
+type Deletion struct {
+	ID        int64
+	Key       placement.Key
+	Size      int64 // content size recorded on the placement
+	DecidedAt time.Time
+	DeletedAt time.Time      // zero while owed
+	Result    DeletionResult // "" while owed
+}
+
+// DeletionResult is how a byte deletion finished.
+type DeletionResult string
+
+const (
+	// DeletionDeleted: the bytes are gone (a missing object counts).
+	DeletionDeleted DeletionResult = "deleted"
+	// DeletionSuperseded: the placement was re-staged or the digest owned
+	// again before the job ran; the bytes were kept.
+	DeletionSuperseded DeletionResult = "superseded"
+	// DeletionNone: no unfinished deletion of that key (already finished).
+	DeletionNone DeletionResult = ""
+)
+
+// Collected is one digest a collection decided to reclaim.
+type Collected struct {
+	Digest    blobplane.Digest
+	Size      int64
+	Deletions []Deletion
+}
+
+// CollectUnreferenced decides the collection of up to limit unowned live
+// digests, one short transaction per digest, and enqueues their byte
+// deletions with enq in the deciding transaction (nil enq enqueues nothing:
+// the deletion records stay owed, see UnfinishedDeletions). Safe to run
+// concurrently (SKIP LOCKED) and to re-run. Errors: invalid, unavailable.
+func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq DeletionEnqueuer) ([]Collected, error) {
+	const op = "collect unreferenced"
+	if limit <= 0 {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: limit %d must be positive", op, limit)
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return nil, err
+	}
+	var out []Collected
+	skip := []string{}
+	for len(out) < limit {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		var (
+			c       Collected
+			found   bool
+			decided bool
+		)
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{Skip: skip, MaxRows: 1})
+			if err != nil || len(rows) == 0 {
+				return err
+			}
+			found = true
+			d := rows[0].Digest
+			c = Collected{Digest: blobplane.Digest(d), Size: rows[0].SizeBytes}
+			if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: d}); err != nil {
+				return err
+			}
+			// Fresh statements: a reference or claim committed after the
+			// candidate scan's snapshot, before our lock, is visible now.
+			if owned, err := s.owned(ctx, tx, d); err != nil || owned {
+				return err
+			}
+			n, err := s.q.MarkBlobCollected(ctx, tx, d)
+			if err != nil || n != 1 {
+				return errors.Join(err, fmt.Errorf("mark %s collected: %d rows", d, n))
+			}
+			revoked, err := s.q.RevokePlacementsForReclamation(ctx, tx, d)
+			if err != nil {
+				return err
+			}
+			for _, p := range revoked {
+				row, err := s.q.InsertDeletion(ctx, tx, dbsqlc.InsertDeletionParams{
+					Digest: p.Digest, Backend: p.Backend, Datacenter: p.Datacenter, Location: p.Location, SizeBytes: p.SizeBytes,
+				})
+				if err != nil {
+					return err
+				}
+				c.Deletions = append(c.Deletions, deletionFromRow(row))
+			}
+			if enq != nil && len(c.Deletions) > 0 {
+				if err := enq.EnqueueDeletionsTx(ctx, tx, c.Deletions); err != nil {
+					return err
+				}
+			}
+			decided = true
+			return nil
+		})
+		if err != nil {
+			return out, placementErr(op, err)
+		}
+		if !found {
+			return out, nil
+		}
+		if decided {
+			out = append(out, c)
+		} else {
+			skip = append(skip, string(c.Digest))
+		}
+	}
+	return out, nil
+}
+
+// owned re-checks, inside the caller's transaction and after its locks,
+// whether anything owns d: a reference, a pending intent naming it, or a
+// pending placement (a close in progress).
+func (s *Store) owned(ctx context.Context, tx pgx.Tx, d string) (bool, error) {
+	o, err := s.q.BlobOwnership(ctx, tx, d)
+	if err != nil {
+		return false, err
+	}
+	if o.Refs > 0 || o.Claims > 0 {
+		return true, nil
+	}
+	ps, err := s.q.ListPlacementsTx(ctx, tx, d)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range ps {
+		if placement.State(p.State) == placement.Pending {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// DeleteCollectedBytes finishes the owed deletion of k. While the digest's
+// placement lock is held (so no upload can stage, and so write, the key
+// meanwhile) it calls del only when the placement is still revoked and
+// nothing owns the digest; otherwise it records the deletion superseded.
+// del must treat a missing object as success; an error from del leaves the
+// deletion owed and comes back unchanged (the job retries). It returns
+// DeletionNone when no deletion of k is owed (a re-run). The size is the
+// placement's recorded content size. Errors: those of del, unavailable.
+func (s *Store) DeleteCollectedBytes(ctx context.Context, k placement.Key, del func(context.Context) error) (DeletionResult, int64, error) {
+	const op = "delete collected bytes"
+	if err := k.Validate(); err != nil {
+		return DeletionNone, 0, err
+	}
+	var (
+		res  DeletionResult
+		size int64
+		delE error
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
+			return err
+		}
+		dl, err := s.q.LockUnfinishedDeletion(ctx, tx, dbsqlc.LockUnfinishedDeletionParams(keyArgs(k)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		size = dl.SizeBytes
+		res = DeletionSuperseded
+		cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if errors.Is(err, pgx.ErrNoRows) || (placement.State(cur.State) == placement.Revoked && cur.RevokeReason.String == string(placement.Reclamation)) {
+			owned, err := s.owned(ctx, tx, string(k.Digest))
+			if err != nil {
+				return err
+			}
+			if !owned {
+				if delE = del(ctx); delE != nil {
+					return delE
+				}
+				res = DeletionDeleted
+			}
+		}
+		return s.q.FinishDeletion(ctx, tx, dbsqlc.FinishDeletionParams{ID: dl.ID, Result: optText(string(res))})
+	})
+	if delE != nil {
+		return DeletionNone, 0, delE
+	}
+	if err != nil {
+		return DeletionNone, 0, placementErr(op, err)
+	}
+	return res, size, nil
+}
+
+// UnfinishedDeletions returns up to limit owed deletions, oldest first: a
+// pass re-enqueues them (jobs are unique by key) and reports the age of the
+// oldest. Errors: unavailable.
+func (s *Store) UnfinishedDeletions(ctx context.Context, limit int) ([]Deletion, error) {
+	rows, err := s.q.UnfinishedDeletions(ctx, s.pool, int32(min(limit, 1<<20)))
+	if err != nil {
+		return nil, dbErr("unfinished deletions", err)
+	}
+	out := make([]Deletion, len(rows))
+	for i, r := range rows {
+		out[i] = deletionFromRow(r)
+	}
+	return out, nil
+}
+
+// ObjectClass is the inventory's classification of one stored object.
+type ObjectClass string
+
+const (
+	// ClassReferenced: at least one repository references the digest.
+	ClassReferenced ObjectClass = "referenced"
+	// ClassClaimed: an unfinished (pending) intent names the digest.
+	ClassClaimed ObjectClass = "claimed"
+	// ClassStaged: unreferenced and unclaimed, but the ledger holds a
+	// pending or verified placement of it on this backend: a close in
+	// progress, or content the collector (not the inventory) reclaims.
+	ClassStaged ObjectClass = "staged"
+	// ClassOrphan: nothing in Postgres accounts for the bytes (a crash
+	// between byte write and ledger write, a lost reply, a collected
+	// digest whose deletion is still owed).
+	ClassOrphan ObjectClass = "orphan"
+)
+
+// ClassifyObject classifies the object for d on backend in datacenter from
+// one unlocked read. Errors: invalid, unavailable.
+func (s *Store) ClassifyObject(ctx context.Context, d blobplane.Digest, backend, datacenter string) (ObjectClass, error) {
+	if err := s.ensurePlacements(ctx); err != nil {
+		return "", err
+	}
+	var c ObjectClass
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		c, err = s.classify(ctx, tx, string(d), backend, datacenter)
+		return err
+	})
+	if err != nil {
+		return "", placementErr("classify object", err)
+	}
+	return c, nil
+}
+
+// DeleteIfOrphan re-classifies the object for d on backend in datacenter
+// under the blob state row lock (when the row exists) and the digest's
+// placement lock, and calls del while they are held only when it is still
+// an orphan, so a concurrent publication or upload of the same content
+// wins. It returns the class found under the locks. Errors: those of del,
+// invalid, unavailable.
+func (s *Store) DeleteIfOrphan(ctx context.Context, d blobplane.Digest, backend, datacenter string, del func(context.Context) error) (ObjectClass, error) {
+	if _, err := blobplane.ParseDigest(string(d)); err != nil {
+		return "", err
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return "", err
+	}
+	var (
+		c    ObjectClass
+		delE error
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Same order as the collector: blob row, then placement lock.
+		if _, err := s.q.LockBlobIfExists(ctx, tx, string(d)); err != nil {
+			return err
+		}
+		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(d)}); err != nil {
+			return err
+		}
+		var err error
+		if c, err = s.classify(ctx, tx, string(d), backend, datacenter); err != nil || c != ClassOrphan {
+			return err
+		}
+		delE = del(ctx)
+		return delE
+	})
+	if delE != nil {
+		return c, delE
+	}
+	if err != nil {
+		return "", placementErr("delete orphan", err)
+	}
+	return c, nil
+}
+
+func (s *Store) classify(ctx context.Context, tx pgx.Tx, d, backend, datacenter string) (ObjectClass, error) {
+	o, err := s.q.BlobOwnership(ctx, tx, d)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case o.Refs > 0:
+		return ClassReferenced, nil
+	case o.Claims > 0:
+		return ClassClaimed, nil
+	}
+	ps, err := s.q.PlacementsAt(ctx, tx, dbsqlc.PlacementsAtParams{Digest: d, Backend: backend, Datacenter: datacenter})
+	if err != nil {
+		return "", err
+	}
+	for _, p := range ps {
+		if st := placement.State(p.State); st == placement.Pending || st == placement.Verified {
+			return ClassStaged, nil
+		}
+	}
+	return ClassOrphan, nil
+}
+
+func deletionFromRow(r dbsqlc.Deletion) Deletion {
+	d := Deletion{
+		ID:        r.ID,
+		Key:       placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location},
+		Size:      r.SizeBytes,
+		DecidedAt: r.DecidedAt.Time,
+		Result:    DeletionResult(r.Result.String),
+	}
+	if r.DeletedAt.Valid {
+		d.DeletedAt = r.DeletedAt.Time
+	}
+	return d
+}
+
+// reviveCollected makes a collected digest live again inside Finalize's
+// transaction, which holds its blob row: only when a placement of it
+// verified after the collection (the collector revoked them all, so a
+// verified one was re-staged and re-stored since). Otherwise it refuses
+// retryably with ErrCollected.
+func (s *Store) reviveCollected(ctx context.Context, tx pgx.Tx, op string, d blobplane.Digest, size int64) error {
+	rows, err := s.q.ListPlacementsTx(ctx, tx, string(d))
+	if err != nil {
+		return err
+	}
+	ps := make([]placement.Placement, len(rows))
+	for i, r := range rows {
+		ps[i] = placementFromRow(r)
+	}
+	if !hasVerified(ps, size) {
+		return refusal(blobplane.CodeUnavailable, op, ErrCollected, "%s was collected and no placement of it has verified since; upload its bytes again", d)
+	}
+	n, err := s.q.ReviveBlob(ctx, tx, string(d))
+	if err != nil || n != 1 {
+		return errors.Join(err, fmt.Errorf("revive %s: %d rows", d, n))
+	}
+	return nil
+}
