@@ -5,14 +5,18 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
@@ -29,6 +33,7 @@ import (
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/node"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/sweep"
 )
 
 // Version is the build version reported by nodes (set with -ldflags).
@@ -313,11 +318,23 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	for name, max := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: max}
 	}
+	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret})
+	reaper := newReaper(cfg, st, backends, logger)
+	jobs.AddSweepWorker(workers, reaper)
+	if cfg.WorkerMetrics != "" {
+		reg := prometheus.NewRegistry()
+		reaper.Metrics = sweep.NewMetrics(reg)
+		stop, err := serveMetrics(cfg.WorkerMetrics, reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	client, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{
 		ID:           cfg.NodeID,
 		Logger:       logger,
 		Queues:       queues,
-		Workers:      jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret}),
+		Workers:      workers,
 		PeriodicJobs: periodic,
 	})
 	if err != nil {
@@ -353,6 +370,55 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// newReaper wires the reaper of expired uploads to this datacenter's
+// backends.
+func newReaper(cfg *config.Config, st *store.Store, backends *Backends, logger *slog.Logger) *sweep.Reaper {
+	dels := make(map[string]sweep.StagedDeleter, len(backends.ByName))
+	for name, be := range backends.ByName {
+		dels[name] = be
+	}
+	return &sweep.Reaper{Store: st, Backends: dels, Datacenter: cfg.Datacenter, Batch: cfg.SweepBatch, Logger: logger.With("service", "reaper")}
+}
+
+// serveMetrics serves reg at http://addr/metrics until stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("invalid BLOBPLANE_WORKER_METRICS: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("worker metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { _ = srv.Close() }, nil
+}
+
+// RunSweep runs one sweep pass now (`worker sweep [--dry-run]`) and writes
+// its report as JSON to out: what it reclaimed, or with dryRun would.
+func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryRun bool, out io.Writer) error {
+	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if ok, err := st.MigrationsCurrent(ctx); err != nil || !ok {
+		return fmt.Errorf("database schema is not current (run `api migrate`): %v", err)
+	}
+	backends, err := OpenBackends(ctx, cfg.Backends)
+	if err != nil {
+		return err
+	}
+	defer backends.Close()
+	rep, err := newReaper(cfg, st, backends, logger).RunOnce(ctx, dryRun)
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	if eerr := enc.Encode(rep); eerr != nil {
+		return errors.Join(err, eerr)
+	}
+	return err
 }
 
 func blobplaneMessage(err error) string {

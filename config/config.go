@@ -42,6 +42,10 @@ type Config struct {
 	Queues          map[string]int
 	Cron            map[string]string
 	RiverUI         bool
+	// SweepBatch bounds one step of a sweep pass (intents per transaction).
+	SweepBatch int
+	// WorkerMetrics is the worker's /metrics listen address; "" serves none.
+	WorkerMetrics string
 	// MaxBlobSize bounds one blob (413 past it).
 	MaxBlobSize int64
 	// UploadTTL is how long an idle upload intent lives; expiry is
@@ -92,6 +96,10 @@ var (
 	queueRe  = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	cronName = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 )
+
+// SweepJob is the periodic job name of the sweep (BLOBPLANE_CRON key,
+// scheduled by BLOBPLANE_SWEEP_CRON unless BLOBPLANE_CRON names it).
+const SweepJob = "sweep"
 
 // CronParser parses the schedules in BLOBPLANE_CRON: standard five-field
 // cron expressions plus descriptors such as "@hourly" and "@every 1s".
@@ -245,6 +253,42 @@ var Settings = []Setting{
 				return err
 			}
 			c.Cron = m
+			return nil
+		}},
+	// After "cron": a sweep= entry there takes precedence over this.
+	{Flag: "sweep-cron", Env: "BLOBPLANE_SWEEP_CRON", Default: "@every 1m", Usage: "schedule of the sweep job (reaper of expired uploads): cron expression, @every 1s, or off; a sweep= entry in BLOBPLANE_CRON takes precedence", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			if v == "off" {
+				return nil
+			}
+			if _, err := CronParser.Parse(v); err != nil {
+				return fmt.Errorf("%q: bad schedule: %v", v, err)
+			}
+			if c.Cron == nil {
+				c.Cron = map[string]string{}
+			}
+			if _, ok := c.Cron[SweepJob]; !ok {
+				c.Cron[SweepJob] = v
+			}
+			return nil
+		}},
+	{Flag: "sweep-batch", Env: "BLOBPLANE_SWEEP_BATCH", Default: "1000", Usage: "most upload intents one sweep step reaps in one transaction (bounded batches)", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1_000_000 {
+				return fmt.Errorf("%q: must be an integer from 1 to 1000000", v)
+			}
+			c.SweepBatch = n
+			return nil
+		}},
+	{Flag: "worker-metrics", Env: "BLOBPLANE_WORKER_METRICS", Default: "", Usage: "host:port where the worker serves Prometheus /metrics (sweep counters); empty serves none", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			if v != "" {
+				if _, _, err := net.SplitHostPort(v); err != nil {
+					return fmt.Errorf("%q is not host:port", v)
+				}
+			}
+			c.WorkerMetrics = v
 			return nil
 		}},
 	{Flag: "riverui", Env: "BLOBPLANE_RIVERUI", Default: "true", Usage: "serve the River UI at /riverui/ (requires a token with *:admin, e.g. from `api token bootstrap`)", For: []string{API},
@@ -468,7 +512,7 @@ func parseBytes(v string) (int64, error) {
 // checks docker-compose.yml against them.
 var Commands = map[string][]string{
 	API:        {"serve", "migrate", "lease", "token", "repo"},
-	Worker:     {"run"},
+	Worker:     {"run", "sweep"},
 	Controller: {"show", "keygen", "publish"},
 }
 

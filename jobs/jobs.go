@@ -42,6 +42,7 @@ func Workers(d Deps) *river.Workers {
 // enqueues.
 var periodic = map[string]func() river.JobArgs{
 	NodePruneArgs{}.Kind(): func() river.JobArgs { return NodePruneArgs{} },
+	SweepArgs{}.Kind():     func() river.JobArgs { return SweepArgs{} },
 }
 
 // PeriodicJobNames lists the names BLOBPLANE_CRON accepts.

@@ -1,12 +1,18 @@
 // Command worker runs Blobplane's River workers: transfers, finalization,
 // sweeps and the cron-scheduled periodic jobs. Scale it horizontally.
 //
+//	worker [run]              serve River jobs until SIGTERM
+//	worker sweep [--dry-run]  run one sweep pass now and print what it
+//	                          reclaimed (or, with --dry-run, would)
+//
 // Run `worker --help` for every setting and its environment variable.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
@@ -20,8 +26,17 @@ func main() {
 }
 
 func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string) error {
-	if len(args) > 0 && args[0] != "run" {
-		return fmt.Errorf("unknown command %q (run)", args[0])
+	if len(args) == 0 || args[0] == "run" {
+		return app.RunWorker(ctx, cfg, logger)
 	}
-	return app.RunWorker(ctx, cfg, logger)
+	if args[0] == "sweep" {
+		fs := flag.NewFlagSet("worker sweep", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		dryRun := fs.Bool("dry-run", false, "list what one pass would reclaim and change nothing")
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
+			return fmt.Errorf("usage: worker sweep [--dry-run]")
+		}
+		return app.RunSweep(ctx, cfg, logger, *dryRun, os.Stdout)
+	}
+	return fmt.Errorf("unknown command %q (run, sweep)", args[0])
 }
