@@ -1,14 +1,18 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,12 +25,29 @@ import (
 // `worker sweep [--dry-run]` through the real binary: the dry run lists the
 // expired upload and changes nothing; the pass reaps it and deletes its
 // staged bytes.
-func TestWorkerSweepCommand(t *testing.T) {
-	ctx := context.Background()
+func TestWorkerSweep(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "worker")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/blobplane/blobplane/cmd/worker").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	t.Run("command", func(t *testing.T) { testSweepCommand(t, bin) })
+	t.Run("scheduled", func(t *testing.T) { testScheduledSweep(t, bin) })
+}
+
+// fixture is a database with one expired upload whose bytes are staged on
+// the worker's default filesystem backend, and the worker's environment.
+type fixture struct {
+	d   *pgtest.DB
+	st  *store.Store
+	be  *fs.Backend
+	in  store.Intent
+	id  string
+	env []string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
 	d := pgtest.New(t)
 	st := store.New(d.Pool, nil)
 	if err := st.CreateRepository(ctx, "team/app"); err != nil {
@@ -37,7 +58,7 @@ func TestWorkerSweepCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer be.Close()
+	t.Cleanup(func() { be.Close() })
 	in, err := st.CreateIntent(ctx, store.NewIntent{Repository: "team/app", Principal: "alice", ExpectedSize: store.SizeUnknown,
 		IngressDatacenter: "local", Backend: "fs", TTL: time.Hour})
 	if err != nil {
@@ -59,6 +80,22 @@ func TestWorkerSweepCommand(t *testing.T) {
 
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "DATABASE_URL=" + d.URL,
 		"BLOBPLANE_DATA_DIR=" + dataDir, "BLOBPLANE_DATACENTER=local"}
+	return &fixture{d: d, st: st, be: be, in: in, id: id, env: env}
+}
+
+func (f *fixture) staged(t *testing.T) bool {
+	t.Helper()
+	_, err := f.be.UploadSize(context.Background(), f.id)
+	if err != nil && !errors.Is(err, backend.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func testSweepCommand(t *testing.T, bin string) {
+	ctx := context.Background()
+	f := newFixture(t)
+	st, in, env := f.st, f.in, f.env
 	sweep := func(args ...string) (report struct {
 		DryRun         bool `json:"dry_run"`
 		Reaped         []struct{ OperationID string }
@@ -78,13 +115,7 @@ func TestWorkerSweepCommand(t *testing.T) {
 		}
 		return report
 	}
-	staged := func() bool {
-		_, err := be.UploadSize(ctx, id)
-		if err != nil && !errors.Is(err, backend.ErrNotFound) {
-			t.Fatal(err)
-		}
-		return err == nil
-	}
+	staged := func() bool { return f.staged(t) }
 
 	dry := sweep("--dry-run")
 	if !dry.DryRun || len(dry.Reaped) != 1 || dry.Reaped[0].OperationID != in.OperationID || dry.BytesReclaimed != 15 {
@@ -107,5 +138,73 @@ func TestWorkerSweepCommand(t *testing.T) {
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "usage: worker sweep") {
 		t.Fatalf("bad flag: %v %q", err, out)
+	}
+}
+
+// The scheduled sweep job (BLOBPLANE_SWEEP_CRON) reaps the expired upload
+// in a running worker and counts it on the worker's /metrics.
+func testScheduledSweep(t *testing.T, bin string) {
+	ctx := context.Background()
+	f := newFixture(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(f.env, "BLOBPLANE_SWEEP_CRON=@every 1s", "BLOBPLANE_WORKER_METRICS=127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	metricsURL := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "worker metrics listening" {
+				u, _ := m["url"].(string)
+				metricsURL <- u
+			}
+		}
+	}()
+	var url string
+	select {
+	case url = <-metricsURL:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker never logged its metrics address")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cur, err := f.st.GetIntent(ctx, f.in.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.State == store.IntentAbandoned && !f.staged(t) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduled sweep did not reclaim the upload: intent %s, staged %v", cur.State, f.staged(t))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The pass that deleted may still be recording; poll the counter.
+	for {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "blobplane_sweep_intents_reaped_total 1") &&
+			strings.Contains(string(body), `blobplane_sweep_reclaimed_bytes_total{kind="staged"} 15`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
 	}
 }
