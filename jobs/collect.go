@@ -1,0 +1,153 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/sweep"
+)
+
+// DeletionQueue is the River queue of byte deletions of placements in
+// datacenter: only that datacenter's workers hold its backends, so each
+// worker polls its own datacenter's queue (River queue names allow at most
+// 64 characters; a longer label is hashed).
+func DeletionQueue(datacenter string) string {
+	q := "delete_" + datacenter
+	if len(q) > 64 {
+		sum := sha256.Sum256([]byte(datacenter))
+		q = "delete_" + hex.EncodeToString(sum[:16])
+	}
+	return q
+}
+
+// DeleteBytesArgs deletes the bytes of one placement a collection revoked
+// (store.CollectUnreferenced). Unique by the placement key among jobs not
+// yet finished, so a re-enqueue of an owed deletion never doubles it, while
+// a later collection of the same key (after a revival) gets its own job.
+type DeleteBytesArgs struct {
+	Digest     blobplane.Digest `json:"digest"`
+	Backend    string           `json:"backend"`
+	Datacenter string           `json:"datacenter"`
+	Location   string           `json:"location"`
+}
+
+func (DeleteBytesArgs) Kind() string { return "delete_bytes" }
+
+func (a DeleteBytesArgs) key() placement.Key {
+	return placement.Key{Digest: a.Digest, Backend: a.Backend, Datacenter: a.Datacenter, Location: a.Location}
+}
+
+func deleteBytesInsert(d store.Deletion) river.InsertManyParams {
+	return river.InsertManyParams{
+		Args: DeleteBytesArgs{Digest: d.Key.Digest, Backend: d.Key.Backend, Datacenter: d.Key.Datacenter, Location: d.Key.Location},
+		InsertOpts: &river.InsertOpts{Queue: DeletionQueue(d.Key.Datacenter), UniqueOpts: river.UniqueOpts{
+			ByArgs: true, ByState: []rivertype.JobState{rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning, rivertype.JobStateScheduled},
+		}},
+	}
+}
+
+// Deletion enqueues byte-deletion jobs: inside the deciding transaction
+// (store.DeletionEnqueuer) and, for owed deletions whose jobs were lost,
+// outside it (sweep.DeletionRequeuer).
+type Deletion struct {
+	// Client may be insert-only.
+	Client *river.Client[pgx.Tx]
+}
+
+var (
+	_ store.DeletionEnqueuer = Deletion{}
+	_ sweep.DeletionRequeuer = Deletion{}
+)
+
+// EnqueueDeletionsTx inserts one DeleteBytesArgs per deletion in tx.
+func (e Deletion) EnqueueDeletionsTx(ctx context.Context, tx pgx.Tx, ds []store.Deletion) error {
+	params := make([]river.InsertManyParams, len(ds))
+	for i, d := range ds {
+		params[i] = deleteBytesInsert(d)
+	}
+	if _, err := e.Client.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("enqueue byte deletions: %w", err)
+	}
+	return nil
+}
+
+// EnqueueDeletions re-enqueues owed deletions; a job already waiting for
+// the same key is not doubled.
+func (e Deletion) EnqueueDeletions(ctx context.Context, ds []store.Deletion) error {
+	for _, d := range ds {
+		p := deleteBytesInsert(d)
+		if _, err := e.Client.Insert(ctx, p.Args, p.InsertOpts); err != nil {
+			return fmt.Errorf("re-enqueue byte deletion of %s: %w", d.Key.Digest, err)
+		}
+	}
+	return nil
+}
+
+// DeleteBytesWorker runs DeleteBytesArgs in its datacenter. Deleting a
+// missing object succeeds; a transient backend error is returned and River
+// retries with backoff; a wiring error (another datacenter's job, an
+// unknown backend) cancels the job, leaving the deletion owed for the
+// collector's report.
+type DeleteBytesWorker struct {
+	river.WorkerDefaults[DeleteBytesArgs]
+	Deleter *sweep.Deleter
+	Logger  *slog.Logger
+}
+
+func (w *DeleteBytesWorker) Work(ctx context.Context, job *river.Job[DeleteBytesArgs]) error {
+	res, err := w.Deleter.Delete(ctx, job.Args.key())
+	if err != nil {
+		if blobplane.ErrorCode(err) == blobplane.CodeInvalid {
+			return river.JobCancel(err)
+		}
+		return err
+	}
+	if res != store.DeletionNone {
+		w.Logger.InfoContext(ctx, "collected bytes", "digest", job.Args.Digest, "backend", job.Args.Backend, "datacenter", job.Args.Datacenter, "result", res)
+	}
+	return nil
+}
+
+// Timeout bounds one delete (a backend call under a short transaction).
+func (w *DeleteBytesWorker) Timeout(*river.Job[DeleteBytesArgs]) time.Duration { return time.Minute }
+
+// CollectDeps are what the byte-deletion and inventory workers need: this
+// worker's datacenter and its byte backends by name.
+type CollectDeps struct {
+	Store      *store.Store
+	Logger     *slog.Logger
+	Datacenter string
+	Backends   map[string]backend.Backend
+	Metrics    *sweep.CollectMetrics // nil records nothing
+}
+
+// AddCollectWorkers registers DeleteBytesWorker and InventoryWorker on w.
+// The worker's River client must also poll DeletionQueue(d.Datacenter).
+func AddCollectWorkers(w *river.Workers, d CollectDeps) {
+	deleters := make(map[string]sweep.ObjectDeleter, len(d.Backends))
+	listers := make(map[string]sweep.Lister, len(d.Backends))
+	for name, be := range d.Backends {
+		deleters[name] = be
+		listers[name] = be
+	}
+	river.AddWorker(w, &DeleteBytesWorker{
+		Deleter: &sweep.Deleter{Store: d.Store, Backends: deleters, Datacenter: d.Datacenter, Metrics: d.Metrics},
+		Logger:  d.Logger,
+	})
+	river.AddWorker(w, &InventoryWorker{
+		Inventory: &sweep.Inventory{Store: d.Store, Backends: listers, Datacenter: d.Datacenter, Logger: d.Logger, Metrics: d.Metrics},
+		Logger:    d.Logger,
+	})
+}
