@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,5 +102,17 @@ func TestDeleteBytesWorkerRetriesOrCancels(t *testing.T) {
 		if (err != nil) != tc.fails || errors.As(err, &cancel) != tc.cancels {
 			t.Errorf("%s: Work = %v, want fails=%v cancels=%v", tc.name, err, tc.fails, tc.cancels)
 		}
+	}
+}
+
+// The inventory is a periodic job by its kind's name (BLOBPLANE_CRON
+// inventory=..., BLOBPLANE_INVENTORY_CRON).
+func TestInventoryIsAPeriodicJob(t *testing.T) {
+	t.Parallel()
+	if !slices.Contains(PeriodicJobNames(), InventoryArgs{}.Kind()) {
+		t.Fatalf("periodic jobs %v lack %q", PeriodicJobNames(), InventoryArgs{}.Kind())
+	}
+	if pj, err := PeriodicJobs(map[string]string{"inventory": "@every 1s"}); err != nil || len(pj) != 1 {
+		t.Fatalf("inventory=@every 1s: %d jobs, %v", len(pj), err)
 	}
 }

@@ -43,6 +43,7 @@ func Workers(d Deps) *river.Workers {
 var periodic = map[string]func() river.JobArgs{
 	NodePruneArgs{}.Kind(): func() river.JobArgs { return NodePruneArgs{} },
 	SweepArgs{}.Kind():     func() river.JobArgs { return SweepArgs{} },
+	InventoryArgs{}.Kind(): func() river.JobArgs { return InventoryArgs{} },
 }
 
 // PeriodicJobNames lists the names BLOBPLANE_CRON accepts.
