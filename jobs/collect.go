@@ -86,13 +86,46 @@ func (e Deletion) EnqueueDeletionsTx(ctx context.Context, tx pgx.Tx, ds []store.
 // EnqueueDeletions re-enqueues owed deletions; a job already waiting for
 // the same key is not doubled.
 func (e Deletion) EnqueueDeletions(ctx context.Context, ds []store.Deletion) error {
-	for _, d := range ds {
-		p := deleteBytesInsert(d)
-		if _, err := e.Client.Insert(ctx, p.Args, p.InsertOpts); err != nil {
-			return fmt.Errorf("re-enqueue byte deletion of %s: %w", d.Key.Digest, err)
-		}
+	if len(ds) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(ds))
+	for i, d := range ds {
+		params[i] = deleteBytesInsert(d)
+	}
+	if _, err := e.Client.InsertMany(ctx, params); err != nil {
+		return fmt.Errorf("re-enqueue byte deletions: %w", err)
 	}
 	return nil
+}
+
+// CollectArgs runs one collection pass (sweep.Collector): decide the
+// collection of unowned digests and enqueue their byte deletions.
+// Periodic under the name "collect"; safe on several workers (SKIP
+// LOCKED) and to re-run.
+type CollectArgs struct{}
+
+func (CollectArgs) Kind() string { return "collect" }
+
+// CollectWorker runs CollectArgs with the worker's own River client as the
+// deletion enqueuer.
+type CollectWorker struct {
+	river.WorkerDefaults[CollectArgs]
+	Store   *store.Store
+	Batch   int // <= 0: sweep.DefaultCollectBatch
+	Logger  *slog.Logger
+	Metrics *sweep.CollectMetrics
+}
+
+func (w *CollectWorker) Work(ctx context.Context, job *river.Job[CollectArgs]) error {
+	rc, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return err
+	}
+	e := Deletion{Client: rc}
+	c := &sweep.Collector{Store: w.Store, Enqueuer: e, Requeuer: e, Batch: w.Batch, Logger: w.Logger, Metrics: w.Metrics}
+	_, err = c.RunOnce(ctx)
+	return err
 }
 
 // DeleteBytesWorker runs DeleteBytesArgs in its datacenter. Deleting a
@@ -133,8 +166,9 @@ type CollectDeps struct {
 	Metrics    *sweep.CollectMetrics // nil records nothing
 }
 
-// AddCollectWorkers registers DeleteBytesWorker and InventoryWorker on w.
-// The worker's River client must also poll DeletionQueue(d.Datacenter).
+// AddCollectWorkers registers CollectWorker, DeleteBytesWorker and
+// InventoryWorker on w. The worker's River client must also poll
+// DeletionQueue(d.Datacenter).
 func AddCollectWorkers(w *river.Workers, d CollectDeps) {
 	deleters := make(map[string]sweep.ObjectDeleter, len(d.Backends))
 	listers := make(map[string]sweep.Lister, len(d.Backends))
@@ -142,6 +176,7 @@ func AddCollectWorkers(w *river.Workers, d CollectDeps) {
 		deleters[name] = be
 		listers[name] = be
 	}
+	river.AddWorker(w, &CollectWorker{Store: d.Store, Logger: d.Logger, Metrics: d.Metrics})
 	river.AddWorker(w, &DeleteBytesWorker{
 		Deleter: &sweep.Deleter{Store: d.Store, Backends: deleters, Datacenter: d.Datacenter, Metrics: d.Metrics},
 		Logger:  d.Logger,

@@ -2,11 +2,14 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -14,6 +17,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
@@ -114,5 +119,76 @@ func TestInventoryIsAPeriodicJob(t *testing.T) {
 	}
 	if pj, err := PeriodicJobs(map[string]string{"inventory": "@every 1s"}); err != nil || len(pj) != 1 {
 		t.Fatalf("inventory=@every 1s: %d jobs, %v", len(pj), err)
+	}
+}
+
+// End to end through River: the collect job decides, its delete_bytes job
+// (in the datacenter's queue) deletes the bytes from a real filesystem
+// backend and finishes the deletion record.
+func TestCollectJobDeletesBytesThroughRiver(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	ctx := context.Background()
+	st := store.New(d.Pool, nil)
+	be, err := fs.Open(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	const content = "unreferenced"
+	h := sha256.Sum256([]byte(content))
+	dg := blobplane.Digest("sha256:" + hex.EncodeToString(h[:]))
+	if _, err := be.Write(ctx, backend.WriteRequest{Digest: dg, Size: int64(len(content)), Body: strings.NewReader(content)}); err != nil {
+		t.Fatal(err)
+	}
+	k := placement.Key{Digest: dg, Backend: "fs", Datacenter: "eu-1", Location: "sha256/" + dg.Hex()}
+	if _, err := st.StagePlacement(ctx, k, int64(len(content)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.VerifyPlacement(ctx, k, dg, int64(len(content)), 0); err != nil {
+		t.Fatal(err)
+	}
+	// A published digest whose last reference is gone.
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO blobs (digest, size_bytes) VALUES ($1, $2)`, string(dg), len(content)); err != nil {
+		t.Fatal(err)
+	}
+
+	logger := slog.New(slog.DiscardHandler)
+	w := river.NewWorkers()
+	AddCollectWorkers(w, CollectDeps{Store: st, Logger: logger, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}})
+	rc, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{
+		Logger: logger, Workers: w, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond,
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}, DeletionQueue("eu-1"): {MaxWorkers: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rc.Stop(stopCtx)
+	}()
+	if _, err := rc.Insert(ctx, CollectArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var done int
+		if err := d.Pool.QueryRow(ctx, `SELECT count(*) FROM deletions WHERE digest = $1 AND result = 'deleted'`, string(dg)).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the byte deletion did not finish")
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+	if _, err := be.Stat(ctx, dg); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("L1: the collected bytes remain: %v", err)
 	}
 }

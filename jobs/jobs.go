@@ -44,6 +44,7 @@ var periodic = map[string]func() river.JobArgs{
 	NodePruneArgs{}.Kind(): func() river.JobArgs { return NodePruneArgs{} },
 	SweepArgs{}.Kind():     func() river.JobArgs { return SweepArgs{} },
 	InventoryArgs{}.Kind(): func() river.JobArgs { return InventoryArgs{} },
+	CollectArgs{}.Kind():   func() river.JobArgs { return CollectArgs{} },
 }
 
 // PeriodicJobNames lists the names BLOBPLANE_CRON accepts.
