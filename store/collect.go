@@ -401,3 +401,13 @@ func (s *Store) reviveCollected(ctx context.Context, tx pgx.Tx, op string, d blo
 	}
 	return nil
 }
+
+// OldestOwedDeletion is the age, by the database clock, of the oldest
+// unfinished deletion (0 when none). Errors: unavailable.
+func (s *Store) OldestOwedDeletion(ctx context.Context) (time.Duration, error) {
+	secs, err := s.q.OldestUnfinishedDeletionAge(ctx, s.pool)
+	if err != nil {
+		return 0, dbErr("oldest owed deletion", err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}

@@ -34,6 +34,9 @@ type CollectStore interface {
 	CollectUnreferenced(ctx context.Context, limit int, enq store.DeletionEnqueuer) ([]store.Collected, error)
 	// UnfinishedDeletions lists owed deletions, oldest first.
 	UnfinishedDeletions(ctx context.Context, limit int) ([]store.Deletion, error)
+	// OldestOwedDeletion is the age of the oldest owed deletion by the
+	// database clock.
+	OldestOwedDeletion(ctx context.Context) (time.Duration, error)
 }
 
 var _ CollectStore = (*store.Store)(nil)
@@ -99,7 +102,9 @@ func (c *Collector) RunOnce(ctx context.Context) (CollectReport, error) {
 	}
 	rep.Owed = len(owed)
 	if len(owed) > 0 {
-		rep.OldestOwed = max(time.Since(owed[0].DecidedAt), 0)
+		if rep.OldestOwed, err = c.Store.OldestOwedDeletion(ctx); err != nil {
+			return rep, fmt.Errorf("collect: %w", err)
+		}
 		if c.Requeuer != nil {
 			if err := c.Requeuer.EnqueueDeletions(ctx, owed); err != nil {
 				return rep, fmt.Errorf("collect: re-enqueue owed deletions: %w", err)

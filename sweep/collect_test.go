@@ -539,3 +539,84 @@ func TestSchedule13ReferenceReaddedWhileDecidingS1(t *testing.T) {
 		t.Fatal("the re-published digest is not live")
 	}
 }
+
+type recordingRequeuer struct{ got []store.Deletion }
+
+func (r *recordingRequeuer) EnqueueDeletions(_ context.Context, ds []store.Deletion) error {
+	r.got = append(r.got, ds...)
+	return nil
+}
+
+// Schedule 9 for the collector (L1): the decision commits, then its jobs
+// are lost (a crash before any byte is deleted). The deletion records stay
+// owed; the next pass re-enqueues them, reports their age, and the delete
+// finishes.
+func TestSchedule9CollectorCrashAfterDecisionResumesL1(t *testing.T) {
+	t.Parallel()
+	g := gcSetup(t)
+	ctx := context.Background()
+	const content = "decided, then crashed"
+	req := g.uploadAndPublish(t, gcRepo, content)
+	if err := g.st.DeleteReference(ctx, gcRepo, req.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := g.st.CollectUnreferenced(ctx, 10, nil); err != nil || len(got) != 1 { // no jobs: lost
+		t.Fatalf("decision: %+v, %v", got, err)
+	}
+	rq := &recordingRequeuer{}
+	rep, err := (&sweep.Collector{Store: g.st, Enqueuer: g.enq, Requeuer: rq}).RunOnce(ctx)
+	if err != nil || len(rep.Collected) != 0 || rep.Owed != 1 || rep.OldestOwed <= 0 || len(rq.got) != 1 {
+		t.Fatalf("resumed pass: %+v, %v, requeued %+v", rep, err, rq.got)
+	}
+	if !g.exists(t, req.Digest) {
+		t.Fatal("bytes deleted before any job ran")
+	}
+	if _, err := g.deleter().Delete(ctx, rq.got[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	if g.exists(t, req.Digest) {
+		t.Fatal("L1: the collected bytes remain")
+	}
+	if rep, err := g.collector(g.enq).RunOnce(ctx); err != nil || rep.Owed != 0 {
+		t.Fatalf("after the delete: %+v, %v", rep, err)
+	}
+}
+
+// Schedule 8 for the collector: two collectors at once. The first holds
+// its candidate row; the second skips it (SKIP LOCKED) and takes the
+// other; every digest is decided exactly once.
+func TestSchedule8TwoCollectorsDecideEachDigestOnce(t *testing.T) {
+	t.Parallel()
+	g := gcSetup(t)
+	ctx := context.Background()
+	var want []blobplane.Digest
+	for _, c := range []string{"first unowned", "second unowned"} {
+		req := g.uploadAndPublish(t, gcRepo, c)
+		if err := g.st.DeleteReference(ctx, gcRepo, req.Digest); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, req.Digest)
+	}
+	p := pausingEnqueuer{decided: make(chan struct{}), release: make(chan struct{}), rec: g.enq}
+	first := make(chan []store.Collected, 1)
+	go func() {
+		got, err := g.st.CollectUnreferenced(ctx, 1, p)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- got
+	}()
+	<-p.decided // the first collector holds one row, uncommitted
+	second, err := g.st.CollectUnreferenced(ctx, 10, g.enq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(p.release)
+	got := append(<-first, second...)
+	if len(got) != 2 || got[0].Digest == got[1].Digest {
+		t.Fatalf("collected %+v, want each of %v once", got, want)
+	}
+	if n := g.count(t, `SELECT count(*) FROM deletions`); n != 2 {
+		t.Fatalf("%d deletion records, want 2", n)
+	}
+}

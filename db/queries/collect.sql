@@ -74,3 +74,8 @@ SELECT * FROM placements WHERE digest = @digest AND backend = @backend AND datac
 
 -- name: LockBlobIfExists :many
 SELECT digest, state FROM blobs WHERE digest = @digest FOR UPDATE;
+
+-- name: OldestUnfinishedDeletionAge :one
+-- Age of the oldest owed deletion by the database clock (0: none).
+SELECT coalesce(extract(epoch FROM now() - min(decided_at)), 0)::float8 AS age_seconds
+FROM deletions WHERE deleted_at IS NULL;

@@ -264,6 +264,19 @@ func (q *Queries) MarkBlobCollected(ctx context.Context, db DBTX, digest string)
 	return result.RowsAffected(), nil
 }
 
+const oldestUnfinishedDeletionAge = `-- name: OldestUnfinishedDeletionAge :one
+SELECT coalesce(extract(epoch FROM now() - min(decided_at)), 0)::float8 AS age_seconds
+FROM deletions WHERE deleted_at IS NULL
+`
+
+// Age of the oldest owed deletion by the database clock (0: none).
+func (q *Queries) OldestUnfinishedDeletionAge(ctx context.Context, db DBTX) (float64, error) {
+	row := db.QueryRow(ctx, oldestUnfinishedDeletionAge)
+	var age_seconds float64
+	err := row.Scan(&age_seconds)
+	return age_seconds, err
+}
+
 const placementsAt = `-- name: PlacementsAt :many
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements WHERE digest = $1 AND backend = $2 AND datacenter = $3
 `
