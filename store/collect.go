@@ -89,7 +89,8 @@ type Collected struct {
 }
 
 // CollectUnreferenced decides the collection of up to limit unowned live
-// digests, one short transaction per digest, and enqueues their byte
+// digests, in short transactions of a bounded batch (collectTxBatch), and
+// enqueues their byte
 // deletions with enq in the deciding transaction (nil enq enqueues nothing:
 // the deletion records stay owed, see UnfinishedDeletions). Safe to run
 // concurrently (SKIP LOCKED) and to re-run. Errors: invalid, unavailable.
@@ -108,49 +109,33 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 			return out, err
 		}
 		var (
-			c       Collected
+			batch   []Collected
 			found   bool
-			decided bool
+			skipped []string
 		)
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{Skip: skip, MaxRows: 1})
+			batch, skipped = nil, nil
+			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{Skip: skip, MaxRows: int32(min(limit-len(out), collectTxBatch))})
 			if err != nil || len(rows) == 0 {
 				return err
 			}
 			found = true
-			d := rows[0].Digest
-			c = Collected{Digest: blobplane.Digest(d), Size: rows[0].SizeBytes}
-			if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: d}); err != nil {
-				return err
-			}
-			// Fresh statements: a reference or claim committed after the
-			// candidate scan's snapshot, before our lock, is visible now.
-			if owned, err := s.owned(ctx, tx, d); err != nil || owned {
-				return err
-			}
-			n, err := s.q.MarkBlobCollected(ctx, tx, d)
-			if err != nil || n != 1 {
-				return errors.Join(err, fmt.Errorf("mark %s collected: %d rows", d, n))
-			}
-			revoked, err := s.q.RevokePlacementsForReclamation(ctx, tx, d)
-			if err != nil {
-				return err
-			}
-			for _, p := range revoked {
-				row, err := s.q.InsertDeletion(ctx, tx, dbsqlc.InsertDeletionParams{
-					Digest: p.Digest, Backend: p.Backend, Datacenter: p.Datacenter, Location: p.Location, SizeBytes: p.SizeBytes,
-				})
+			var all []Deletion
+			for _, r := range rows {
+				c, decided, err := s.decideCollection(ctx, tx, r.Digest, r.SizeBytes)
 				if err != nil {
 					return err
 				}
-				c.Deletions = append(c.Deletions, deletionFromRow(row))
-			}
-			if enq != nil && len(c.Deletions) > 0 {
-				if err := enq.EnqueueDeletionsTx(ctx, tx, c.Deletions); err != nil {
-					return err
+				if !decided {
+					skipped = append(skipped, r.Digest)
+					continue
 				}
+				batch = append(batch, c)
+				all = append(all, c.Deletions...)
 			}
-			decided = true
+			if enq != nil && len(all) > 0 {
+				return enq.EnqueueDeletionsTx(ctx, tx, all)
+			}
 			return nil
 		})
 		if err != nil {
@@ -159,13 +144,49 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 		if !found {
 			return out, nil
 		}
-		if decided {
-			out = append(out, c)
-		} else {
-			skip = append(skip, string(c.Digest))
-		}
+		out = append(out, batch...)
+		skip = append(skip, skipped...)
 	}
 	return out, nil
+}
+
+// collectTxBatch bounds the candidates one deciding transaction locks: one
+// candidate scan serves up to this many decisions, and the row locks a
+// re-publication of one of them may wait on are held this long at most.
+const collectTxBatch = 100
+
+// decideCollection decides one locked candidate row d in tx: under the
+// digest's placement lock it re-checks ownership with fresh statements (a
+// reference or claim committed after the candidate scan's snapshot, before
+// the row lock, is visible now) and, if still unowned, marks the row
+// collected, revokes every placement and records one deletion per revoked
+// placement.
+func (s *Store) decideCollection(ctx context.Context, tx pgx.Tx, d string, size int64) (Collected, bool, error) {
+	c := Collected{Digest: blobplane.Digest(d), Size: size}
+	if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: d}); err != nil {
+		return c, false, err
+	}
+	if owned, err := s.owned(ctx, tx, d); err != nil || owned {
+		return c, false, err
+	}
+	n, err := s.q.MarkBlobCollected(ctx, tx, d)
+	if err != nil || n != 1 {
+		return c, false, errors.Join(err, fmt.Errorf("mark %s collected: %d rows", d, n))
+	}
+	revoked, err := s.q.RevokePlacementsForReclamation(ctx, tx, d)
+	if err != nil {
+		return c, false, err
+	}
+	for _, p := range revoked {
+		row, err := s.q.InsertDeletion(ctx, tx, dbsqlc.InsertDeletionParams{
+			Digest: p.Digest, Backend: p.Backend, Datacenter: p.Datacenter, Location: p.Location, SizeBytes: p.SizeBytes,
+		})
+		if err != nil {
+			return c, false, err
+		}
+		c.Deletions = append(c.Deletions, deletionFromRow(row))
+	}
+	return c, true, nil
 }
 
 // owned re-checks, inside the caller's transaction and after its locks,
