@@ -103,31 +103,29 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 		return nil, err
 	}
 	var out []Collected
-	skip := []string{}
+	after := "" // the pass's cursor: candidates come in digest order
 	for len(out) < limit {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
 		var (
-			batch   []Collected
-			found   bool
-			skipped []string
+			batch []Collected
+			last  string
 		)
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			batch, skipped = nil, nil
-			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{Skip: skip, MaxRows: int32(min(limit-len(out), collectTxBatch))})
+			batch, last = nil, ""
+			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{After: after, MaxRows: int32(min(limit-len(out), collectTxBatch))})
 			if err != nil || len(rows) == 0 {
 				return err
 			}
-			found = true
+			last = rows[len(rows)-1].Digest
 			var all []Deletion
 			for _, r := range rows {
 				c, decided, err := s.decideCollection(ctx, tx, r.Digest, r.SizeBytes)
 				if err != nil {
 					return err
 				}
-				if !decided {
-					skipped = append(skipped, r.Digest)
+				if !decided { // owned after all: the cursor passes it
 					continue
 				}
 				batch = append(batch, c)
@@ -141,11 +139,11 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 		if err != nil {
 			return out, placementErr(op, err)
 		}
-		if !found {
+		if last == "" {
 			return out, nil
 		}
 		out = append(out, batch...)
-		skip = append(skip, skipped...)
+		after = last
 	}
 	return out, nil
 }

@@ -16,9 +16,6 @@ ALTER TABLE blobs DROP CONSTRAINT blobs_state_check;
 ALTER TABLE blobs ADD CONSTRAINT blobs_state_check CHECK (state IN ('live', 'collected', 'obliterated'));
 COMMENT ON COLUMN blobs.state IS 'live; collected (no reference and no claim was left: its placements are revoked and its bytes deleted or being deleted; a publication is refused retryably until a placement verifies again, then revives it); or obliterated by an operator (then no repository may publish or serve it).';
 
--- The collector scans live rows for candidates.
-CREATE INDEX blobs_live_updated_idx ON blobs (updated_at) WHERE state = 'live';
-
 CREATE TABLE deletions (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     digest      text        NOT NULL REFERENCES blobs (digest),
@@ -49,7 +46,6 @@ COMMENT ON COLUMN deletions.result IS 'deleted (the bytes are gone) or supersede
 
 -- +goose Down
 DROP TABLE deletions;
-DROP INDEX blobs_live_updated_idx;
 UPDATE blobs SET state = 'live' WHERE state = 'collected';
 ALTER TABLE blobs DROP CONSTRAINT blobs_state_check;
 ALTER TABLE blobs ADD CONSTRAINT blobs_state_check CHECK (state IN ('live', 'obliterated'));

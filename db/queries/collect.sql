@@ -6,14 +6,15 @@
 -- decision. SKIP LOCKED: a row a publication holds is being published, and
 -- a concurrent collector takes other rows. The caller re-checks ownership
 -- with a fresh statement after the lock (a reference committed between
--- this snapshot and the lock is not visible here).
+-- this snapshot and the lock is not visible here). A pass walks the
+-- primary key from its cursor (after), so it never scans a row twice.
 SELECT b.digest, b.size_bytes FROM blobs b
 WHERE b.state = 'live'
   AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
-  AND NOT (b.digest = ANY (@skip::text[]))
-ORDER BY b.updated_at
+  AND b.digest > @after::text
+ORDER BY b.digest
 LIMIT @max_rows
 FOR UPDATE OF b SKIP LOCKED;
 

@@ -173,14 +173,14 @@ WHERE b.state = 'live'
   AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
-  AND NOT (b.digest = ANY ($1::text[]))
-ORDER BY b.updated_at
+  AND b.digest > $1::text
+ORDER BY b.digest
 LIMIT $2
 FOR UPDATE OF b SKIP LOCKED
 `
 
 type LockCollectCandidatesParams struct {
-	Skip    []string
+	After   string
 	MaxRows int32
 }
 
@@ -195,9 +195,10 @@ type LockCollectCandidatesRow struct {
 // decision. SKIP LOCKED: a row a publication holds is being published, and
 // a concurrent collector takes other rows. The caller re-checks ownership
 // with a fresh statement after the lock (a reference committed between
-// this snapshot and the lock is not visible here).
+// this snapshot and the lock is not visible here). A pass walks the
+// primary key from its cursor (after), so it never scans a row twice.
 func (q *Queries) LockCollectCandidates(ctx context.Context, db DBTX, arg LockCollectCandidatesParams) ([]LockCollectCandidatesRow, error) {
-	rows, err := db.Query(ctx, lockCollectCandidates, arg.Skip, arg.MaxRows)
+	rows, err := db.Query(ctx, lockCollectCandidates, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
