@@ -47,7 +47,9 @@ type gc struct {
 	enq   *recordingEnqueuer
 }
 
-func gcSetup(t *testing.T) *gc {
+func gcSetup(t *testing.T) *gc { return gcSetupTB(t) }
+
+func gcSetupTB(t testing.TB) *gc {
 	t.Helper()
 	ctx := context.Background()
 	d := pgtest.New(t)
