@@ -318,18 +318,26 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	for name, max := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: max}
 	}
+	// Byte deletions run where the bytes are: each datacenter's workers
+	// poll their own deletion queue.
+	if _, ok := queues[jobs.DeletionQueue(cfg.Datacenter)]; !ok {
+		queues[jobs.DeletionQueue(cfg.Datacenter)] = river.QueueConfig{MaxWorkers: 4}
+	}
 	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret})
 	reaper := newReaper(cfg, st, backends, logger)
 	jobs.AddSweepWorker(workers, reaper)
+	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName}
 	if cfg.WorkerMetrics != "" {
 		reg := prometheus.NewRegistry()
 		reaper.Metrics = sweep.NewMetrics(reg)
+		collectDeps.Metrics = sweep.NewCollectMetrics(reg)
 		stop, err := serveMetrics(cfg.WorkerMetrics, reg, logger)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
+	jobs.AddCollectWorkers(workers, collectDeps)
 	client, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{
 		ID:           cfg.NodeID,
 		Logger:       logger,

@@ -101,6 +101,36 @@ var (
 // scheduled by BLOBPLANE_SWEEP_CRON unless BLOBPLANE_CRON names it).
 const SweepJob = "sweep"
 
+// CollectJob and InventoryJob name the collector's and the inventory's
+// periodic jobs (jobs.CollectArgs, jobs.InventoryArgs).
+const (
+	CollectJob   = "collect"
+	InventoryJob = "inventory"
+)
+
+// jobSchedule is a setting that schedules one periodic job: a cron
+// expression, robfig's "@every 1s", or "off". An entry for the same job in
+// BLOBPLANE_CRON (parsed before) takes precedence.
+func jobSchedule(flag, env, job, def, what string) Setting {
+	return Setting{Flag: flag, Env: env, Default: def, For: []string{Worker},
+		Usage: "schedule of " + what + ": cron expression, @every 1s, or off; a " + job + "= entry in BLOBPLANE_CRON takes precedence",
+		set: func(c *Config, v string) error {
+			if v == "off" {
+				return nil
+			}
+			if _, err := CronParser.Parse(v); err != nil {
+				return fmt.Errorf("%q: bad schedule: %v", v, err)
+			}
+			if c.Cron == nil {
+				c.Cron = map[string]string{}
+			}
+			if _, ok := c.Cron[job]; !ok {
+				c.Cron[job] = v
+			}
+			return nil
+		}}
+}
+
 // CronParser parses the schedules in BLOBPLANE_CRON: standard five-field
 // cron expressions plus descriptors such as "@hourly" and "@every 1s".
 var CronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -255,23 +285,10 @@ var Settings = []Setting{
 			c.Cron = m
 			return nil
 		}},
-	// After "cron": a sweep= entry there takes precedence over this.
-	{Flag: "sweep-cron", Env: "BLOBPLANE_SWEEP_CRON", Default: "@every 1m", Usage: "schedule of the sweep job (reaper of expired uploads): cron expression, @every 1s, or off; a sweep= entry in BLOBPLANE_CRON takes precedence", For: []string{Worker},
-		set: func(c *Config, v string) error {
-			if v == "off" {
-				return nil
-			}
-			if _, err := CronParser.Parse(v); err != nil {
-				return fmt.Errorf("%q: bad schedule: %v", v, err)
-			}
-			if c.Cron == nil {
-				c.Cron = map[string]string{}
-			}
-			if _, ok := c.Cron[SweepJob]; !ok {
-				c.Cron[SweepJob] = v
-			}
-			return nil
-		}},
+	// After "cron": a job= entry there takes precedence over these.
+	jobSchedule("sweep-cron", "BLOBPLANE_SWEEP_CRON", SweepJob, "@every 1m", "the sweep job (reaper of expired uploads)"),
+	jobSchedule("collect-cron", "BLOBPLANE_COLLECT_CRON", CollectJob, "@every 1m", "the collect job (collector of unreferenced digests)"),
+	jobSchedule("inventory-cron", "BLOBPLANE_INVENTORY_CRON", InventoryJob, "@hourly", "the inventory job (lists every backend, deletes orphans)"),
 	{Flag: "sweep-batch", Env: "BLOBPLANE_SWEEP_BATCH", Default: "1000", Usage: "most upload intents one sweep step reaps in one transaction (bounded batches)", For: []string{Worker},
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)

@@ -147,7 +147,7 @@ func testScheduledSweep(t *testing.T, bin string) {
 	ctx := context.Background()
 	f := newFixture(t)
 	cmd := exec.Command(bin)
-	cmd.Env = append(f.env, "BLOBPLANE_SWEEP_CRON=@every 1s", "BLOBPLANE_WORKER_METRICS=127.0.0.1:0")
+	cmd.Env = append(f.env, "BLOBPLANE_SWEEP_CRON=@every 1s", "BLOBPLANE_COLLECT_CRON=@every 1s", "BLOBPLANE_INVENTORY_CRON=@every 1s", "BLOBPLANE_WORKER_METRICS=127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +201,20 @@ func testScheduledSweep(t *testing.T, bin string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("metrics:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The collector and the inventory are scheduled in the same worker.
+	for {
+		var kinds int
+		if err := f.st.Pool().QueryRow(ctx, `SELECT count(DISTINCT kind) FROM river_job WHERE kind IN ('collect', 'inventory') AND state = 'completed'`).Scan(&kinds); err != nil {
+			t.Fatal(err)
+		}
+		if kinds == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("collect and inventory jobs completed: %d kinds, want 2", kinds)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
