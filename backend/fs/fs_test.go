@@ -1,12 +1,10 @@
 package fs_test
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -201,34 +199,7 @@ func TestKilledWriter(t *testing.T) {
 		t.Skip("running as the helper")
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), killHelperEnv+"="+dir)
-	stdin, err := cmd.StdinPipe() // held open: the helper blocks reading it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// Wait for the helper to say its write is under way (no sleeps).
-	sc := bufio.NewScanner(stdout)
-	ready := false
-	for sc.Scan() {
-		if sc.Text() == "WRITING" {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		t.Fatalf("helper ended before writing: %v", sc.Err())
-	}
+	cmd := backendtest.StartKilledWriter(t, killHelperEnv+"="+dir)
 	blob := killBlob()
 	// The write really is in flight: a temp file holds part of it.
 	tmps, _ := filepath.Glob(filepath.Join(dir, filepath.Dir(fs.ObjectPath(blob.Digest)), ".tmp-*"))

@@ -1,13 +1,11 @@
 package s3_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,33 +260,7 @@ func TestKilledWriter(t *testing.T) {
 	}
 	srv := minio.Shared(t)
 	bk := bucket{srv: srv, name: srv.Bucket(t)}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), killHelperEnv+"=k="+srv.Spec(bk.name, "part_size="+strconv.Itoa(testPartSize)))
-	stdin, err := cmd.StdinPipe() // held open: the helper blocks reading it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	ready := false
-	for sc.Scan() {
-		if sc.Text() == "WRITING" {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		t.Fatalf("helper ended before writing: %v", sc.Err())
-	}
+	cmd := backendtest.StartKilledWriter(t, killHelperEnv+"=k="+srv.Spec(bk.name, "part_size="+strconv.Itoa(testPartSize)))
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
