@@ -240,7 +240,7 @@ func (a *Authority) routes(r chi.Router, deps Deps) {
 			WriteError(w, r, deps.Logger, err)
 			return
 		}
-		writeRaw(w, m)
+		WriteJSON(w, http.StatusOK, m)
 	})
 	r.Get("/v1/map/delta", func(w http.ResponseWriter, r *http.Request) {
 		v := r.URL.Query().Get("since")
@@ -254,7 +254,7 @@ func (a *Authority) routes(r chi.Router, deps Deps) {
 			WriteError(w, r, deps.Logger, err)
 			return
 		}
-		writeRaw(w, d)
+		WriteJSON(w, http.StatusOK, d)
 	})
 	r.Get("/v1/map/keys", func(w http.ResponseWriter, r *http.Request) {
 		keys, err := a.Maps.SigningKeys(r.Context())
@@ -327,8 +327,4 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 		rows = append(rows, ps)
 	}
 	return map[string]any{"map_version": m.Version, "partitions": rows}, nil
-}
-
-func writeRaw(w http.ResponseWriter, v any) {
-	WriteJSON(w, http.StatusOK, v)
 }
