@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loadResult is what one closed-loop run measured.
+type loadResult struct {
+	Ops       int
+	Elapsed   time.Duration
+	Latencies []time.Duration // one per op, sorted
+}
+
+// OpsPerSec is completed ops over the wall time of the whole run.
+func (r loadResult) OpsPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// runLoad runs op on clients goroutines for d (a closed loop: each client
+// issues its next op when the previous one returned; ops started before
+// the end run to completion and count). Op i is the i-th op started across
+// all clients. The first error stops every client and is returned; so does
+// ctx ending.
+func runLoad(ctx context.Context, clients int, d time.Duration, op func(ctx context.Context, i int) error) (loadResult, error) {
+	if clients < 1 {
+		return loadResult{}, fmt.Errorf("runLoad: %d clients", clients)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next atomic.Int64
+	lats := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for c := range clients {
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				i := int(next.Add(1) - 1)
+				t0 := time.Now()
+				if err := op(ctx, i); err != nil {
+					cancel(err)
+					return
+				}
+				lats[c] = append(lats[c], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	// The op's error, or why the caller's ctx ended.
+	if err := context.Cause(ctx); err != nil {
+		return loadResult{}, err
+	}
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	return loadResult{Ops: len(all), Elapsed: elapsed, Latencies: all}, nil
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The systems, in column order. Blobplane's ratios are to the others.
+const (
+	sysRaw          = "raw"
+	sysBlobplane    = "blobplane"
+	sysMinio        = "minio"
+	sysDistribution = "distribution"
+)
+
+var allSystems = []string{sysRaw, sysBlobplane, sysMinio, sysDistribution}
+
+// options is one run's settings.
+type options struct {
+	quick    bool
+	systems  []string      // a subset of allSystems, in their order
+	out      string        // results directory
+	duration time.Duration // of each timed load (4 KiB uploads, HEAD, GET, routing)
+	reps     int           // repetitions of every workload
+	size     int64         // bytes of the large blob
+	intents  int           // abandoned intents per sweep
+	preload  int           // 4 KiB blobs HEAD, GET and routing read
+
+	databaseURL string // server the bench database is created on
+	binDir      string // prebuilt api, worker, controller; empty builds them
+	minioBin    string
+	registryBin string
+	buildTools  bool // build a missing MinIO/registry with the scripts
+}
+
+// Full and quick defaults.
+var (
+	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, preload: 256, out: "bench/results"}
+	quickDefaults = options{duration: 1500 * time.Millisecond, reps: 1, size: 8 << 20, intents: 1_000, preload: 64, out: "bench/results"}
+)
+
+const usage = `usage: bench [flags]
+
+Runs every workload against the raw pipeline, Blobplane, MinIO and the CNCF
+Distribution registry in one run and writes the tables under --out
+(<UTC time>.json/.md and latest.json/.md). Needs DATABASE_URL (a Postgres
+server the bench may create a database on) for Blobplane; ` + "`make bench`" + ` sets
+everything up.
+
+`
+
+// parseOptions reads flags, falling back to getenv for DATABASE_URL,
+// BLOBPLANE_MINIO_BIN and BLOBPLANE_REGISTRY_BIN.
+func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	quick := fs.Bool("quick", false, "seconds, not minutes: "+describe(quickDefaults)+" (CI runs this)")
+	systems := fs.String("systems", strings.Join(allSystems, ","), "comma-separated subset of "+strings.Join(allSystems, ","))
+	out := fs.String("out", fullDefaults.out, "directory the results are written to")
+	duration := fs.Duration("duration", 0, "length of each timed load (default "+fullDefaults.duration.String()+", --quick "+quickDefaults.duration.String()+")")
+	reps := fs.Int("reps", 0, "repetitions of every workload (default "+strconv.Itoa(fullDefaults.reps)+", --quick "+strconv.Itoa(quickDefaults.reps)+")")
+	size := fs.String("size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
+	intents := fs.Int("intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
+	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
+	dbURL := fs.String("database-url", getenv("DATABASE_URL"), "Postgres server for Blobplane's bench database ($DATABASE_URL)")
+	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
+	minioBin := fs.String("minio-bin", getenv("BLOBPLANE_MINIO_BIN"), "MinIO binary ($BLOBPLANE_MINIO_BIN; default: scripts/minio.sh builds it, not with --quick)")
+	registryBin := fs.String("registry-bin", getenv("BLOBPLANE_REGISTRY_BIN"), "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: scripts/tool.sh registry builds it, not with --quick)")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o := fullDefaults
+	if *quick {
+		o = quickDefaults
+	}
+	o.quick = *quick
+	o.buildTools = !*quick
+	o.out = *out
+	o.databaseURL, o.binDir, o.minioBin, o.registryBin = *dbURL, *binDir, *minioBin, *registryBin
+	var err error
+	if o.systems, err = parseSystems(*systems); err != nil {
+		return options{}, err
+	}
+	if *duration < 0 || *reps < 0 || *intents < 0 || *preload < 0 {
+		return options{}, errors.New("--duration, --reps, --intents and --preload must not be negative")
+	}
+	if *duration > 0 {
+		o.duration = *duration
+	}
+	if *reps > 0 {
+		o.reps = *reps
+	}
+	if *intents > 0 {
+		o.intents = *intents
+	}
+	if *preload > 0 {
+		o.preload = *preload
+	}
+	if *size != "" {
+		if o.size, err = parseSize(*size); err != nil {
+			return options{}, fmt.Errorf("--size: %w", err)
+		}
+	}
+	if slices.Contains(o.systems, sysBlobplane) && o.databaseURL == "" {
+		return options{}, errors.New("Blobplane needs a Postgres server: set DATABASE_URL (eval \"$(scripts/pg.sh env)\") or pass --database-url, or leave blobplane out of --systems")
+	}
+	return o, nil
+}
+
+func describe(o options) string {
+	return fmt.Sprintf("%s loads, %d repetition(s), a %s blob, %d intents", o.duration, o.reps, formatSize(o.size), o.intents)
+}
+
+// parseSystems parses --systems into allSystems order, refusing unknown
+// names and an empty list.
+func parseSystems(s string) ([]string, error) {
+	var picked []string
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(allSystems, name) {
+			return nil, fmt.Errorf("--systems: unknown system %q (want %s)", name, strings.Join(allSystems, ","))
+		}
+		picked = append(picked, name)
+	}
+	var out []string
+	for _, name := range allSystems {
+		if slices.Contains(picked, name) {
+			out = append(out, name)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--systems: name at least one system")
+	}
+	return out, nil
+}
+
+// parseSize parses bytes, optionally with a KiB, MiB or GiB suffix.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	num := strings.TrimSpace(s)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q: want a positive number of bytes, optionally with KiB, MiB or GiB", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q: too large", s)
+	}
+	return n * mult, nil
+}
+
+// formatSize is parseSize's inverse for whole units.
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + " " + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}
