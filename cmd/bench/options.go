@@ -115,7 +115,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 	}
 	if slices.Contains(o.systems, sysBlobplane) && o.databaseURL == "" {
-		return options{}, errors.New("Blobplane needs a Postgres server: set DATABASE_URL (eval \"$(scripts/pg.sh env)\") or pass --database-url, or leave blobplane out of --systems")
+		return options{}, errors.New("blobplane needs a Postgres server: set DATABASE_URL (eval \"$(scripts/pg.sh env)\") or pass --database-url, or leave blobplane out of --systems")
 	}
 	return o, nil
 }
