@@ -5,7 +5,7 @@ SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1
 STATICCHECK := go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export BLOBPLANE_DATA_DIR ?= $(CURDIR)/.data
 
-.PHONY: run test check generate bench build stop fmt
+.PHONY: run test check generate bench microbench build stop fmt
 
 build: ## build every binary into ./bin
 	go build -o bin/ ./cmd/...
@@ -25,8 +25,11 @@ check: ## gofmt, go vet, staticcheck, sqlc freshness
 generate: ## regenerate sqlc code
 	$(SQLC) generate
 
-bench: ## run benchmarks
-	scripts/bench.sh
+bench: ## the benchmark suite: Blobplane beside the raw pipeline, MinIO, Distribution; minutes (BENCH_FLAGS=--quick: seconds); tables in bench/results/
+	scripts/bench.sh $(BENCH_FLAGS)
+
+microbench: ## every testing.B benchmark (go test -bench; BENCH=regexp BENCHTIME=1s)
+	scripts/bench.sh --go
 
 stop: ## stop the project-local Postgres
 	scripts/pg.sh stop
