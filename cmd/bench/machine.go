@@ -35,7 +35,7 @@ func describeMachine(ctx context.Context, databaseURL string) Machine {
 		Memory:    memTotal(),
 		Kernel:    firstLine("/proc/sys/kernel/osrelease"),
 		GoVersion: runtime.Version(),
-		Postgres:  "unknown",
+		Postgres:  "no Postgres",
 		Commit:    gitCommit(ctx),
 		LoadStart: loadAvg(),
 	}

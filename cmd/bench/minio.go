@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -70,10 +72,34 @@ func startMinio(ctx context.Context, bin, dir string, cleanup *cleanups) (*minio
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
 	})}
-	if _, err := m.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(m.bucket)}); err != nil {
-		return nil, fmt.Errorf("minio: create bucket: %w", err)
+	if err := m.createBucket(ctx, 60*time.Second); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// createBucket creates the bucket, polling while MinIO answers that it is
+// live but not initialized yet (503).
+func (m *minioTarget) createBucket(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := m.client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(m.bucket)})
+		var re *awshttp.ResponseError
+		if err == nil || !errors.As(err, &re) || re.HTTPStatusCode() != http.StatusServiceUnavailable {
+			if err != nil {
+				return fmt.Errorf("minio: create bucket: %w", err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("minio: create bucket: not initialized after %s: %w", timeout, err)
+		case <-tick.C:
+		}
+	}
 }
 
 func key(digest string) *string { return aws.String(strings.TrimPrefix(digest, "sha256:")) }
