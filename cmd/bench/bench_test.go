@@ -322,4 +322,15 @@ func TestReport(t *testing.T) {
 	if !slices.Equal(paths, want) {
 		t.Errorf("wrote %v, want %v", paths, want)
 	}
+
+	// An interrupted run never becomes latest.
+	rep.Interrupted = true
+	rep.Started = rep.Started.Add(time.Minute)
+	if paths, err = rep.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(paths)
+	if want := filepath.Join(dir, "20261130T080100Z-quick-interrupted.json"); len(paths) != 2 || paths[0] != want {
+		t.Errorf("interrupted run wrote %v, want %s and its .md", paths, want)
+	}
 }

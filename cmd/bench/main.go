@@ -174,6 +174,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 	r.Tables = s.tables(ctx)
 	r.Finished = time.Now()
 	r.Machine.LoadEnd = loadAvg()
+	r.Interrupted = ctx.Err() != nil
 	return r, ctx.Err()
 }
 

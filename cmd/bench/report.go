@@ -16,10 +16,13 @@ type Report struct {
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
 	Mode     string    `json:"mode"` // full or quick
-	Settings Settings  `json:"settings"`
-	Machine  Machine   `json:"machine"`
-	Systems  []string  `json:"systems"` // the columns, in order
-	Tables   []*Table  `json:"tables"`
+	// Interrupted runs (Ctrl-C) are written beside the others but never
+	// become latest.*.
+	Interrupted bool     `json:"interrupted,omitempty"`
+	Settings    Settings `json:"settings"`
+	Machine     Machine  `json:"machine"`
+	Systems     []string `json:"systems"` // the columns, in order
+	Tables      []*Table `json:"tables"`
 }
 
 // Settings are the workload parameters of a run.
@@ -108,7 +111,11 @@ func (t *Table) finish() {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	m := r.Machine
-	fmt.Fprintf(&b, "# Blobplane benchmark suite (%s)\n\n", r.Mode)
+	mode := r.Mode
+	if r.Interrupted {
+		mode += ", interrupted"
+	}
+	fmt.Fprintf(&b, "# Blobplane benchmark suite (%s)\n\n", mode)
 	fmt.Fprintf(&b, "%s – %s UTC, commit %s\n\n", r.Started.UTC().Format("2006-01-02 15:04:05"), r.Finished.UTC().Format("15:04:05"), m.Commit)
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, Linux %s, %s, %s; load average %s at the start, %s at the end.\n\n",
 		m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion, m.Postgres, m.LoadStart, m.LoadEnd)
@@ -204,7 +211,8 @@ func oneLine(s string) string {
 }
 
 // write stores the report under dir as <UTC start>.json and .md, and
-// copies them to latest.json and latest.md. It returns the paths written.
+// copies them to latest.json and latest.md unless the run was
+// interrupted. It returns the paths written.
 func (r *Report) write(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -219,10 +227,12 @@ func (r *Report) write(dir string) ([]string, error) {
 	if r.Mode != "full" {
 		stamp += "-" + r.Mode
 	}
+	files := map[string][]byte{stamp + ".json": js, stamp + ".md": md, "latest.json": js, "latest.md": md}
+	if r.Interrupted {
+		files = map[string][]byte{stamp + "-interrupted.json": js, stamp + "-interrupted.md": md}
+	}
 	var paths []string
-	for name, data := range map[string][]byte{
-		stamp + ".json": js, stamp + ".md": md, "latest.json": js, "latest.md": md,
-	} {
+	for name, data := range files {
 		p := filepath.Join(dir, name)
 		if err := writeFile(p, data); err != nil {
 			return paths, err
