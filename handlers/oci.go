@@ -36,7 +36,8 @@ type UploadStore interface {
 	// ExtendIntent records progress per chunk. Errors: not_found, conflict
 	// (store.ErrIntentClosed).
 	ExtendIntent(ctx context.Context, op, stagedLocation string, received int64, ttl time.Duration) (store.Intent, error)
-	// RecordIntentContent records the verified digest and size at close.
+	// RecordIntentContent records the claimed digest and size at close,
+	// before the bytes are promoted to the digest's key.
 	// Errors: not_found, conflict, digest_mismatch.
 	RecordIntentContent(ctx context.Context, op string, d blobplane.Digest, size int64) (store.Intent, error)
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
@@ -534,6 +535,14 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		h.rejectContent(w, r, be, in, d, blobplane.Errorf(blobplane.CodeMismatch, "the upload declared %s, closed as %s with %d bytes", in.ExpectedDigest, d, size))
 		return
 	}
+	// The intent claims d before any byte lands at d's key, and keeps the
+	// claim until it is admitted or abandoned: no collection of d can be
+	// decided between the promotion below and the publication (S6), and an
+	// abandonment hands verified bytes back to the collector (L1).
+	if _, err := h.Store.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
+		h.fail(w, r, err, ociDigestInvalid)
+		return
+	}
 	k := placement.Key{Digest: d, Backend: in.Backend, Datacenter: h.Datacenter, Location: ObjectLocation(d)}
 	_, err := h.Store.StagePlacement(ctx, k, size, 0)
 	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
@@ -563,10 +572,6 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 			h.fail(w, r, err, ociUploadInvalid)
 			return
 		}
-	}
-	if _, err := h.Store.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
-		h.fail(w, r, err, ociDigestInvalid)
-		return
 	}
 	h.publish(w, r, in, d, size)
 }

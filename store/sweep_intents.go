@@ -71,16 +71,22 @@ func (s *Store) ReapExpiredIntents(ctx context.Context, datacenter string, limit
 	if err != nil {
 		return nil, err
 	}
-	var rows []dbsqlc.Intent
 	if dryRun {
-		rows, err = s.q.ExpiredIntents(ctx, s.pool, dbsqlc.ExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
-	} else {
-		rows, err = s.q.ReapExpiredIntents(ctx, s.pool, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+		rows, err := s.q.ExpiredIntents(ctx, s.pool, dbsqlc.ExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+		if err != nil {
+			return nil, dbErr("reap expired intents", err)
+		}
+		return reapedFromRows(rows), nil
 	}
+	var out []ReapedIntent
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		out, err = s.ReapExpiredIntentsTx(ctx, tx, datacenter, limit)
+		return err
+	})
 	if err != nil {
 		return nil, dbErr("reap expired intents", err)
 	}
-	return reapedFromRows(rows), nil
+	return out, nil
 }
 
 // ReapExpiredIntentsTx is ReapExpiredIntents (not a dry run) inside the
@@ -93,10 +99,35 @@ func (s *Store) ReapExpiredIntentsTx(ctx context.Context, tx pgx.Tx, datacenter 
 		return nil, err
 	}
 	rows, err := s.q.ReapExpiredIntents(ctx, tx, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+	if err == nil {
+		err = s.handBack(ctx, tx, rows...)
+	}
 	if err != nil {
 		return nil, dbErr("reap expired intents", err)
 	}
 	return reapedFromRows(rows), nil
+}
+
+// handBack ends the claims of just-abandoned intents inside the abandoning
+// transaction: content one of them closed (verified bytes at its
+// content-addressed key) but never published becomes a collection
+// candidate, so the collector reclaims it unless something else owns it
+// (L1; docs/sweeps.md "Closed, never published").
+func (s *Store) handBack(ctx context.Context, tx pgx.Tx, abandoned ...dbsqlc.Intent) error {
+	var ds []string
+	for _, r := range abandoned {
+		if r.ExpectedDigest.Valid {
+			ds = append(ds, r.ExpectedDigest.String)
+		}
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return err
+	}
+	_, err := s.q.HandBackToCollector(ctx, tx, ds)
+	return err
 }
 
 // UndeletedStagedIntents returns up to limit abandoned intents of

@@ -180,8 +180,10 @@ func (s *Store) ExtendIntent(ctx context.Context, op string, stagedLocation stri
 	return intentFromRow(row), nil
 }
 
-// RecordIntentContent records the verified digest and size of a closed
-// upload on its pending intent; Finalize then publishes exactly these.
+// RecordIntentContent records the digest and size a closing upload claims
+// on its pending intent, before any byte is promoted to the digest's key:
+// from then until the intent is admitted or abandoned it claims the digest
+// (the collector keeps it, S6), and Finalize publishes exactly these.
 // Errors: not_found; conflict (ErrIntentClosed) when the intent is not
 // pending; digest_mismatch (ErrContentIdentity) when the intent already
 // claimed another digest or size.
@@ -209,7 +211,9 @@ func (s *Store) RecordIntentContent(ctx context.Context, op string, d blobplane.
 }
 
 // AbandonIntent moves a pending intent to abandoned, deciding on the locked
-// row: it cannot overlap a publication of the same intent (S5). The caller
+// row: it cannot overlap a publication of the same intent (S5). Content the
+// intent closed but never published is handed back to the collector in the
+// same transaction (see handBack). The caller
 // deletes staged bytes only after this returns. Errors: not_found; conflict
 // (ErrIntentClosed) when the intent is already admitted or abandoned.
 func (s *Store) AbandonIntent(ctx context.Context, op string) (Intent, error) {
@@ -217,7 +221,13 @@ func (s *Store) AbandonIntent(ctx context.Context, op string) (Intent, error) {
 	if err != nil {
 		return Intent{}, err
 	}
-	row, err := s.q.AbandonIntent(ctx, s.pool, id)
+	var row dbsqlc.Intent
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if row, err = s.q.AbandonIntent(ctx, tx, id); err != nil {
+			return err
+		}
+		return s.handBack(ctx, tx, row)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Intent{}, s.notPending(ctx, "abandon intent", id)
 	}

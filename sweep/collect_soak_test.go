@@ -17,15 +17,17 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/sweep"
 )
 
 var soak = flag.Bool("soak", false, "run the collector soak long (many more operations)")
 
 // The randomized soak of issue 7: goroutines upload (the handler's close
 // path, re-storing bytes when a publication is refused retryably), mount,
-// delete references and abandon uploads over a small pool of contents (so
-// keys are shared), while a sweeper runs collection, byte deletion and
-// inventory continuously. At the end every published reference reads back
+// delete references, abandon uploads before and after their close (by
+// cancelling, or by walking away until the reaper abandons them) over a
+// small pool of contents (so keys are shared), while a sweeper runs the
+// reaper, collection, byte deletion and inventory continuously. At the end every published reference reads back
 // exactly its bytes at a verified placement (S1) and, after final sweeps,
 // no unreferenced byte remains (L1). Short by default; -soak runs long.
 func TestCollectSoakS1L1(t *testing.T) {
@@ -76,7 +78,7 @@ func TestCollectSoakS1L1(t *testing.T) {
 				d, size := digestOf(content)
 				repo := repos[r.IntN(len(repos))]
 				var err error
-				switch r.IntN(4) {
+				switch r.IntN(5) {
 				case 0, 1:
 					err = g.soakUpload(ctx, repo, content)
 				case 2:
@@ -85,6 +87,8 @@ func TestCollectSoakS1L1(t *testing.T) {
 					if err = g.st.DeleteReference(ctx, repo, d); blobplane.ErrorCode(err) == blobplane.CodeNotFound {
 						err = nil
 					}
+				case 4:
+					err = g.soakWalkAway(ctx, repo, content, r.IntN(2) == 0)
 				}
 				if err == nil && r.IntN(5) == 0 {
 					err = g.soakAbandon(ctx, repo, content)
@@ -174,8 +178,13 @@ func (g *gc) holds(ctx context.Context, d blobplane.Digest, content string) bool
 	return err == nil && string(b) == content
 }
 
-// sweepOnce is sweepAll without a testing.T, for goroutines.
+// sweepOnce is a whole sweep without a testing.T, for goroutines: reap
+// expired intents, collect, work the byte deletions, inventory.
 func (g *gc) sweepOnce(ctx context.Context) error {
+	reaper := &sweep.Reaper{Store: g.st, Backends: map[string]sweep.StagedDeleter{"fs": g.be}, Datacenter: gcDC, Batch: 100}
+	if _, err := reaper.RunOnce(ctx, false); err != nil {
+		return err
+	}
 	if _, err := g.collector(g.enq).RunOnce(ctx); err != nil {
 		return err
 	}
@@ -191,44 +200,18 @@ func (g *gc) sweepOnce(ctx context.Context) error {
 // soakUpload is the handler's chunked upload and close; a retryable
 // refusal re-stores the bytes (re-stage, write, verify) and retries.
 func (g *gc) soakUpload(ctx context.Context, repo, content string) error {
+	in, err := g.soakClose(ctx, repo, content)
+	if err != nil {
+		return err
+	}
 	d, size := digestOf(content)
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: store.SizeUnknown,
-		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
-	if err != nil {
-		return err
-	}
-	id, err := g.be.CreateUpload(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := g.be.AppendUpload(ctx, id, 0, strings.NewReader(content)); err != nil {
-		return err
-	}
-	if _, err := g.st.ExtendIntent(ctx, in.OperationID, id, size, time.Hour); err != nil {
-		return err
-	}
 	k := g.key(d)
-	_, err = g.st.StagePlacement(ctx, k, size, 0)
-	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
-	if err != nil && !alreadyVerified {
-		return err
-	}
-	info, err := g.be.PromoteUpload(ctx, id, backend.WriteRequest{Digest: d, Size: size})
-	if err != nil {
-		return err
-	}
-	if !alreadyVerified {
-		_, _ = g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0) // a conflict is repaired below
-	}
-	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
-		return err
-	}
 	for range 5 {
 		_, err = g.st.Finalize(ctx, g.request(in.OperationID, d, size))
 		if err == nil || !blobplane.IsRetryable(err) {
 			return err
 		}
-		// Re-store: the claim recorded above keeps the digest from
+		// Re-store: the claim recorded at close keeps the digest from
 		// being collected again meanwhile.
 		if _, err := g.st.StagePlacement(ctx, k, size, 0); err != nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) {
 			return err
@@ -242,6 +225,61 @@ func (g *gc) soakUpload(ctx context.Context, repo, content string) error {
 		}
 	}
 	return fmt.Errorf("upload of %q: still refused: %w", content, err)
+}
+
+// soakWalkAway closes an upload (verified bytes at the shared key) and
+// never publishes it: the client cancels, or goes away and the reaper
+// abandons the intent once it expired. Either way the bytes are handed
+// back to the collector (L1).
+func (g *gc) soakWalkAway(ctx context.Context, repo, content string, cancel bool) error {
+	in, err := g.soakClose(ctx, repo, content)
+	if err != nil {
+		return err
+	}
+	if cancel {
+		_, err = g.st.AbandonIntent(ctx, in.OperationID)
+		return err
+	}
+	_, err = g.pool.Exec(ctx, `UPDATE intents SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE operation_id = $1`, in.OperationID)
+	return err
+}
+
+// soakClose is the handler's chunked upload up to publication: stage
+// bytes, claim the digest, stage the placement, promote, verify.
+func (g *gc) soakClose(ctx context.Context, repo, content string) (store.Intent, error) {
+	d, size := digestOf(content)
+	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: store.SizeUnknown,
+		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
+	if err != nil {
+		return store.Intent{}, err
+	}
+	id, err := g.be.CreateUpload(ctx)
+	if err != nil {
+		return store.Intent{}, err
+	}
+	if _, err := g.be.AppendUpload(ctx, id, 0, strings.NewReader(content)); err != nil {
+		return store.Intent{}, err
+	}
+	if _, err := g.st.ExtendIntent(ctx, in.OperationID, id, size, time.Hour); err != nil {
+		return store.Intent{}, err
+	}
+	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
+		return store.Intent{}, err
+	}
+	k := g.key(d)
+	_, err = g.st.StagePlacement(ctx, k, size, 0)
+	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
+	if err != nil && !alreadyVerified {
+		return store.Intent{}, err
+	}
+	info, err := g.be.PromoteUpload(ctx, id, backend.WriteRequest{Digest: d, Size: size})
+	if err != nil {
+		return store.Intent{}, err
+	}
+	if !alreadyVerified {
+		_, _ = g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0) // a conflict is repaired by the caller's retry
+	}
+	return in, nil
 }
 
 // soakMount is the handler's mount: only from a repository referencing d.

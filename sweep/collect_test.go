@@ -174,13 +174,17 @@ func (g *gc) chunked(t *testing.T, repo, content string) (store.Intent, string) 
 	return in, id
 }
 
-// close runs the handler's close path: stage the placement (unless one is
-// verified), promote the staged bytes to the content-addressed key, verify,
-// record the content on the intent. It returns the finalize request.
+// close runs the handler's close path: record the claimed content on the
+// intent, stage the placement (unless one is verified), promote the staged
+// bytes to the content-addressed key, verify. It returns the finalize
+// request.
 func (g *gc) close(t *testing.T, in store.Intent, content string) store.FinalizeRequest {
 	t.Helper()
 	ctx := context.Background()
 	d, size := digestOf(content)
+	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
+		t.Fatal(err)
+	}
 	k := g.key(d)
 	_, err := g.st.StagePlacement(ctx, k, size, 0)
 	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
@@ -195,9 +199,6 @@ func (g *gc) close(t *testing.T, in store.Intent, content string) store.Finalize
 		if _, err := g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
-		t.Fatal(err)
 	}
 	return g.request(in.OperationID, d, size)
 }
@@ -355,11 +356,49 @@ func TestSchedule1DelayedReplyClaimProtectsBytesS6(t *testing.T) {
 	g.readBack(t, d, content)
 }
 
-// Schedule 2 (S1): a sweep runs between an uploader's existence check (a
-// verified placement exists, so it only promotes and publishes) and its
-// commit. The publication is refused retryably instead of referencing
-// deleted bytes; the retried upload re-stores them and publishes.
+// Schedule 2 (S1, S6): a sweep runs between an uploader's existence check
+// and its commit, in the handler's order: the close claims the digest on
+// its intent first, then checks for a verified placement (StagePlacement
+// answers conflict: only promote and publish). The sweep finds the digest
+// claimed and keeps it; the publication then succeeds on those bytes.
 func TestSchedule2SweepBetweenExistenceCheckAndCommitS1(t *testing.T) {
+	t.Parallel()
+	g := gcSetup(t)
+	ctx := context.Background()
+	const content = "existence checked"
+	first := g.uploadAndPublish(t, gcRepo, content)
+	if err := g.st.DeleteReference(ctx, gcRepo, first.Digest); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := g.chunked(t, gcOther, content)
+	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, first.Digest, first.Size); err != nil {
+		t.Fatal(err)
+	}
+	// The existence check: a verified placement is there.
+	if _, err := g.st.StagePlacement(ctx, g.key(first.Digest), first.Size, 0); !errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) {
+		t.Fatalf("existence check: %v, want conflict (already verified)", err)
+	}
+	crep, irep := g.sweepAll(t)
+	if len(crep.Collected) != 0 || irep.Orphans != 0 || !g.exists(t, first.Digest) {
+		t.Fatalf("S6: sweep between the check and the commit: %+v %+v; bytes exist %v", crep, irep, g.exists(t, first.Digest))
+	}
+	if _, err := g.be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: first.Digest, Size: first.Size}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.st.Finalize(ctx, g.request(in.OperationID, first.Digest, first.Size)); err != nil {
+		t.Fatal(err)
+	}
+	g.sweepAll(t)
+	g.readBack(t, first.Digest, content)
+}
+
+// The same sweep against an uploader that checked existence before it
+// claimed the digest (the order the handler used before claims came
+// first; a mount still checks its source before its intent exists, see
+// schedule 6): the collection is decided, and the publication is refused
+// retryably instead of referencing deleted bytes; the retried upload
+// re-stores them and publishes.
+func TestUnclaimedExistenceCheckRefusedRetryablyS1(t *testing.T) {
 	t.Parallel()
 	g := gcSetup(t)
 	ctx := context.Background()

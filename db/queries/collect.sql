@@ -80,3 +80,19 @@ SELECT digest, state FROM blobs WHERE digest = @digest FOR UPDATE;
 -- Age of the oldest owed deletion by the database clock (0: none).
 SELECT coalesce(extract(epoch FROM now() - min(decided_at)), 0)::float8 AS age_seconds
 FROM deletions WHERE deleted_at IS NULL;
+
+-- name: HandBackToCollector :execrows
+-- An abandoned intent's claim ends. If the content it named has verified
+-- bytes (the upload closed but never published), the digest must become a
+-- collection candidate, or nothing would ever reclaim those bytes (L1): a
+-- blob state row appears in state live (no reference yet), or a collected
+-- row whose placement verified again is made live again. Sized from the
+-- verified placement, never from the intent's unverified claim, so a
+-- false claim cannot poison the digest's recorded size. Digests in order,
+-- so concurrent hand-backs take row locks in one order.
+INSERT INTO blobs (digest, size_bytes)
+SELECT DISTINCT ON (p.digest) p.digest, p.size_bytes FROM placements p
+WHERE p.digest = ANY(@digests::text[]) AND p.state = 'verified'
+ORDER BY p.digest
+ON CONFLICT (digest) DO UPDATE SET state = 'live', updated_at = now()
+WHERE blobs.state = 'collected';

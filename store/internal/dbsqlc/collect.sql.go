@@ -44,6 +44,31 @@ func (q *Queries) FinishDeletion(ctx context.Context, db DBTX, arg FinishDeletio
 	return err
 }
 
+const handBackToCollector = `-- name: HandBackToCollector :execrows
+INSERT INTO blobs (digest, size_bytes)
+SELECT DISTINCT ON (p.digest) p.digest, p.size_bytes FROM placements p
+WHERE p.digest = ANY($1::text[]) AND p.state = 'verified'
+ORDER BY p.digest
+ON CONFLICT (digest) DO UPDATE SET state = 'live', updated_at = now()
+WHERE blobs.state = 'collected'
+`
+
+// An abandoned intent's claim ends. If the content it named has verified
+// bytes (the upload closed but never published), the digest must become a
+// collection candidate, or nothing would ever reclaim those bytes (L1): a
+// blob state row appears in state live (no reference yet), or a collected
+// row whose placement verified again is made live again. Sized from the
+// verified placement, never from the intent's unverified claim, so a
+// false claim cannot poison the digest's recorded size. Digests in order,
+// so concurrent hand-backs take row locks in one order.
+func (q *Queries) HandBackToCollector(ctx context.Context, db DBTX, digests []string) (int64, error) {
+	result, err := db.Exec(ctx, handBackToCollector, digests)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const insertDeletion = `-- name: InsertDeletion :one
 INSERT INTO deletions (digest, backend, datacenter, location, size_bytes)
 VALUES ($1, $2, $3, $4, $5)

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// The blob state row: one per published digest, its existence and obliteration state, never its representation (which travels on the object, ADR-00018). Publication never clears an obliteration mark.
+// The blob state row: one per digest that was published, or whose verified bytes an abandoned upload left behind (handed back to the collector, so state live with no reference); its existence, collection and obliteration state, never its representation (which travels on the object, ADR-00018). Publication never clears an obliteration mark. Sized only from verified content.
 type Blob struct {
 	// Canonical content digest sha256:<64 lowercase hex>.
 	Digest string
@@ -80,7 +80,7 @@ type Intent struct {
 	Repository string
 	// Principal that opened the upload; finalization re-checks that it still has write access to the repository.
 	Principal string
-	// Content digest the upload claims: known at creation for a monolithic upload, recorded at close otherwise; NULL until then. Finalization publishes only this digest.
+	// Content digest the upload claims: known at creation for a monolithic upload or a mount, recorded at close (before the bytes are promoted to the digest's key) otherwise; NULL until then. While pending, the intent claims this digest for the collector (S6). Finalization publishes only this digest.
 	ExpectedDigest pgtype.Text
 	// Content size in bytes the upload claims, with expected_digest; NULL until known.
 	ExpectedSize pgtype.Int8
