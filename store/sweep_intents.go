@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
@@ -146,16 +147,23 @@ func (s *Store) UndeletedStagedIntents(ctx context.Context, datacenter string, l
 	return reapedFromRows(rows), nil
 }
 
-// MarkStagedDeleted records that the staged bytes of the abandoned intent
-// op are deleted, so no later pass deletes them again. Marking twice, or
-// an intent that is not abandoned, changes nothing. Errors: not_found for a
-// malformed id, unavailable.
-func (s *Store) MarkStagedDeleted(ctx context.Context, op string) error {
-	id, err := parseOpID(op)
-	if err != nil {
-		return err
+// MarkStagedDeleted records, in one statement, that the staged bytes of
+// the abandoned intents ops are deleted, so no later pass deletes them
+// again. Marking twice, or an intent that is not abandoned, changes
+// nothing. Errors: not_found for a malformed id, unavailable.
+func (s *Store) MarkStagedDeleted(ctx context.Context, ops ...string) error {
+	if len(ops) == 0 {
+		return nil
 	}
-	if _, err := s.q.MarkStagedDeleted(ctx, s.pool, id); err != nil {
+	ids := make([]pgtype.UUID, len(ops))
+	for i, op := range ops {
+		id, err := parseOpID(op)
+		if err != nil {
+			return err
+		}
+		ids[i] = id
+	}
+	if _, err := s.q.MarkStagedDeleted(ctx, s.pool, ids); err != nil {
 		return dbErr("mark staged deleted", err)
 	}
 	return nil

@@ -17,7 +17,6 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
-	"github.com/blobplane/blobplane/sweep"
 )
 
 var soak = flag.Bool("soak", false, "run the collector soak long (many more operations)")
@@ -181,8 +180,7 @@ func (g *gc) holds(ctx context.Context, d blobplane.Digest, content string) bool
 // sweepOnce is a whole sweep without a testing.T, for goroutines: reap
 // expired intents, collect, work the byte deletions, inventory.
 func (g *gc) sweepOnce(ctx context.Context) error {
-	reaper := &sweep.Reaper{Store: g.st, Backends: map[string]sweep.StagedDeleter{"fs": g.be}, Datacenter: gcDC, Batch: 100}
-	if _, err := reaper.RunOnce(ctx, false); err != nil {
+	if _, err := g.reaperWith(100).RunOnce(ctx, false); err != nil {
 		return err
 	}
 	if _, err := g.collector(g.enq).RunOnce(ctx); err != nil {

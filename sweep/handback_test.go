@@ -15,10 +15,15 @@ import (
 // the inventory kept the bytes as "staged" forever (an L1 leak). The
 // abandoning transaction now hands the digest back to the collector.
 
+// reaperWith is a reaper of the gc fixture's datacenter and backend;
+// batch 0 is the default.
+func (g *gc) reaperWith(batch int) *sweep.Reaper {
+	return &sweep.Reaper{Store: g.st, Backends: map[string]sweep.StagedDeleter{"fs": g.be}, Datacenter: gcDC, Batch: batch}
+}
+
 func (g *gc) reap(t *testing.T) sweep.Report {
 	t.Helper()
-	r := &sweep.Reaper{Store: g.st, Backends: map[string]sweep.StagedDeleter{"fs": g.be}, Datacenter: gcDC, Batch: 10}
-	rep, err := r.RunOnce(context.Background(), false)
+	rep, err := g.reaperWith(10).RunOnce(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,8 +36,9 @@ type ReaperStore interface {
 	// are not confirmed deleted: the retry queue of crashed or failed
 	// deletes.
 	UndeletedStagedIntents(ctx context.Context, datacenter string, limit int) ([]store.ReapedIntent, error)
-	// MarkStagedDeleted records a confirmed delete; idempotent.
-	MarkStagedDeleted(ctx context.Context, op string) error
+	// MarkStagedDeleted records confirmed deletes in one statement;
+	// idempotent.
+	MarkStagedDeleted(ctx context.Context, ops ...string) error
 	// OldestOverdueIntent is the age of the oldest item still waiting.
 	OldestOverdueIntent(ctx context.Context, datacenter string) (time.Duration, error)
 }
@@ -111,20 +113,31 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (Report, error) {
 	}
 	r.metrics().reaped(dryRun, len(rep.Reaped))
 	var errs []error
-	for _, in := range append(waiting, rep.Reaped...) {
-		if err := r.deleteStaged(ctx, in, dryRun); err != nil {
-			if ctx.Err() != nil {
-				return rep, ctx.Err()
-			}
+	items := append(waiting, rep.Reaped...)
+	failed := r.deleteAll(ctx, items, dryRun)
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	var done []string
+	for i, in := range items {
+		if err := failed[i]; err != nil {
 			rep.Failed++
 			errs = append(errs, err)
 			r.logger().WarnContext(ctx, "staged upload delete failed; retried next sweep",
 				"operation_id", in.OperationID, "backend", in.Backend, "staged_location", in.StagedLocation, "err", err)
 			continue
 		}
+		done = append(done, in.OperationID)
 		if in.StagedLocation != "" {
 			rep.Deleted = append(rep.Deleted, in)
 			rep.BytesReclaimed += in.ReceivedBytes
+		}
+	}
+	if !dryRun {
+		// One statement for the pass. A crash before it only repeats
+		// the deletes (idempotent) on the next pass.
+		if err := r.Store.MarkStagedDeleted(ctx, done...); err != nil {
+			return rep, fmt.Errorf("sweep: %w", err)
 		}
 	}
 	r.metrics().reclaimed(dryRun, rep.BytesReclaimed, rep.Failed)
@@ -144,23 +157,46 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-// deleteStaged deletes in's staged upload, then records the delete. Both
-// steps are idempotent, so a crash between them only repeats the delete.
-func (r *Reaper) deleteStaged(ctx context.Context, in store.ReapedIntent, dryRun bool) error {
+// deleteParallelism bounds the staged deletes one pass runs at once: a
+// delete is a backend round trip (an unlink and a directory sync on the
+// filesystem, a request on S3), so a few in flight hide the latency.
+const deleteParallelism = 8
+
+// deleteAll deletes the staged uploads of items, deleteParallelism at a
+// time, and returns each one's error (nil: deleted or nothing staged).
+func (r *Reaper) deleteAll(ctx context.Context, items []store.ReapedIntent, dryRun bool) []error {
+	errs := make([]error, len(items))
 	if dryRun {
-		return nil
+		return errs
 	}
-	if in.StagedLocation != "" {
-		be, ok := r.Backends[in.Backend]
-		if !ok {
-			return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: "sweep", Retryable: true,
-				Message: fmt.Sprintf("backend %q of upload %s is not configured on this worker", in.Backend, in.OperationID)}
+	sem := make(chan struct{}, deleteParallelism)
+	var wg sync.WaitGroup
+	for i, in := range items {
+		if in.StagedLocation == "" {
+			continue
 		}
-		if err := be.AbortUpload(ctx, in.StagedLocation); err != nil {
-			return fmt.Errorf("delete staged upload of %s: %w", in.OperationID, err)
-		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = r.deleteStaged(ctx, in)
+		})
 	}
-	return r.Store.MarkStagedDeleted(ctx, in.OperationID)
+	wg.Wait()
+	return errs
+}
+
+// deleteStaged deletes in's staged upload; deleting a missing one
+// succeeds, so a crash before MarkStagedDeleted only repeats it.
+func (r *Reaper) deleteStaged(ctx context.Context, in store.ReapedIntent) error {
+	be, ok := r.Backends[in.Backend]
+	if !ok {
+		return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: "sweep", Retryable: true,
+			Message: fmt.Sprintf("backend %q of upload %s is not configured on this worker", in.Backend, in.OperationID)}
+	}
+	if err := be.AbortUpload(ctx, in.StagedLocation); err != nil {
+		return fmt.Errorf("delete staged upload of %s: %w", in.OperationID, err)
+	}
+	return nil
 }
 
 func (r *Reaper) logger() *slog.Logger {

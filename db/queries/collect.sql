@@ -27,34 +27,14 @@ SELECT (SELECT count(*) FROM blob_references r WHERE r.digest = @digest::text)::
 -- name: LockBlob :one
 SELECT * FROM blobs WHERE digest = @digest FOR UPDATE;
 
--- name: MarkBlobCollected :execrows
-UPDATE blobs SET state = 'collected', updated_at = now()
-WHERE digest = @digest AND state = 'live';
-
 -- name: ReviveBlob :execrows
 -- A collected digest whose placement verified again (re-stored bytes):
 -- publication makes it live again.
 UPDATE blobs SET state = 'live', updated_at = now()
 WHERE digest = @digest AND state = 'collected';
 
--- name: RevokePlacementsForReclamation :many
--- Every placement of a collected digest stops serving and stops protecting
--- its bytes. A re-stage (a new upload of the same content) moves it out of
--- revoked again, which the byte-deletion job sees.
-UPDATE placements
-SET state = 'revoked', reason = NULL, revoke_reason = 'reclamation',
-    generation = generation + 1, updated_at = now()
-WHERE digest = @digest AND state <> 'revoked'
-RETURNING *;
-
 -- name: ListPlacementsTx :many
 SELECT * FROM placements WHERE digest = @digest ORDER BY datacenter, backend, location;
-
--- name: InsertDeletion :one
-INSERT INTO deletions (digest, backend, datacenter, location, size_bytes)
-VALUES (@digest, @backend, @datacenter, @location, @size_bytes)
-ON CONFLICT (digest, backend, datacenter, location) WHERE deleted_at IS NULL DO UPDATE SET decided_at = deletions.decided_at
-RETURNING *;
 
 -- name: LockUnfinishedDeletion :one
 SELECT * FROM deletions
@@ -96,3 +76,46 @@ WHERE p.digest = ANY(@digests::text[]) AND p.state = 'verified'
 ORDER BY p.digest
 ON CONFLICT (digest) DO UPDATE SET state = 'live', updated_at = now()
 WHERE blobs.state = 'collected';
+
+-- name: LockPlacementDigests :exec
+-- LockPlacementDigest for a batch of digests, in digest order (the order
+-- every multi-digest locker uses), for the rest of the transaction.
+SELECT count(pg_advisory_xact_lock(@lock_class::int4, hashtext(s.d)))
+FROM (SELECT d FROM unnest(@digests::text[]) AS d ORDER BY d) s;
+
+-- name: DecideCollection :many
+-- The collection decision for a batch of candidate rows the caller holds
+-- FOR UPDATE, under their placement locks, in one statement whose snapshot
+-- is taken after those locks: a reference or claim committed after the
+-- candidate scan is visible here, and an owned digest is left alone. Each
+-- unowned digest is marked collected, every placement of it revoked for
+-- reclamation, one deletion recorded per revoked placement. One row per
+-- deletion, plus one row with NULL deletion columns for a collected digest
+-- that had no placement left to revoke.
+WITH unowned AS (
+    SELECT c.d FROM unnest(@digests::text[]) AS c(d)
+    WHERE NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = c.d)
+      AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = c.d)
+      AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = c.d AND p.state = 'pending')
+), marked AS (
+    UPDATE blobs b SET state = 'collected', updated_at = now()
+    FROM unowned u
+    WHERE b.digest = u.d AND b.state = 'live'
+    RETURNING b.digest, b.size_bytes
+), revoked AS (
+    UPDATE placements p
+    SET state = 'revoked', reason = NULL, revoke_reason = 'reclamation',
+        generation = p.generation + 1, updated_at = now()
+    FROM marked m
+    WHERE p.digest = m.digest AND p.state <> 'revoked'
+    RETURNING p.digest, p.backend, p.datacenter, p.location, p.size_bytes
+), recorded AS (
+    INSERT INTO deletions (digest, backend, datacenter, location, size_bytes)
+    SELECT digest, backend, datacenter, location, size_bytes FROM revoked
+    ON CONFLICT (digest, backend, datacenter, location) WHERE deleted_at IS NULL DO UPDATE SET decided_at = deletions.decided_at
+    RETURNING *
+)
+SELECT m.digest, m.size_bytes AS blob_size,
+       d.id AS deletion_id, d.backend, d.datacenter, d.location, d.size_bytes AS deletion_size, d.decided_at
+FROM marked m LEFT JOIN recorded d ON d.digest = m.digest
+ORDER BY m.digest, d.id;

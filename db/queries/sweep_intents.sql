@@ -36,8 +36,9 @@ ORDER BY updated_at
 LIMIT @batch;
 
 -- name: MarkStagedDeleted :execrows
+-- One statement for a pass's confirmed deletes.
 UPDATE intents SET staged_deleted_at = now()
-WHERE operation_id = @operation_id AND state = 'abandoned' AND staged_deleted_at IS NULL;
+WHERE operation_id = ANY(@operation_ids::uuid[]) AND state = 'abandoned' AND staged_deleted_at IS NULL;
 
 -- name: SweepIntentBacklog :one
 -- The oldest overdue item of one datacenter: an expired pending intent (age

@@ -30,6 +30,84 @@ func (q *Queries) BlobOwnership(ctx context.Context, db DBTX, digest string) (Bl
 	return i, err
 }
 
+const decideCollection = `-- name: DecideCollection :many
+WITH unowned AS (
+    SELECT c.d FROM unnest($1::text[]) AS c(d)
+    WHERE NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = c.d)
+      AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = c.d)
+      AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = c.d AND p.state = 'pending')
+), marked AS (
+    UPDATE blobs b SET state = 'collected', updated_at = now()
+    FROM unowned u
+    WHERE b.digest = u.d AND b.state = 'live'
+    RETURNING b.digest, b.size_bytes
+), revoked AS (
+    UPDATE placements p
+    SET state = 'revoked', reason = NULL, revoke_reason = 'reclamation',
+        generation = p.generation + 1, updated_at = now()
+    FROM marked m
+    WHERE p.digest = m.digest AND p.state <> 'revoked'
+    RETURNING p.digest, p.backend, p.datacenter, p.location, p.size_bytes
+), recorded AS (
+    INSERT INTO deletions (digest, backend, datacenter, location, size_bytes)
+    SELECT digest, backend, datacenter, location, size_bytes FROM revoked
+    ON CONFLICT (digest, backend, datacenter, location) WHERE deleted_at IS NULL DO UPDATE SET decided_at = deletions.decided_at
+    RETURNING id, digest, backend, datacenter, location, size_bytes, decided_at, deleted_at, result
+)
+SELECT m.digest, m.size_bytes AS blob_size,
+       d.id AS deletion_id, d.backend, d.datacenter, d.location, d.size_bytes AS deletion_size, d.decided_at
+FROM marked m LEFT JOIN recorded d ON d.digest = m.digest
+ORDER BY m.digest, d.id
+`
+
+type DecideCollectionRow struct {
+	Digest       string
+	BlobSize     int64
+	DeletionID   pgtype.Int8
+	Backend      pgtype.Text
+	Datacenter   pgtype.Text
+	Location     pgtype.Text
+	DeletionSize pgtype.Int8
+	DecidedAt    pgtype.Timestamptz
+}
+
+// The collection decision for a batch of candidate rows the caller holds
+// FOR UPDATE, under their placement locks, in one statement whose snapshot
+// is taken after those locks: a reference or claim committed after the
+// candidate scan is visible here, and an owned digest is left alone. Each
+// unowned digest is marked collected, every placement of it revoked for
+// reclamation, one deletion recorded per revoked placement. One row per
+// deletion, plus one row with NULL deletion columns for a collected digest
+// that had no placement left to revoke.
+func (q *Queries) DecideCollection(ctx context.Context, db DBTX, digests []string) ([]DecideCollectionRow, error) {
+	rows, err := db.Query(ctx, decideCollection, digests)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DecideCollectionRow{}
+	for rows.Next() {
+		var i DecideCollectionRow
+		if err := rows.Scan(
+			&i.Digest,
+			&i.BlobSize,
+			&i.DeletionID,
+			&i.Backend,
+			&i.Datacenter,
+			&i.Location,
+			&i.DeletionSize,
+			&i.DecidedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const finishDeletion = `-- name: FinishDeletion :exec
 UPDATE deletions SET deleted_at = now(), result = $1 WHERE id = $2 AND deleted_at IS NULL
 `
@@ -67,44 +145,6 @@ func (q *Queries) HandBackToCollector(ctx context.Context, db DBTX, digests []st
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const insertDeletion = `-- name: InsertDeletion :one
-INSERT INTO deletions (digest, backend, datacenter, location, size_bytes)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (digest, backend, datacenter, location) WHERE deleted_at IS NULL DO UPDATE SET decided_at = deletions.decided_at
-RETURNING id, digest, backend, datacenter, location, size_bytes, decided_at, deleted_at, result
-`
-
-type InsertDeletionParams struct {
-	Digest     string
-	Backend    string
-	Datacenter string
-	Location   string
-	SizeBytes  int64
-}
-
-func (q *Queries) InsertDeletion(ctx context.Context, db DBTX, arg InsertDeletionParams) (Deletion, error) {
-	row := db.QueryRow(ctx, insertDeletion,
-		arg.Digest,
-		arg.Backend,
-		arg.Datacenter,
-		arg.Location,
-		arg.SizeBytes,
-	)
-	var i Deletion
-	err := row.Scan(
-		&i.ID,
-		&i.Digest,
-		&i.Backend,
-		&i.Datacenter,
-		&i.Location,
-		&i.SizeBytes,
-		&i.DecidedAt,
-		&i.DeletedAt,
-		&i.Result,
-	)
-	return i, err
 }
 
 const listPlacementsTx = `-- name: ListPlacementsTx :many
@@ -242,6 +282,23 @@ func (q *Queries) LockCollectCandidates(ctx context.Context, db DBTX, arg LockCo
 	return items, nil
 }
 
+const lockPlacementDigests = `-- name: LockPlacementDigests :exec
+SELECT count(pg_advisory_xact_lock($1::int4, hashtext(s.d)))
+FROM (SELECT d FROM unnest($2::text[]) AS d ORDER BY d) s
+`
+
+type LockPlacementDigestsParams struct {
+	LockClass int32
+	Digests   []string
+}
+
+// LockPlacementDigest for a batch of digests, in digest order (the order
+// every multi-digest locker uses), for the rest of the transaction.
+func (q *Queries) LockPlacementDigests(ctx context.Context, db DBTX, arg LockPlacementDigestsParams) error {
+	_, err := db.Exec(ctx, lockPlacementDigests, arg.LockClass, arg.Digests)
+	return err
+}
+
 const lockUnfinishedDeletion = `-- name: LockUnfinishedDeletion :one
 SELECT id, digest, backend, datacenter, location, size_bytes, decided_at, deleted_at, result FROM deletions
 WHERE digest = $1 AND backend = $2 AND datacenter = $3 AND location = $4 AND deleted_at IS NULL
@@ -275,19 +332,6 @@ func (q *Queries) LockUnfinishedDeletion(ctx context.Context, db DBTX, arg LockU
 		&i.Result,
 	)
 	return i, err
-}
-
-const markBlobCollected = `-- name: MarkBlobCollected :execrows
-UPDATE blobs SET state = 'collected', updated_at = now()
-WHERE digest = $1 AND state = 'live'
-`
-
-func (q *Queries) MarkBlobCollected(ctx context.Context, db DBTX, digest string) (int64, error) {
-	result, err := db.Exec(ctx, markBlobCollected, digest)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const oldestUnfinishedDeletionAge = `-- name: OldestUnfinishedDeletionAge :one
@@ -361,51 +405,6 @@ func (q *Queries) ReviveBlob(ctx context.Context, db DBTX, digest string) (int64
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const revokePlacementsForReclamation = `-- name: RevokePlacementsForReclamation :many
-UPDATE placements
-SET state = 'revoked', reason = NULL, revoke_reason = 'reclamation',
-    generation = generation + 1, updated_at = now()
-WHERE digest = $1 AND state <> 'revoked'
-RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
-`
-
-// Every placement of a collected digest stops serving and stops protecting
-// its bytes. A re-stage (a new upload of the same content) moves it out of
-// revoked again, which the byte-deletion job sees.
-func (q *Queries) RevokePlacementsForReclamation(ctx context.Context, db DBTX, digest string) ([]Placement, error) {
-	rows, err := db.Query(ctx, revokePlacementsForReclamation, digest)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []Placement{}
-	for rows.Next() {
-		var i Placement
-		if err := rows.Scan(
-			&i.Digest,
-			&i.Backend,
-			&i.Datacenter,
-			&i.Location,
-			&i.State,
-			&i.Reason,
-			&i.RevokeReason,
-			&i.SizeBytes,
-			&i.Epoch,
-			&i.Generation,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.VerifiedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const unfinishedDeletions = `-- name: UnfinishedDeletions :many

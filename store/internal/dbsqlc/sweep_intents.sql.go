@@ -61,11 +61,12 @@ func (q *Queries) ExpiredIntents(ctx context.Context, db DBTX, arg ExpiredIntent
 
 const markStagedDeleted = `-- name: MarkStagedDeleted :execrows
 UPDATE intents SET staged_deleted_at = now()
-WHERE operation_id = $1 AND state = 'abandoned' AND staged_deleted_at IS NULL
+WHERE operation_id = ANY($1::uuid[]) AND state = 'abandoned' AND staged_deleted_at IS NULL
 `
 
-func (q *Queries) MarkStagedDeleted(ctx context.Context, db DBTX, operationID pgtype.UUID) (int64, error) {
-	result, err := db.Exec(ctx, markStagedDeleted, operationID)
+// One statement for a pass's confirmed deletes.
+func (q *Queries) MarkStagedDeleted(ctx context.Context, db DBTX, operationIds []pgtype.UUID) (int64, error) {
+	result, err := db.Exec(ctx, markStagedDeleted, operationIds)
 	if err != nil {
 		return 0, err
 	}
