@@ -80,6 +80,10 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("full defaults: %+v", o)
 	}
 
+	if o, err = parse("--minio-bin", "/flag"); err != nil || o.minioBin != "/flag" {
+		t.Errorf("--minio-bin over the environment: %q, %v", o.minioBin, err)
+	}
+
 	o, err = parse("--quick", "--systems", " Minio,raw ", "--reps", "2", "--size", "16MiB")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -72,10 +73,10 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	size := fs.String("size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
 	intents := fs.Int("intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
 	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
-	dbURL := fs.String("database-url", getenv("DATABASE_URL"), "Postgres server for Blobplane's bench database ($DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
 	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
-	minioBin := fs.String("minio-bin", getenv("BLOBPLANE_MINIO_BIN"), "MinIO binary ($BLOBPLANE_MINIO_BIN; default: scripts/minio.sh builds it, not with --quick)")
-	registryBin := fs.String("registry-bin", getenv("BLOBPLANE_REGISTRY_BIN"), "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: scripts/tool.sh registry builds it, not with --quick)")
+	minioBin := fs.String("minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: scripts/minio.sh builds it, not with --quick)")
+	registryBin := fs.String("registry-bin", "", "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: scripts/tool.sh registry builds it, not with --quick)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -89,7 +90,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	o.quick = *quick
 	o.buildTools = !*quick
 	o.out = *out
-	o.databaseURL, o.binDir, o.minioBin, o.registryBin = *dbURL, *binDir, *minioBin, *registryBin
+	// Environment defaults are read here, not given to the flags, so
+	// --help never prints a DATABASE_URL's password.
+	o.databaseURL = cmp.Or(*dbURL, getenv("DATABASE_URL"))
+	o.minioBin = cmp.Or(*minioBin, getenv("BLOBPLANE_MINIO_BIN"))
+	o.registryBin = cmp.Or(*registryBin, getenv("BLOBPLANE_REGISTRY_BIN"))
+	o.binDir = *binDir
 	var err error
 	if o.systems, err = parseSystems(*systems); err != nil {
 		return options{}, err
