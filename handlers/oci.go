@@ -317,25 +317,13 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		h.fail(w, r, err, ociNameUnknown)
 		return
 	}
-	id, err := be.CreateUpload(ctx)
-	if err != nil {
-		h.fail(w, r, err, ociUnavailable)
-		return
-	}
-	if in, err = h.Store.ExtendIntent(ctx, in.OperationID, id, 0, h.IntentTTL); err != nil {
-		h.fail(w, r, err, ociUploadUnknown)
-		return
-	}
+	// Staging starts with the first chunk (a session closed by one PUT
+	// with the whole body never stages at all).
 	if d == "" {
 		h.sessionAnswer(w, name, in.OperationID, 0, http.StatusAccepted)
 		return
 	}
-	n, ok := h.append(w, r, be, in, 0)
-	if !ok {
-		return
-	}
-	in.ReceivedBytes = n
-	h.close(w, r, be, in, d)
+	h.closeWithBody(w, r, be, in, d)
 }
 
 // mount publishes digest m of repository from into name without bytes,
@@ -402,7 +390,7 @@ func (h *ociHandler) patchUpload(w http.ResponseWriter, r *http.Request, name, i
 			return
 		}
 	}
-	n, ok := h.append(w, r, be, in, offset)
+	n, ok := h.append(w, r, be, &in, offset)
 	if !ok {
 		return
 	}
@@ -427,19 +415,53 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		// mismatch abandon it), so a missing one means the content was
 		// verified and recorded; only publication failed, and a refusal
 		// can succeed later.
+		if in.StagedLocation == "" {
+			h.publish(w, r, in, d, in.ReceivedBytes)
+			return
+		}
 		if _, err := be.UploadSize(r.Context(), in.StagedLocation); errors.Is(err, backend.ErrNotFound) {
 			h.publish(w, r, in, d, in.ReceivedBytes)
 			return
 		}
 	}
+	if in.StagedLocation == "" && r.ContentLength != 0 {
+		// The whole blob in this request: no staging.
+		h.closeWithBody(w, r, be, in, d)
+		return
+	}
 	if r.ContentLength != 0 {
-		n, ok := h.append(w, r, be, in, in.ReceivedBytes)
+		n, ok := h.append(w, r, be, &in, in.ReceivedBytes)
 		if !ok {
 			return
 		}
 		in.ReceivedBytes = n
 	}
-	h.close(w, r, be, in, d)
+	h.close(w, r, be, in, d, in.ReceivedBytes, nil)
+}
+
+// closeWithBody closes a session whose whole blob is this request's body
+// (a monolithic POST ?digest=, or a PUT with a body on a session that
+// never staged): the bytes stream once, straight through the verifying
+// write to d's content-addressed key, with no staged copy to write, sync,
+// re-read and remove. A body of unknown length is staged first: the
+// verifying write needs the size it must confirm.
+func (h *ociHandler) closeWithBody(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest) {
+	if r.ContentLength < 0 {
+		n, ok := h.append(w, r, be, &in, 0)
+		if !ok {
+			return
+		}
+		h.close(w, r, be, in, d, n, nil)
+		return
+	}
+	if r.ContentLength > h.MaxBlobSize {
+		if _, err := h.Store.AbandonIntent(context.WithoutCancel(r.Context()), in.OperationID); err != nil {
+			h.logger.WarnContext(r.Context(), "cannot abandon an oversized upload", "operation_id", in.OperationID, "err", err)
+		}
+		h.fail(w, r, tooLarge(h.MaxBlobSize), ociSizeInvalid)
+		return
+	}
+	h.close(w, r, be, in, d, r.ContentLength, r.Body)
 }
 
 // uploadStatus is GET /v2/<name>/blobs/uploads/<id>: where to resume.
@@ -449,10 +471,13 @@ func (h *ociHandler) uploadStatus(w http.ResponseWriter, r *http.Request, name, 
 		return
 	}
 	// The staged upload is the truth after a crash mid-chunk.
-	n, err := be.UploadSize(r.Context(), in.StagedLocation)
-	if err != nil {
-		h.fail(w, r, err, ociUploadUnknown)
-		return
+	var n int64
+	if in.StagedLocation != "" {
+		var err error
+		if n, err = be.UploadSize(r.Context(), in.StagedLocation); err != nil {
+			h.fail(w, r, err, ociUploadUnknown)
+			return
+		}
 	}
 	h.sessionAnswer(w, name, in.OperationID, n, http.StatusNoContent)
 }
@@ -468,7 +493,7 @@ func (h *ociHandler) cancelUpload(w http.ResponseWriter, r *http.Request, name, 
 		h.fail(w, r, err, ociUploadUnknown)
 		return
 	}
-	if err := be.AbortUpload(r.Context(), in.StagedLocation); err != nil {
+	if err := h.abortStaged(r.Context(), be, in); err != nil {
 		h.logger.WarnContext(r.Context(), "staged bytes of a cancelled upload remain for the sweeper", "operation_id", in.OperationID, "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -477,7 +502,7 @@ func (h *ociHandler) cancelUpload(w http.ResponseWriter, r *http.Request, name, 
 // session loads a pending upload of repository name.
 func (h *ociHandler) session(w http.ResponseWriter, r *http.Request, name, id string) (store.Intent, backend.Backend, bool) {
 	in, err := h.Store.GetIntent(r.Context(), id)
-	if err != nil || in.Repository != name || in.State != store.IntentPending || in.StagedLocation == "" {
+	if err != nil || in.Repository != name || in.State != store.IntentPending {
 		if err == nil {
 			err = blobplane.Errorf(blobplane.CodeNotFound, "upload %s is unknown to %s", truncateID(id), name)
 		}
@@ -495,14 +520,30 @@ func (h *ociHandler) session(w http.ResponseWriter, r *http.Request, name, id st
 // append streams the request body into the staged upload at offset and
 // records the new size on the intent (moving its expiry). It answers the
 // client itself when it fails.
-func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, offset int64) (int64, bool) {
+func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.Backend, in *store.Intent, offset int64) (int64, bool) {
 	ctx := r.Context()
+	if in.StagedLocation == "" {
+		// The first chunk starts staging. The intent names the staged
+		// upload before any byte lands in it, so the reaper can always
+		// find staged bytes through their intent.
+		id, err := be.CreateUpload(ctx)
+		if err != nil {
+			h.fail(w, r, err, ociUnavailable)
+			return 0, false
+		}
+		if _, err := h.Store.ExtendIntent(ctx, in.OperationID, id, offset, h.IntentTTL); err != nil {
+			_ = be.AbortUpload(context.WithoutCancel(ctx), id)
+			h.fail(w, r, err, ociUploadUnknown)
+			return 0, false
+		}
+		in.StagedLocation = id
+	}
 	limit := &limitReader{r: r.Body, left: h.MaxBlobSize - offset}
 	n, err := be.AppendUpload(ctx, in.StagedLocation, offset, limit)
 	if limit.exceeded {
 		// Past the maximum: the session cannot succeed any more.
 		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr == nil {
-			_ = be.AbortUpload(context.WithoutCancel(ctx), in.StagedLocation)
+			_ = h.abortStaged(context.WithoutCancel(ctx), be, *in)
 		}
 		h.fail(w, r, tooLarge(h.MaxBlobSize), ociSizeInvalid)
 		return 0, false
@@ -512,7 +553,7 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 		if serr == nil {
 			in.ReceivedBytes = cur
 		}
-		h.rangeNotSatisfiable(w, r, in.Repository, in, blobplane.ErrorMessage(err))
+		h.rangeNotSatisfiable(w, r, in.Repository, *in, blobplane.ErrorMessage(err))
 		return 0, false
 	}
 	if err != nil {
@@ -526,11 +567,19 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 	return n, true
 }
 
-// close verifies the staged bytes while promoting them to d's
-// content-addressed object, records the placement, and publishes.
-func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest) {
+// abortStaged deletes in's staged upload, if staging ever started.
+func (h *ociHandler) abortStaged(ctx context.Context, be backend.Backend, in store.Intent) error {
+	if in.StagedLocation == "" {
+		return nil
+	}
+	return be.AbortUpload(ctx, in.StagedLocation)
+}
+
+// close verifies the blob's size bytes while storing them as d's
+// content-addressed object — promoted from the staged upload when body is
+// nil, else streamed from body — records the placement, and publishes.
+func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, size int64, body io.Reader) {
 	ctx := r.Context()
-	size := in.ReceivedBytes
 	if in.ExpectedDigest != "" && (in.ExpectedDigest != d || (in.ExpectedSize != store.SizeUnknown && in.ExpectedSize != size)) {
 		h.rejectContent(w, r, be, in, d, blobplane.Errorf(blobplane.CodeMismatch, "the upload declared %s, closed as %s with %d bytes", in.ExpectedDigest, d, size))
 		return
@@ -550,10 +599,15 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		h.fail(w, r, err, ociUploadInvalid)
 		return
 	}
-	// PromoteUpload hashes while it streams: the bytes must prove the
-	// digest even when a verified copy exists (S8). An existing object is
-	// the same content under the same key: one stored copy.
-	info, err := be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: d, Size: size})
+	// Both writes hash while they stream: the bytes must prove the digest
+	// even when a verified copy exists (S8). An existing object is the
+	// same content under the same key: one stored copy.
+	var info backend.Info
+	if body == nil {
+		info, err = be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: d, Size: size})
+	} else {
+		info, err = be.Write(ctx, backend.WriteRequest{Digest: d, Size: size, Body: body})
+	}
 	if errors.Is(err, backend.ErrMismatch) {
 		if !alreadyVerified {
 			if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), k, placement.DigestMismatch, 0); ferr != nil {
@@ -562,6 +616,13 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		}
 		h.rejectContent(w, r, be, in, d, err)
 		return
+	}
+	if err != nil && body != nil {
+		// Nothing was stored (a body cut short, the backend down): the
+		// session resumes from byte 0, still claiming d.
+		if _, rerr := h.Store.ExtendIntent(context.WithoutCancel(ctx), in.OperationID, "", 0, h.IntentTTL); rerr != nil {
+			h.logger.WarnContext(ctx, "cannot reset the received size of a failed upload", "operation_id", in.OperationID, "err", rerr)
+		}
 	}
 	if err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
@@ -661,7 +722,7 @@ func forwardedRefusalIsFinal(err error) bool {
 func (h *ociHandler) rejectContent(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, cause error) {
 	ctx := context.WithoutCancel(r.Context())
 	if _, err := h.Store.AbandonIntent(ctx, in.OperationID); err == nil {
-		if err := be.AbortUpload(ctx, in.StagedLocation); err != nil {
+		if err := h.abortStaged(ctx, be, in); err != nil {
 			h.logger.WarnContext(ctx, "staged bytes of a rejected upload remain for the sweeper", "operation_id", in.OperationID, "err", err)
 		}
 	}
