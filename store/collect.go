@@ -320,6 +320,37 @@ func (s *Store) ClassifyObject(ctx context.Context, d blobplane.Digest, backend,
 	return c, nil
 }
 
+// ClassifyObjects classifies a page of objects for ds on backend in
+// datacenter from one unlocked read (one statement), in the order of ds.
+// Errors: invalid, unavailable.
+func (s *Store) ClassifyObjects(ctx context.Context, ds []blobplane.Digest, backend, datacenter string) ([]ObjectClass, error) {
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return nil, err
+	}
+	in := make([]string, len(ds))
+	for i, d := range ds {
+		in[i] = string(d)
+	}
+	rows, err := s.q.ClassifyObjects(ctx, s.pool, dbsqlc.ClassifyObjectsParams{Backend: backend, Datacenter: datacenter, Digests: in})
+	if err != nil {
+		return nil, placementErr("classify objects", err)
+	}
+	if len(rows) != len(ds) {
+		return nil, &blobplane.Error{Code: blobplane.CodeInternal, Op: "classify objects", Message: fmt.Sprintf("%d classes for %d objects", len(rows), len(ds))}
+	}
+	out := make([]ObjectClass, len(rows))
+	for i, r := range rows {
+		if r.Digest != in[i] {
+			return nil, &blobplane.Error{Code: blobplane.CodeInternal, Op: "classify objects", Message: "classes out of order"}
+		}
+		out[i] = ObjectClass(r.Class)
+	}
+	return out, nil
+}
+
 // DeleteIfOrphan re-classifies the object for d on backend in datacenter
 // under the blob state row lock (when the row exists) and the digest's
 // placement lock, and calls del while they are held only when it is still

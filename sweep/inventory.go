@@ -22,8 +22,9 @@ import (
 // InventoryStore is what the inventory needs from Postgres; *store.Store
 // implements it.
 type InventoryStore interface {
-	// ClassifyObject classifies one object from an unlocked read.
-	ClassifyObject(ctx context.Context, d blobplane.Digest, backend, datacenter string) (store.ObjectClass, error)
+	// ClassifyObjects classifies a page of objects from one unlocked
+	// read, in order.
+	ClassifyObjects(ctx context.Context, ds []blobplane.Digest, backend, datacenter string) ([]store.ObjectClass, error)
 	// DeleteIfOrphan re-classifies under the locks and calls del only for
 	// an orphan.
 	DeleteIfOrphan(ctx context.Context, d blobplane.Digest, backend, datacenter string, del func(context.Context) error) (store.ObjectClass, error)
@@ -96,11 +97,16 @@ func (inv *Inventory) runBackend(ctx context.Context, name string, be Lister, dr
 		if err != nil {
 			return fmt.Errorf("inventory %s/%s: list after %q: %w", inv.Datacenter, name, after, err)
 		}
-		for _, e := range page.Entries {
-			class, err := inv.Store.ClassifyObject(ctx, e.Digest, name, inv.Datacenter)
-			if err != nil {
-				return fmt.Errorf("inventory %s/%s: %w", inv.Datacenter, name, err)
-			}
+		ds := make([]blobplane.Digest, len(page.Entries))
+		for i, e := range page.Entries {
+			ds[i] = e.Digest
+		}
+		classes, err := inv.Store.ClassifyObjects(ctx, ds, name, inv.Datacenter)
+		if err != nil {
+			return fmt.Errorf("inventory %s/%s: %w", inv.Datacenter, name, err)
+		}
+		for i, e := range page.Entries {
+			class := classes[i]
 			if class == store.ClassOrphan && !dryRun {
 				d := e.Digest
 				class, err = inv.Store.DeleteIfOrphan(ctx, d, name, inv.Datacenter, func(ctx context.Context) error { return be.Delete(ctx, d) })

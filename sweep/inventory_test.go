@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
@@ -138,4 +139,36 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// The inventory's page classification (one statement) agrees with the
+// per-object classification on every class, in the page's order.
+func TestClassifyObjectsMatchesClassifyObject(t *testing.T) {
+	t.Parallel()
+	g := gcSetup(t)
+	ctx := context.Background()
+	referenced := g.uploadAndPublish(t, gcRepo, "referenced").Digest
+	claimedIn, _ := g.chunked(t, gcRepo, "claimed")
+	claimed := g.close(t, claimedIn, "claimed").Digest
+	staged, size := digestOf("staged")
+	if _, err := g.st.StagePlacement(ctx, g.key(staged), size, 0); err != nil {
+		t.Fatal(err)
+	}
+	orphan, _ := digestOf("orphan")
+	page := []blobplane.Digest{orphan, referenced, staged, claimed}
+	want := []store.ObjectClass{store.ClassOrphan, store.ClassReferenced, store.ClassStaged, store.ClassClaimed}
+	got, err := g.st.ClassifyObjects(ctx, page, "fs", gcDC)
+	if err != nil || len(got) != len(page) {
+		t.Fatalf("classify page: %v, %v", got, err)
+	}
+	for i, d := range page {
+		one, err := g.st.ClassifyObject(ctx, d, "fs", gcDC)
+		if err != nil || got[i] != want[i] || one != want[i] {
+			t.Errorf("%s: page %q, one %q (%v), want %q", d, got[i], one, err, want[i])
+		}
+	}
+	// Another datacenter holds no placement: staged there is an orphan here.
+	if got, err := g.st.ClassifyObjects(ctx, []blobplane.Digest{staged}, "fs", "us-1"); err != nil || got[0] != store.ClassOrphan {
+		t.Fatalf("other datacenter: %v, %v", got, err)
+	}
 }

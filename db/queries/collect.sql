@@ -119,3 +119,17 @@ SELECT m.digest, m.size_bytes AS blob_size,
        d.id AS deletion_id, d.backend, d.datacenter, d.location, d.size_bytes AS deletion_size, d.decided_at
 FROM marked m LEFT JOIN recorded d ON d.digest = m.digest
 ORDER BY m.digest, d.id;
+
+-- name: ClassifyObjects :many
+-- The inventory's unlocked classification of a page of stored objects of
+-- one backend in one datacenter, in one statement: the same order of
+-- tests as the locked re-classification (store.classify).
+SELECT o.digest::text AS digest,
+       (CASE
+            WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
+            WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
+            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend AND p.datacenter = @datacenter
+                         AND p.state IN ('pending', 'verified')) THEN 'staged'
+            ELSE 'orphan'
+        END)::text AS class
+FROM unnest(@digests::text[]) AS o(digest);

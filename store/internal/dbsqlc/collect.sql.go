@@ -30,6 +30,52 @@ func (q *Queries) BlobOwnership(ctx context.Context, db DBTX, digest string) (Bl
 	return i, err
 }
 
+const classifyObjects = `-- name: ClassifyObjects :many
+SELECT o.digest::text AS digest,
+       (CASE
+            WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
+            WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
+            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1 AND p.datacenter = $2
+                         AND p.state IN ('pending', 'verified')) THEN 'staged'
+            ELSE 'orphan'
+        END)::text AS class
+FROM unnest($3::text[]) AS o(digest)
+`
+
+type ClassifyObjectsParams struct {
+	Backend    string
+	Datacenter string
+	Digests    []string
+}
+
+type ClassifyObjectsRow struct {
+	Digest string
+	Class  string
+}
+
+// The inventory's unlocked classification of a page of stored objects of
+// one backend in one datacenter, in one statement: the same order of
+// tests as the locked re-classification (store.classify).
+func (q *Queries) ClassifyObjects(ctx context.Context, db DBTX, arg ClassifyObjectsParams) ([]ClassifyObjectsRow, error) {
+	rows, err := db.Query(ctx, classifyObjects, arg.Backend, arg.Datacenter, arg.Digests)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ClassifyObjectsRow{}
+	for rows.Next() {
+		var i ClassifyObjectsRow
+		if err := rows.Scan(&i.Digest, &i.Class); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const decideCollection = `-- name: DecideCollection :many
 WITH unowned AS (
     SELECT c.d FROM unnest($1::text[]) AS c(d)
