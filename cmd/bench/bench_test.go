@@ -94,10 +94,18 @@ func TestParseOptions(t *testing.T) {
 	if !slices.Equal(o.systems, []string{sysRaw, sysMinio}) {
 		t.Errorf("systems %v, want column order [raw minio]", o.systems)
 	}
+	if !slices.Equal(o.workloads, allWorkloads) || o.batch != 1000 {
+		t.Errorf("workloads %v, batch %d: want all, 1000", o.workloads, o.batch)
+	}
+	if o, err = parse("--workloads", "sweep,large", "--sweep-batch", "50"); err != nil || !slices.Equal(o.workloads, []string{"large", "sweep"}) || o.batch != 50 {
+		t.Errorf("--workloads sweep,large --sweep-batch 50: %v %d, %v", o.workloads, o.batch, err)
+	}
 
 	for _, args := range [][]string{
 		{"--systems", "raw,ceph"},
 		{"--systems", ","},
+		{"--workloads", "large,nap"},
+		{"--sweep-batch", "0"},
 		{"--reps", "-1"},
 		{"--size", "1TB"},
 		{"extra"},

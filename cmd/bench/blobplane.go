@@ -198,44 +198,52 @@ func (b *blobplane) Route(ctx context.Context, digest string) error {
 // sweepResult is one timed sweep over n abandoned intents.
 type sweepResult struct {
 	Intents int
-	Elapsed time.Duration
+	Passes  int
+	Elapsed time.Duration // all passes, each a `worker sweep` process
 }
 
 // Sweep inserts n expired pending intents (abandoned uploads, each with a
-// staged location the filesystem backend does not hold) and times one
-// `worker sweep` pass with BLOBPLANE_SWEEP_BATCH=n, the whole backlog in
-// one pass. It fails unless the pass reaped all n and none is left.
-func (b *blobplane) Sweep(ctx context.Context, n, rep int) (sweepResult, error) {
+// staged location the filesystem backend does not hold) and times `worker
+// sweep` passes with BLOBPLANE_SWEEP_BATCH=batch until every one is reaped
+// and its staged upload deleted. A pass that reaps nothing, or a failed
+// delete, is an error.
+func (b *blobplane) Sweep(ctx context.Context, n, batch, rep int) (sweepResult, error) {
 	if _, err := b.pool.Exec(ctx, `
 		INSERT INTO intents (repository, principal, ingress_datacenter, backend, staged_location, received_bytes, created_at, expires_at)
 		SELECT $1, $2, $3, $4, lpad(to_hex($5::bigint * 100000000 + g), 32, '0'), 4096, now() - interval '2 hours', now() - interval '1 hour' - g * interval '1 ms'
 		FROM generate_series(1, $6::int) g`, bpRepo, bpPrincipal, bpDatacenter, bpBackend, rep, n); err != nil {
 		return sweepResult{}, fmt.Errorf("insert %d expired intents: %w", n, err)
 	}
-	env := append(b.env, "BLOBPLANE_SWEEP_BATCH="+strconv.Itoa(n))
+	env := append(b.env, "BLOBPLANE_SWEEP_BATCH="+strconv.Itoa(batch))
+	res := sweepResult{}
 	start := time.Now()
-	out, err := runTool(ctx, filepath.Join(b.bin, "worker"), []string{"sweep"}, env)
-	elapsed := time.Since(start)
-	if err != nil {
-		return sweepResult{}, err
+	for res.Intents < n {
+		out, err := runTool(ctx, filepath.Join(b.bin, "worker"), []string{"sweep"}, env)
+		if err != nil {
+			return sweepResult{}, err
+		}
+		res.Passes++
+		var rpt struct {
+			Reaped  []json.RawMessage `json:"reaped"`
+			Deleted []json.RawMessage `json:"deleted"`
+			Failed  int               `json:"failed"`
+		}
+		if err := json.Unmarshal([]byte(out), &rpt); err != nil {
+			return sweepResult{}, fmt.Errorf("worker sweep printed no report: %w", err)
+		}
+		if len(rpt.Reaped) == 0 || len(rpt.Deleted) < len(rpt.Reaped) || rpt.Failed != 0 {
+			return sweepResult{}, fmt.Errorf("worker sweep pass %d (after %d of %d intents): reaped %d, deleted %d, failed %d",
+				res.Passes, res.Intents, n, len(rpt.Reaped), len(rpt.Deleted), rpt.Failed)
+		}
+		res.Intents += len(rpt.Reaped)
 	}
-	var rpt struct {
-		Reaped  []json.RawMessage `json:"reaped"`
-		Deleted []json.RawMessage `json:"deleted"`
-		Failed  int               `json:"failed"`
-	}
-	if err := json.Unmarshal([]byte(out), &rpt); err != nil {
-		return sweepResult{}, fmt.Errorf("worker sweep printed no report: %w", err)
-	}
-	if len(rpt.Reaped) != n || len(rpt.Deleted) != n || rpt.Failed != 0 {
-		return sweepResult{}, fmt.Errorf("worker sweep reaped %d, deleted %d, failed %d; want %d, %d, 0", len(rpt.Reaped), len(rpt.Deleted), rpt.Failed, n, n)
-	}
+	res.Elapsed = time.Since(start)
 	var left int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE state = 'pending' AND expires_at < now()`).Scan(&left); err != nil {
 		return sweepResult{}, err
 	}
-	if left != 0 {
-		return sweepResult{}, fmt.Errorf("after the sweep %d expired intents are still pending", left)
+	if left != 0 || res.Intents != n {
+		return sweepResult{}, fmt.Errorf("the sweep reaped %d of %d intents; %d expired intents are still pending", res.Intents, n, left)
 	}
-	return sweepResult{Intents: n, Elapsed: elapsed}, nil
+	return res, nil
 }

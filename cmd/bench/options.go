@@ -22,6 +22,9 @@ const (
 
 var allSystems = []string{sysRaw, sysBlobplane, sysMinio, sysDistribution}
 
+// The workloads (tables), in the order they run.
+var allWorkloads = []string{"large", "put4k-1", "put4k-16", "head-16", "get4k-16", "routing-16", "sweep"}
+
 // options is one run's settings.
 type options struct {
 	quick    bool
@@ -31,7 +34,10 @@ type options struct {
 	reps     int           // repetitions of every workload
 	size     int64         // bytes of the large blob
 	intents  int           // abandoned intents per sweep
+	batch    int           // BLOBPLANE_SWEEP_BATCH of each sweep pass
 	preload  int           // 4 KiB blobs HEAD, GET and routing read
+	// workloads is a subset of allWorkloads, in their order.
+	workloads []string
 
 	databaseURL string // server the bench database is created on
 	binDir      string // prebuilt api, worker, controller; empty builds them
@@ -42,8 +48,8 @@ type options struct {
 
 // Full and quick defaults.
 var (
-	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, preload: 256, out: "bench/results"}
-	quickDefaults = options{duration: 1500 * time.Millisecond, reps: 1, size: 8 << 20, intents: 1_000, preload: 64, out: "bench/results"}
+	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, batch: 1000, preload: 256, out: "bench/results", workloads: allWorkloads}
+	quickDefaults = options{duration: 1500 * time.Millisecond, reps: 1, size: 8 << 20, intents: 1_000, batch: 1000, preload: 64, out: "bench/results", workloads: allWorkloads}
 )
 
 const usage = `usage: bench [flags]
@@ -72,6 +78,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	reps := fs.Int("reps", 0, "repetitions of every workload (default "+strconv.Itoa(fullDefaults.reps)+", --quick "+strconv.Itoa(quickDefaults.reps)+")")
 	size := fs.String("size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
 	intents := fs.Int("intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
+	batch := fs.Int("sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep` pass (the worker's default); passes run until every intent is reaped")
+	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
 	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
 	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
@@ -97,12 +105,19 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	o.registryBin = cmp.Or(*registryBin, getenv("BLOBPLANE_REGISTRY_BIN"))
 	o.binDir = *binDir
 	var err error
-	if o.systems, err = parseSystems(*systems); err != nil {
+	if o.systems, err = parseList("--systems", *systems, allSystems); err != nil {
+		return options{}, err
+	}
+	if o.workloads, err = parseList("--workloads", *workloads, allWorkloads); err != nil {
 		return options{}, err
 	}
 	if *duration < 0 || *reps < 0 || *intents < 0 || *preload < 0 {
 		return options{}, errors.New("--duration, --reps, --intents and --preload must not be negative")
 	}
+	if *batch < 1 || *batch > 1_000_000 {
+		return options{}, errors.New("--sweep-batch must be from 1 to 1000000 (what BLOBPLANE_SWEEP_BATCH accepts)")
+	}
+	o.batch = *batch
 	if *duration > 0 {
 		o.duration = *duration
 	}
@@ -130,28 +145,29 @@ func describe(o options) string {
 	return fmt.Sprintf("%s loads, %d repetition(s), a %s blob, %d intents", o.duration, o.reps, formatSize(o.size), o.intents)
 }
 
-// parseSystems parses --systems into allSystems order, refusing unknown
-// names and an empty list.
-func parseSystems(s string) ([]string, error) {
+// parseList parses a comma-separated subset of all (--systems,
+// --workloads) into all's order, refusing unknown names and an empty
+// list.
+func parseList(flagName, s string, all []string) ([]string, error) {
 	var picked []string
 	for name := range strings.SplitSeq(s, ",") {
 		name = strings.ToLower(strings.TrimSpace(name))
 		if name == "" {
 			continue
 		}
-		if !slices.Contains(allSystems, name) {
-			return nil, fmt.Errorf("--systems: unknown system %q (want %s)", name, strings.Join(allSystems, ","))
+		if !slices.Contains(all, name) {
+			return nil, fmt.Errorf("%s: unknown name %q (want %s)", flagName, name, strings.Join(all, ","))
 		}
 		picked = append(picked, name)
 	}
 	var out []string
-	for _, name := range allSystems {
+	for _, name := range all {
 		if slices.Contains(picked, name) {
 			out = append(out, name)
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("--systems: name at least one system")
+		return nil, fmt.Errorf("%s: name at least one", flagName)
 	}
 	return out, nil
 }

@@ -37,6 +37,7 @@ func TestQuick(t *testing.T) {
 	o.duration = 400 * time.Millisecond
 	o.size = 4 << 20
 	o.intents = 500
+	o.batch = 200 // three passes
 	o.preload = 32
 	o.out = filepath.Join(t.TempDir(), "results")
 	o.binDir = os.Getenv("BLOBPLANE_BENCH_BIN")

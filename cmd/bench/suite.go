@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,18 +49,33 @@ func (s *suite) tables(ctx context.Context) []*Table {
 	for i, sys := range s.systems {
 		names[i] = sys.name
 	}
-	sizeLabel := formatSize(s.o.size)
+	bpOnly := []string{sysBlobplane}
+	type workload struct {
+		title   string
+		columns []string
+		measure func(ctx context.Context, t *Table, sys system, rep int) error
+	}
+	all := map[string]workload{
+		"large":    {"One " + formatSize(s.o.size) + " blob: upload, then download (GB/s)", names, s.large},
+		"put4k-1":  {fmt.Sprintf("4 KiB uploads, 1 client, %s", s.o.duration), names, s.smallPuts(1, seedPut1)},
+		"put4k-16": {fmt.Sprintf("4 KiB uploads, 16 clients, %s", s.o.duration), names, s.smallPuts(16, seedPut16)},
+		"head-16":  {fmt.Sprintf("HEAD (existence), 16 clients, %s, over %d stored 4 KiB blobs", s.o.duration, s.o.preload), names, s.reads("HEAD/s", false)},
+		"get4k-16": {fmt.Sprintf("4 KiB GET, 16 clients, %s, over the same blobs", s.o.duration), names, s.reads("GET/s", true)},
+		"routing-16": {fmt.Sprintf("Routing query (GET /v1/blobs/<digest>/placements), 16 clients, %s — Blobplane only", s.o.duration),
+			bpOnly, s.routing},
+		"sweep": {fmt.Sprintf("Sweep of %d abandoned upload intents (`worker sweep` passes of %d) — Blobplane only", s.o.intents, s.o.batch),
+			bpOnly, s.sweep},
+	}
 	var out []*Table
-	out = append(out, s.workload(ctx, "large", "One "+sizeLabel+" blob: upload, then download (GB/s)", names, s.large))
-	out = append(out, s.workload(ctx, "put4k-1", fmt.Sprintf("4 KiB uploads, 1 client, %s", s.o.duration), names, s.smallPuts(1, seedPut1)))
-	out = append(out, s.workload(ctx, "put4k-16", fmt.Sprintf("4 KiB uploads, 16 clients, %s", s.o.duration), names, s.smallPuts(16, seedPut16)))
-	s.preload(ctx)
-	out = append(out, s.workload(ctx, "head-16", fmt.Sprintf("HEAD (existence), 16 clients, %s, over %d stored 4 KiB blobs", s.o.duration, s.o.preload), names, s.reads("HEAD/s", false)))
-	out = append(out, s.workload(ctx, "get4k-16", fmt.Sprintf("4 KiB GET, 16 clients, %s, over the same blobs", s.o.duration), names, s.reads("GET/s", true)))
-	if s.bp != nil {
-		bpOnly := []string{sysBlobplane}
-		out = append(out, s.workload(ctx, "routing-16", fmt.Sprintf("Routing query (GET /v1/blobs/<digest>/placements), 16 clients, %s — Blobplane only", s.o.duration), bpOnly, s.routing))
-		out = append(out, s.workload(ctx, "sweep", fmt.Sprintf("Sweep of %d abandoned upload intents (one `worker sweep` pass) — Blobplane only", s.o.intents), bpOnly, s.sweep))
+	for _, id := range s.o.workloads {
+		w := all[id]
+		if slices.Equal(w.columns, bpOnly) && s.bp == nil {
+			continue
+		}
+		if (id == "head-16" || id == "get4k-16" || id == "routing-16") && s.preloaded == nil {
+			s.preload(ctx)
+		}
+		out = append(out, s.workload(ctx, id, w.title, w.columns, w.measure))
 	}
 	for _, t := range out {
 		t.finish()
@@ -246,15 +262,16 @@ func (s *suite) routing(ctx context.Context, t *Table, sys system, rep int) erro
 	return nil
 }
 
-// sweep times one sweep pass over the run's number of abandoned intents.
+// sweep times the sweep passes over the run's number of abandoned
+// intents.
 func (s *suite) sweep(ctx context.Context, t *Table, sys system, rep int) error {
-	res, err := s.bp.Sweep(ctx, s.o.intents, rep)
+	res, err := s.bp.Sweep(ctx, s.o.intents, s.o.batch, rep)
 	if err != nil {
 		return err
 	}
 	rate := float64(res.Intents) / res.Elapsed.Seconds()
 	t.add(sys.name, "intents/s", true, rate)
-	t.add(sys.name, "pass s", false, res.Elapsed.Seconds())
-	s.logf("%s rep %d %s: %d intents in %s: %.0f intents/s", t.ID, rep+1, sys.name, res.Intents, res.Elapsed.Round(time.Millisecond), rate)
+	t.add(sys.name, "seconds", false, res.Elapsed.Seconds())
+	s.logf("%s rep %d %s: %d intents in %d passes, %s: %.0f intents/s", t.ID, rep+1, sys.name, res.Intents, res.Passes, res.Elapsed.Round(time.Millisecond), rate)
 	return nil
 }
