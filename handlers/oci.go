@@ -36,10 +36,11 @@ type UploadStore interface {
 	// ExtendIntent records progress per chunk. Errors: not_found, conflict
 	// (store.ErrIntentClosed).
 	ExtendIntent(ctx context.Context, op, stagedLocation string, received int64, ttl time.Duration) (store.Intent, error)
-	// RecordIntentContent records the claimed digest and size at close,
-	// before the bytes are promoted to the digest's key.
-	// Errors: not_found, conflict, digest_mismatch.
-	RecordIntentContent(ctx context.Context, op string, d blobplane.Digest, size int64) (store.Intent, error)
+	// ClaimAndStage records the claimed digest and size on the intent and
+	// stages the placement of k in one transaction, before any byte is
+	// written at k; alreadyVerified: k was verified already. Errors:
+	// not_found, conflict, digest_mismatch, stale_epoch.
+	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (alreadyVerified bool, err error)
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
@@ -52,9 +53,8 @@ type UploadStore interface {
 	DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error
 	// Placements lists d's placements.
 	Placements(ctx context.Context, d blobplane.Digest) ([]placement.Placement, error)
-	// StagePlacement, VerifyPlacement, FailPlacement: the ledger writes of
-	// an ingress close (see store).
-	StagePlacement(ctx context.Context, k placement.Key, size, epoch int64) (placement.Placement, error)
+	// VerifyPlacement, FailPlacement: the ledger writes of an ingress
+	// close after its bytes were written (see store).
 	VerifyPlacement(ctx context.Context, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64) (placement.Placement, error)
 	FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error)
 }
@@ -588,14 +588,10 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	// claim until it is admitted or abandoned: no collection of d can be
 	// decided between the promotion below and the publication (S6), and an
 	// abandonment hands verified bytes back to the collector (L1).
-	if _, err := h.Store.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
-		h.fail(w, r, err, ociDigestInvalid)
-		return
-	}
+	// One transaction, one commit: the claim, then the placement's stage.
 	k := placement.Key{Digest: d, Backend: in.Backend, Datacenter: h.Datacenter, Location: ObjectLocation(d)}
-	_, err := h.Store.StagePlacement(ctx, k, size, 0)
-	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
-	if err != nil && !alreadyVerified {
+	alreadyVerified, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
+	if err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
 		return
 	}

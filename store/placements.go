@@ -93,37 +93,45 @@ func (s *Store) StagePlacement(ctx context.Context, k placement.Key, size, epoch
 	}
 	var out placement.Placement
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Spec: "A stage that would exceed the bound is refused". Stages of
-		// one digest take turns so that counting and inserting is atomic.
-		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
-			return err
-		}
-		cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
-		if errors.Is(err, pgx.ErrNoRows) {
-			n, err := s.q.CountPlacements(ctx, tx, string(k.Digest))
-			if err != nil {
-				return err
-			}
-			if n >= placement.MaxPerDigest {
-				return fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
-			}
-			row, err := s.q.InsertPlacement(ctx, tx, dbsqlc.InsertPlacementParams{
-				Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
-				SizeBytes: size, Epoch: epoch,
-			})
-			out = placementFromRow(row)
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		out, err = s.advance(ctx, tx, op, cur, placement.Stage, epoch, update{size: size})
+		var err error
+		out, err = s.stageTx(ctx, tx, k, size, epoch)
 		return err
 	})
 	if err != nil {
 		return placement.Placement{}, placementErr(op, err)
 	}
 	return out, nil
+}
+
+// stageTx is StagePlacement's transaction body, in tx. A refused
+// transition (a verified row: conflict) changes nothing and leaves tx
+// usable.
+func (s *Store) stageTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, epoch int64) (placement.Placement, error) {
+	const op = "stage placement"
+	// Spec: "A stage that would exceed the bound is refused". Stages of
+	// one digest take turns so that counting and inserting is atomic.
+	if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
+		return placement.Placement{}, err
+	}
+	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		n, err := s.q.CountPlacements(ctx, tx, string(k.Digest))
+		if err != nil {
+			return placement.Placement{}, err
+		}
+		if n >= placement.MaxPerDigest {
+			return placement.Placement{}, fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
+		}
+		row, err := s.q.InsertPlacement(ctx, tx, dbsqlc.InsertPlacementParams{
+			Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+			SizeBytes: size, Epoch: epoch,
+		})
+		return placementFromRow(row), err
+	}
+	if err != nil {
+		return placement.Placement{}, err
+	}
+	return s.advance(ctx, tx, op, cur, placement.Stage, epoch, update{size: size})
 }
 
 // VerifyPlacement records the backend's confirmation of k: the digest and

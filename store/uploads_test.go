@@ -587,3 +587,67 @@ func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A close's claim and stage commit together or not at all: a refused
+// claim stages nothing, and a verified key keeps the claim and reports
+// alreadyVerified instead of failing.
+func TestClaimAndStageIsOneDecision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	open := func(d blobplane.Digest, size int64) store.Intent {
+		t.Helper()
+		in, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+			IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	d, size := contentOf([]byte("claimed and staged"))
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+	placements := func() int {
+		return u.count(t, `SELECT count(*) FROM placements WHERE digest = $1`, string(d))
+	}
+
+	// A claim that contradicts the declared content stages nothing.
+	liar := open(d, size+1)
+	if _, err := u.s.ClaimAndStage(ctx, liar.OperationID, k, size); !errors.Is(err, store.ErrContentIdentity) {
+		t.Fatalf("contradicting claim: %v", err)
+	}
+	// An abandoned intent claims nothing and stages nothing.
+	gone := open("", store.SizeUnknown)
+	if _, err := u.s.AbandonIntent(ctx, gone.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.ClaimAndStage(ctx, gone.OperationID, k, size); !errors.Is(err, store.ErrIntentClosed) {
+		t.Fatalf("abandoned intent: %v", err)
+	}
+	if n := placements(); n != 0 {
+		t.Fatalf("a refused claim staged %d placements", n)
+	}
+
+	first := open("", store.SizeUnknown)
+	if already, err := u.s.ClaimAndStage(ctx, first.OperationID, k, size); err != nil || already {
+		t.Fatalf("first close: already %v, %v", already, err)
+	}
+	if got, err := u.s.GetIntent(ctx, first.OperationID); err != nil || got.ExpectedDigest != d || got.ExpectedSize != size {
+		t.Fatalf("claim: %+v, %v", got, err)
+	}
+	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Pending {
+		t.Fatalf("stage: %+v, %v", p, err)
+	}
+	if _, err := u.s.VerifyPlacement(ctx, k, d, size, 0); err != nil {
+		t.Fatal(err)
+	}
+	second := open("", store.SizeUnknown)
+	if already, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || !already {
+		t.Fatalf("close of verified content: already %v, %v", already, err)
+	}
+	if got, err := u.s.GetIntent(ctx, second.OperationID); err != nil || got.ExpectedDigest != d {
+		t.Fatalf("claim on verified content: %+v, %v", got, err)
+	}
+	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Verified {
+		t.Fatalf("verified placement after a second close: %+v, %v", p, err)
+	}
+}

@@ -1,9 +1,14 @@
 -- Admission and publication queries (db/migrations/00005_uploads.sql).
 
 -- name: CreateIntent :one
+-- Commits without waiting for its WAL flush: set_config(..., true) lasts
+-- for this statement's own transaction, so its commit is asynchronous
+-- (store.CreateIntent says why that is safe).
+WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
-VALUES (@repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
-        sqlc.narg(staged_location), now() + make_interval(secs => @ttl_seconds::float8))
+SELECT @repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
+       sqlc.narg(staged_location), now() + make_interval(secs => @ttl_seconds::float8)
+FROM async_commit
 RETURNING *;
 
 -- name: GetIntent :one

@@ -55,9 +55,11 @@ func (q *Queries) AdmitIntent(ctx context.Context, db DBTX, operationID pgtype.U
 
 const createIntent = `-- name: CreateIntent :one
 
+WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6,
-        $7, now() + make_interval(secs => $8::float8))
+SELECT $1, $2, $3, $4, $5, $6,
+       $7, now() + make_interval(secs => $8::float8)
+FROM async_commit
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 `
 
@@ -73,6 +75,9 @@ type CreateIntentParams struct {
 }
 
 // Admission and publication queries (db/migrations/00005_uploads.sql).
+// Commits without waiting for its WAL flush: set_config(..., true) lasts
+// for this statement's own transaction, so its commit is asynchronous
+// (store.CreateIntent says why that is safe).
 func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentParams) (Intent, error) {
 	row := db.QueryRow(ctx, createIntent,
 		arg.Repository,
