@@ -102,8 +102,27 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 	if err := s.ensurePlacements(ctx); err != nil {
 		return nil, err
 	}
+	// The pass starts where the last one stopped (collector_cursor), walks
+	// to the last digest, then wraps around to where it started: a pass
+	// with room for every candidate sees them all, and passes cut short by
+	// their limit take turns over the key space instead of each stepping
+	// over the same referenced rows from the first digest again.
+	start, err := s.q.GetCollectorCursor(ctx, s.pool)
+	if err != nil {
+		return nil, placementErr(op, err)
+	}
 	var out []Collected
-	after := "" // the pass's cursor: candidates come in digest order
+	after, upto := start, "" // candidates come in digest order in (after, upto]
+	wrapped := start == ""
+	defer func() {
+		cursor := after // cut short by the limit: resume after the last candidate
+		if len(out) < limit {
+			cursor = "" // a whole cycle: start from the first digest
+		}
+		if err := s.q.SetCollectorCursor(context.WithoutCancel(ctx), s.pool, cursor); err != nil {
+			s.logger.WarnContext(ctx, "cannot save the collector's cursor; the next pass starts over", "err", err)
+		}
+	}()
 	for len(out) < limit {
 		if err := ctx.Err(); err != nil {
 			return out, err
@@ -114,7 +133,7 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 		)
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			batch, last = nil, ""
-			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{After: after, MaxRows: int32(min(limit-len(out), collectTxBatch))})
+			rows, err := s.q.LockCollectCandidates(ctx, tx, dbsqlc.LockCollectCandidatesParams{After: after, Upto: upto, MaxRows: int32(min(limit-len(out), collectTxBatch))})
 			if err != nil || len(rows) == 0 {
 				return err
 			}
@@ -135,7 +154,11 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 			return out, placementErr(op, err)
 		}
 		if last == "" {
-			return out, nil
+			if wrapped {
+				return out, nil
+			}
+			wrapped, after, upto = true, "", start
+			continue
 		}
 		out = append(out, batch...)
 		after = last

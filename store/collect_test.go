@@ -191,3 +191,38 @@ func TestSchedule5PublishRacingCollectionS1(t *testing.T) {
 		t.Fatal("publication did not revive the collected row")
 	}
 }
+
+// Passes cut short by their limit resume where the last one stopped, and
+// a pass with room for every candidate wraps around and sees them all,
+// wherever they sort relative to the cursor.
+func TestCollectPassesResumeAndWrapAround(t *testing.T) {
+	t.Parallel()
+	u := setupUploads(t)
+	ctx := context.Background()
+	for _, c := range []string{"one", "two", "three", "four", "five"} {
+		u.unreferenced(t, c)
+	}
+	first, err := u.s.CollectUnreferenced(ctx, 2, nil)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("first pass: %d, %v", len(first), err)
+	}
+	var cursor string
+	if err := u.pool.QueryRow(ctx, `SELECT after_digest FROM collector_cursor`).Scan(&cursor); err != nil || cursor != string(first[1].Digest) {
+		t.Fatalf("cursor after a pass cut short: %q, %v; want %s", cursor, err, first[1].Digest)
+	}
+	second, err := u.s.CollectUnreferenced(ctx, 1, nil)
+	if err != nil || len(second) != 1 || second[0].Digest <= first[1].Digest && second[0].Digest >= first[0].Digest {
+		t.Fatalf("second pass: %+v, %v", second, err)
+	}
+	u.unreferenced(t, "six") // sorts anywhere
+	rest, err := u.s.CollectUnreferenced(ctx, 100, nil)
+	if err != nil || len(rest) != 3 {
+		t.Fatalf("wrap-around pass: %d, %v; want the 3 left", len(rest), err)
+	}
+	if n := u.count(t, `SELECT count(*) FROM blobs WHERE state = 'live'`); n != 0 {
+		t.Fatalf("%d live rows left", n)
+	}
+	if err := u.pool.QueryRow(ctx, `SELECT after_digest FROM collector_cursor`).Scan(&cursor); err != nil || cursor != "" {
+		t.Fatalf("cursor after a whole cycle: %q, %v", cursor, err)
+	}
+}

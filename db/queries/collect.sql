@@ -7,13 +7,15 @@
 -- a concurrent collector takes other rows. The caller re-checks ownership
 -- with a fresh statement after the lock (a reference committed between
 -- this snapshot and the lock is not visible here). A pass walks the
--- primary key from its cursor (after), so it never scans a row twice.
+-- live rows' index (blobs_live_digest_idx) from its cursor (after) up to
+-- upto ('' for the end), so it never scans a row twice.
 SELECT b.digest, b.size_bytes FROM blobs b
 WHERE b.state = 'live'
   AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
   AND b.digest > @after::text
+  AND (@upto::text = '' OR b.digest <= @upto::text)
 ORDER BY b.digest
 LIMIT @max_rows
 FOR UPDATE OF b SKIP LOCKED;
@@ -133,3 +135,10 @@ SELECT o.digest::text AS digest,
             ELSE 'orphan'
         END)::text AS class
 FROM unnest(@digests::text[]) AS o(digest);
+
+-- name: GetCollectorCursor :one
+SELECT coalesce((SELECT after_digest FROM collector_cursor WHERE id = 1), '')::text AS after_digest;
+
+-- name: SetCollectorCursor :exec
+INSERT INTO collector_cursor (id, after_digest) VALUES (1, @after_digest)
+ON CONFLICT (id) DO UPDATE SET after_digest = excluded.after_digest, updated_at = now();

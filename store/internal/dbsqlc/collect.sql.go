@@ -168,6 +168,17 @@ func (q *Queries) FinishDeletion(ctx context.Context, db DBTX, arg FinishDeletio
 	return err
 }
 
+const getCollectorCursor = `-- name: GetCollectorCursor :one
+SELECT coalesce((SELECT after_digest FROM collector_cursor WHERE id = 1), '')::text AS after_digest
+`
+
+func (q *Queries) GetCollectorCursor(ctx context.Context, db DBTX) (string, error) {
+	row := db.QueryRow(ctx, getCollectorCursor)
+	var after_digest string
+	err := row.Scan(&after_digest)
+	return after_digest, err
+}
+
 const handBackToCollector = `-- name: HandBackToCollector :execrows
 INSERT INTO blobs (digest, size_bytes)
 SELECT DISTINCT ON (p.digest) p.digest, p.size_bytes FROM placements p
@@ -285,13 +296,15 @@ WHERE b.state = 'live'
   AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
   AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
   AND b.digest > $1::text
+  AND ($2::text = '' OR b.digest <= $2::text)
 ORDER BY b.digest
-LIMIT $2
+LIMIT $3
 FOR UPDATE OF b SKIP LOCKED
 `
 
 type LockCollectCandidatesParams struct {
 	After   string
+	Upto    string
 	MaxRows int32
 }
 
@@ -307,9 +320,10 @@ type LockCollectCandidatesRow struct {
 // a concurrent collector takes other rows. The caller re-checks ownership
 // with a fresh statement after the lock (a reference committed between
 // this snapshot and the lock is not visible here). A pass walks the
-// primary key from its cursor (after), so it never scans a row twice.
+// live rows' index (blobs_live_digest_idx) from its cursor (after) up to
+// upto (” for the end), so it never scans a row twice.
 func (q *Queries) LockCollectCandidates(ctx context.Context, db DBTX, arg LockCollectCandidatesParams) ([]LockCollectCandidatesRow, error) {
-	rows, err := db.Query(ctx, lockCollectCandidates, arg.After, arg.MaxRows)
+	rows, err := db.Query(ctx, lockCollectCandidates, arg.After, arg.Upto, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -451,6 +465,16 @@ func (q *Queries) ReviveBlob(ctx context.Context, db DBTX, digest string) (int64
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const setCollectorCursor = `-- name: SetCollectorCursor :exec
+INSERT INTO collector_cursor (id, after_digest) VALUES (1, $1)
+ON CONFLICT (id) DO UPDATE SET after_digest = excluded.after_digest, updated_at = now()
+`
+
+func (q *Queries) SetCollectorCursor(ctx context.Context, db DBTX, afterDigest string) error {
+	_, err := db.Exec(ctx, setCollectorCursor, afterDigest)
+	return err
 }
 
 const unfinishedDeletions = `-- name: UnfinishedDeletions :many

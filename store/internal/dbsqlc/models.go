@@ -34,6 +34,16 @@ type BlobReference struct {
 	OperationID pgtype.UUID
 }
 
+// The single row saying where the next collection pass starts: candidates are scanned in digest order after after_digest, wrapping around.
+type CollectorCursor struct {
+	// Always 1: there is one cursor.
+	ID int32
+	// The last digest the previous pass examined, or empty to start from the first digest.
+	AfterDigest string
+	// Database time the last pass saved it.
+	UpdatedAt pgtype.Timestamptz
+}
+
 // Durable record of a collection decision, one per revoked placement: written in the transaction that marks the blob collected, finished by the byte-deletion job. An unfinished row is work still owed to the byte store.
 type Deletion struct {
 	// Surrogate key.
