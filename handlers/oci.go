@@ -789,7 +789,13 @@ func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string
 		status = http.StatusPartialContent
 	}
 	w.WriteHeader(status)
-	if _, err := io.Copy(w, obj.Body); err != nil && !errors.Is(err, context.Canceled) {
+	// The body's own reader, unwrapped, lets net/http use sendfile(2) for
+	// a file-backed identity read.
+	var src io.Reader = obj.Body
+	if u, ok := obj.Body.(interface{ Unwrap() io.Reader }); ok {
+		src = u.Unwrap()
+	}
+	if _, err := io.Copy(w, src); err != nil && !errors.Is(err, context.Canceled) {
 		h.logger.WarnContext(ctx, "blob body failed mid-stream", "digest", d, "err", err)
 	}
 }

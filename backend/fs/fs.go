@@ -244,14 +244,22 @@ func (b *Backend) Read(ctx context.Context, d blobplane.Digest, opts backend.Rea
 	if err != nil {
 		return nil, err
 	}
-	off, n, err := backend.CheckRange(op, opts.Range, repr.ContentSize)
+	off, _, err := backend.CheckRange(op, opts.Range, repr.ContentSize)
 	if err != nil {
 		_ = f.Close()
 		return nil, err
 	}
 	var payload io.Reader
 	if repr.Codec == backend.CodecIdentity {
-		payload = io.NewSectionReader(f, HeaderSize+off, n)
+		// The open file itself, positioned at the range: bounded by
+		// DecodeBody's io.LimitedReader, it is what net/http hands to
+		// sendfile(2) (the body is copied by the kernel, not through a
+		// user-space buffer). The file handle is this read's own.
+		if _, err := f.Seek(HeaderSize+off, io.SeekStart); err != nil {
+			_ = f.Close()
+			return nil, classify(op, err)
+		}
+		payload = f
 	} else {
 		payload = io.NewSectionReader(f, HeaderSize, repr.PayloadSize)
 	}
