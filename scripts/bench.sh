@@ -12,8 +12,8 @@
 #
 # Postgres comes from DATABASE_URL or scripts/pg.sh. The suite builds the
 # Blobplane binaries itself; MinIO and the registry come from
-# BLOBPLANE_MINIO_BIN and BLOBPLANE_REGISTRY_BIN, or (full runs) from
-# scripts/minio.sh and scripts/tool.sh registry, built once and cached.
+# BLOBPLANE_MINIO_BIN and BLOBPLANE_REGISTRY_BIN, or from scripts/minio.sh
+# and scripts/tool.sh registry, built once and cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BLOBPLANE_DATA_DIR=${BLOBPLANE_DATA_DIR:-$PWD/.data}

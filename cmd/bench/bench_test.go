@@ -73,7 +73,7 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.quick || !o.buildTools || o.duration != 20*time.Second || o.reps != 3 || o.size != 1<<30 || o.intents != 100_000 {
+	if o.quick || o.duration != 20*time.Second || o.reps != 3 || o.size != 1<<30 || o.intents != 100_000 {
 		t.Errorf("full defaults: %+v", o)
 	}
 	if !slices.Equal(o.systems, allSystems) || o.databaseURL != env["DATABASE_URL"] || o.minioBin != "/m" || o.registryBin != "" {
@@ -88,7 +88,7 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.quick || o.buildTools || o.duration != quickDefaults.duration || o.reps != 2 || o.size != 16<<20 || o.intents != 1000 {
+	if !o.quick || o.duration != quickDefaults.duration || o.reps != 2 || o.size != 16<<20 || o.intents != 1000 {
 		t.Errorf("quick with overrides: %+v", o)
 	}
 	if !slices.Equal(o.systems, []string{sysRaw, sysMinio}) {

@@ -106,9 +106,9 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 				err = buildBlobplane(ctx, bins[sys])
 			}
 		case sysMinio:
-			bins[sys], err = findTool(ctx, o.minioBin, "BLOBPLANE_MINIO_BIN", "MinIO", "--minio-bin", []string{"scripts/minio.sh"}, o.buildTools, progress)
+			bins[sys], err = findTool(ctx, o.minioBin, "BLOBPLANE_MINIO_BIN", "MinIO", "--minio-bin", []string{"scripts/minio.sh"}, progress)
 		case sysDistribution:
-			bins[sys], err = findTool(ctx, o.registryBin, "BLOBPLANE_REGISTRY_BIN", "Distribution registry", "--registry-bin", []string{"scripts/tool.sh", "registry"}, o.buildTools, progress)
+			bins[sys], err = findTool(ctx, o.registryBin, "BLOBPLANE_REGISTRY_BIN", "Distribution registry", "--registry-bin", []string{"scripts/tool.sh", "registry"}, progress)
 		}
 		if err != nil {
 			return nil, err
@@ -179,9 +179,9 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 }
 
 // findTool returns the peer binary: the flag (or its environment
-// variable) if set, else, when build is true, what the build script
-// prints (it builds and caches the binary once).
-func findTool(ctx context.Context, path, env, what, flagName string, script []string, build bool, progress io.Writer) (string, error) {
+// variable) if set, else what the build script prints (it builds and
+// caches the binary once; later runs get the cached one at once).
+func findTool(ctx context.Context, path, env, what, flagName string, script []string, progress io.Writer) (string, error) {
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
 			return "", fmt.Errorf("%s binary %s (from %s or %s): %w", what, path, flagName, env, err)
@@ -189,14 +189,11 @@ func findTool(ctx context.Context, path, env, what, flagName string, script []st
 		return path, nil
 	}
 	hint := fmt.Sprintf("build it with %s and set %s to the path it prints, pass %s, or leave it out with --systems", strings.Join(script, " "), env, flagName)
-	if !build {
-		return "", fmt.Errorf("no %s binary: %s is unset (--quick builds nothing); %s", what, env, hint)
-	}
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return "", fmt.Errorf("no %s binary and %v; %s", what, err, hint)
 	}
-	fmt.Fprintf(progress, "bench: %s unset: running %s (a cold build takes minutes)\n", env, strings.Join(script, " "))
+	fmt.Fprintf(progress, "bench: %s unset: running %s (cached after the first build, which takes minutes)\n", env, strings.Join(script, " "))
 	cmd := exec.CommandContext(ctx, filepath.Join(root, script[0]), script[1:]...)
 	cmd.Dir = root
 	cmd.Stderr = progress

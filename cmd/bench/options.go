@@ -43,7 +43,6 @@ type options struct {
 	binDir      string // prebuilt api, worker, controller; empty builds them
 	minioBin    string
 	registryBin string
-	buildTools  bool // build a missing MinIO/registry with the scripts
 }
 
 // Full and quick defaults.
@@ -83,8 +82,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
 	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
 	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
-	minioBin := fs.String("minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: scripts/minio.sh builds it, not with --quick)")
-	registryBin := fs.String("registry-bin", "", "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: scripts/tool.sh registry builds it, not with --quick)")
+	minioBin := fs.String("minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: what scripts/minio.sh prints; it builds and caches it once)")
+	registryBin := fs.String("registry-bin", "", "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: what scripts/tool.sh registry prints; it builds and caches it once)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -96,7 +95,6 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		o = quickDefaults
 	}
 	o.quick = *quick
-	o.buildTools = !*quick
 	o.out = *out
 	// Environment defaults are read here, not given to the flags, so
 	// --help never prints a DATABASE_URL's password.
