@@ -120,7 +120,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 		r.Mode = "quick"
 	}
 	r.Machine = describeMachine(ctx, o.databaseURL)
-	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents}
+	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch}
 
 	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{}}
 	_, _ = rand.Read(s.block)

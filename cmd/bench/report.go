@@ -33,6 +33,7 @@ type Settings struct {
 	SmallBytes int     `json:"small_bytes"`
 	Preload    int     `json:"preload"`
 	Intents    int     `json:"intents"`
+	SweepBatch int     `json:"sweep_batch"`
 }
 
 // Table is one workload: figures per system (the columns) and, for its
@@ -120,8 +121,8 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, Linux %s, %s, %s; load average %s at the start, %s at the end.\n\n",
 		m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion, m.Postgres, m.LoadStart, m.LoadEnd)
 	s := r.Settings
-	fmt.Fprintf(&b, "Settings: %d repetition(s) of every workload; timed loads of %gs; large blob %s; small blobs %s; %d preloaded blobs for HEAD/GET/routing; %d intents per sweep. Figures are median (min–max) over the repetitions; latencies are the median of each repetition's percentile.\n",
-		s.Reps, s.DurationS, formatSize(s.LargeBytes), formatSize(int64(s.SmallBytes)), s.Preload, s.Intents)
+	fmt.Fprintf(&b, "Settings: %d repetition(s) of every workload; timed loads of %gs; large blob %s; small blobs %s; %d preloaded blobs for HEAD/GET/routing; %d intents per sweep in passes of %d. Figures are median (min–max) over the repetitions; latencies are the median of each repetition's percentile.\n",
+		s.Reps, s.DurationS, formatSize(s.LargeBytes), formatSize(int64(s.SmallBytes)), s.Preload, s.Intents, s.SweepBatch)
 	for _, t := range r.Tables {
 		b.WriteString("\n")
 		b.WriteString(t.Markdown())
