@@ -38,6 +38,13 @@ func TestCollectSoakS1L1(t *testing.T) {
 		workers, ops = 8, 500
 	}
 	contents := []string{"alpha", "bravo", "charlie", "delta", "echo"}
+	if *soak {
+		// More contents than workers: digests fall out of use and are
+		// collected often, while keys are still shared.
+		for i := range 15 {
+			contents = append(contents, fmt.Sprintf("content %02d", i))
+		}
+	}
 	byDigest := map[blobplane.Digest]string{}
 	for _, c := range contents {
 		d, _ := digestOf(c)
