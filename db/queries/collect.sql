@@ -9,11 +9,17 @@
 -- this snapshot and the lock is not visible here). A pass walks the
 -- live rows' index (blobs_live_digest_idx) from its cursor (after) up to
 -- upto ('' for the end), so it never scans a row twice.
+-- The range is repeated inside each NOT EXISTS: implied by the join, but
+-- the planner does not infer it, and without it a merge anti-join reads
+-- the references index from its first digest on every batch.
 SELECT b.digest, b.size_bytes FROM blobs b
 WHERE b.state = 'live'
-  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
-  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
-  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
+  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest
+                  AND r.digest > @after::text AND (@upto::text = '' OR r.digest <= @upto::text))
+  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest
+                  AND i.expected_digest > @after::text AND (@upto::text = '' OR i.expected_digest <= @upto::text))
+  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending'
+                  AND p.digest > @after::text AND (@upto::text = '' OR p.digest <= @upto::text))
   AND b.digest > @after::text
   AND (@upto::text = '' OR b.digest <= @upto::text)
 ORDER BY b.digest

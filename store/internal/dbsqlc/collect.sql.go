@@ -292,9 +292,12 @@ const lockCollectCandidates = `-- name: LockCollectCandidates :many
 
 SELECT b.digest, b.size_bytes FROM blobs b
 WHERE b.state = 'live'
-  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
-  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
-  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
+  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest
+                  AND r.digest > $1::text AND ($2::text = '' OR r.digest <= $2::text))
+  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest
+                  AND i.expected_digest > $1::text AND ($2::text = '' OR i.expected_digest <= $2::text))
+  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending'
+                  AND p.digest > $1::text AND ($2::text = '' OR p.digest <= $2::text))
   AND b.digest > $1::text
   AND ($2::text = '' OR b.digest <= $2::text)
 ORDER BY b.digest
@@ -322,6 +325,9 @@ type LockCollectCandidatesRow struct {
 // this snapshot and the lock is not visible here). A pass walks the
 // live rows' index (blobs_live_digest_idx) from its cursor (after) up to
 // upto (” for the end), so it never scans a row twice.
+// The range is repeated inside each NOT EXISTS: implied by the join, but
+// the planner does not infer it, and without it a merge anti-join reads
+// the references index from its first digest on every batch.
 func (q *Queries) LockCollectCandidates(ctx context.Context, db DBTX, arg LockCollectCandidatesParams) ([]LockCollectCandidatesRow, error) {
 	rows, err := db.Query(ctx, lockCollectCandidates, arg.After, arg.Upto, arg.MaxRows)
 	if err != nil {
