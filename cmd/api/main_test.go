@@ -28,9 +28,16 @@ func buildBinaries(t *testing.T) string {
 	return dir
 }
 
+// dataDirEnv keeps the binaries' local state (generated cluster secret,
+// filesystem backend) beside them in the test's temp dir, never in the
+// source tree; a test's own BLOBPLANE_DATA_DIR comes later and wins.
+func dataDirEnv(bin string) string {
+	return "BLOBPLANE_DATA_DIR=" + filepath.Join(filepath.Dir(bin), "data")
+}
+
 func run(bin string, env []string, args ...string) (int, string, string) {
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), dataDirEnv(bin)}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -140,7 +147,7 @@ type proc struct {
 func start(t *testing.T, bin string, env []string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), dataDirEnv(bin)}, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
