@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,9 +77,17 @@ func Binary() (string, error) {
 		}
 		dir = filepath.Join(home, ".cache", "blobplane", "bin")
 	}
+	// scripts/tool.sh caches minio-<version>; the newest pinned build
+	// sorts last (pseudo-versions carry their date). A plain "minio" is
+	// an older cache layout.
+	builds, _ := filepath.Glob(filepath.Join(dir, "minio-*"))
+	if len(builds) > 0 {
+		sort.Strings(builds)
+		return builds[len(builds)-1], nil
+	}
 	p := filepath.Join(dir, "minio")
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("no minio binary: %s unset and %s missing", EnvBin, p)
+		return "", fmt.Errorf("no minio binary: %s unset and no %s or minio-<version> in %s (scripts/minio.sh builds it)", EnvBin, "minio", dir)
 	}
 	return p, nil
 }
