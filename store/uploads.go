@@ -246,6 +246,15 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	}
 	claimed := true
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Like CreateIntent's, this commit does not wait for its WAL
+		// flush: the close's next commit (VerifyPlacement after the bytes
+		// are written, or Finalize when k was verified already) is
+		// synchronous and flushes the WAL past it. A crash before then loses the claim and the stage
+		// together; bytes already written at k are then either another
+		// upload's (owned, kept) or an orphan for the inventory.
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+			return err
+		}
 		_, err := s.q.RecordIntentContent(ctx, tx, dbsqlc.RecordIntentContentParams{Digest: string(k.Digest), SizeBytes: size, OperationID: id})
 		if errors.Is(err, pgx.ErrNoRows) {
 			claimed = false
