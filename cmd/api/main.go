@@ -37,10 +37,27 @@ func main() {
 	os.Exit(cli.Main(config.API, os.Args[1:], os.Stdout, os.Stderr, run))
 }
 
+var commandHelp = map[string]string{
+	"serve":   "serve the API (the default command) until SIGINT/SIGTERM",
+	"migrate": "apply the Postgres migrations (goose, then River's) under one advisory lock, then exit",
+}
+
 func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
+	}
+	switch cmd {
+	case "serve", "migrate":
+		// Neither takes arguments: `api migrate --help` must explain, not
+		// migrate.
+		if len(args) > 1 {
+			if h := args[1]; h == "-h" || h == "--help" || h == "help" {
+				fmt.Fprintf(os.Stdout, "usage: api %s\n  %s\nSettings: api --help\n", cmd, commandHelp[cmd])
+				return nil
+			}
+			return fmt.Errorf("api %s takes no arguments, got %q (settings are flags before the command or environment variables: api --help)", cmd, args[1])
+		}
 	}
 	switch cmd {
 	case "serve":

@@ -85,6 +85,18 @@ func TestBinaries(t *testing.T) {
 		}
 	})
 
+	t.Run("a command's --help explains it and touches nothing", func(t *testing.T) {
+		// An unreachable database: help must not try to connect.
+		env := []string{"DATABASE_URL=postgres://u@127.0.0.1:1/db"}
+		code, stdout, stderr := run(api, env, "migrate", "--help")
+		if code != 0 || !strings.Contains(stdout, "usage: api migrate") || stderr != "" {
+			t.Errorf("api migrate --help: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if code, _, stderr := run(api, env, "migrate", "now"); code != 1 || !strings.Contains(stderr, "takes no arguments") {
+			t.Errorf("api migrate now: exit %d, stderr %q", code, stderr)
+		}
+	})
+
 	t.Run("every declared command is accepted", func(t *testing.T) {
 		// Against an unreachable database each command gets as far as
 		// connecting: the failure names the database, not the command.
