@@ -113,14 +113,19 @@ func TestFalseClaimCannotPoisonTheDigest(t *testing.T) {
 	ctx := context.Background()
 	const content = "the real content"
 	d, size := digestOf(content)
-	liar, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size + 1000,
-		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
+	// A claim of d with a false size, then a cancel.
+	lie := func() {
+		t.Helper()
+		liar, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size + 1000,
+			IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.st.AbandonIntent(ctx, liar.OperationID); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := g.st.AbandonIntent(ctx, liar.OperationID); err != nil {
-		t.Fatal(err)
-	}
+	lie()
 	if got := g.count(t, `SELECT count(*) FROM blobs WHERE digest = $1`, string(d)); got != 0 {
 		t.Fatalf("an unverified claim created %d blob rows", got)
 	}
@@ -128,14 +133,7 @@ func TestFalseClaimCannotPoisonTheDigest(t *testing.T) {
 	// pending), the false claim's abandonment sizes the row from them.
 	honest, _ := g.chunked(t, gcOther, content)
 	req := g.close(t, honest, content)
-	liar2, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size + 1000,
-		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := g.st.AbandonIntent(ctx, liar2.OperationID); err != nil {
-		t.Fatal(err)
-	}
+	lie()
 	if got := g.count(t, `SELECT count(*) FROM blobs WHERE digest = $1 AND size_bytes = $2`, string(d), size); got != 1 {
 		t.Fatalf("hand-back row: %d rows of %d bytes, want 1", got, size)
 	}
