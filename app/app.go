@@ -404,8 +404,39 @@ func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (s
 	return func() { _ = srv.Close() }, nil
 }
 
-// RunSweep runs one sweep pass now (`worker sweep [--dry-run]`) and writes
-// its report as JSON to out: what it reclaimed, or with dryRun would.
+// SweepReport is what `worker sweep` prints: one pass of each sweep of
+// this datacenter, in the order the scheduled jobs run them.
+type SweepReport struct {
+	DryRun bool `json:"dry_run"`
+	// Reaper: expired intents abandoned and staged uploads deleted.
+	Reaper sweep.Report `json:"reaper"`
+	// Collector: digests collected (nil in a dry run).
+	Collector *sweep.CollectReport `json:"collector,omitempty"`
+	// CollectCandidates: in a dry run, the unowned digests a pass would
+	// decide now (an unlocked read: a pass may still find some owned).
+	CollectCandidates []blobplane.Digest `json:"collect_candidates,omitempty"`
+	// BytesDeleted and DeletionsSuperseded: this datacenter's byte
+	// deletions the pass decided, finished now. Deletions in other
+	// datacenters stay owed for their delete_bytes jobs.
+	BytesDeleted        int `json:"bytes_deleted"`
+	DeletionsSuperseded int `json:"deletions_superseded"`
+	// Inventory: every object classified; orphans deleted unless dry run.
+	Inventory sweep.InventoryReport `json:"inventory"`
+}
+
+// decided records the deletions a collection decided, to finish the local
+// ones right after the pass (RunSweep has no River client of its own).
+type decided struct{ got []store.Deletion }
+
+func (d *decided) EnqueueDeletionsTx(_ context.Context, _ pgx.Tx, ds []store.Deletion) error {
+	d.got = append(d.got, ds...)
+	return nil
+}
+
+// RunSweep runs one pass of every sweep now (`worker sweep [--dry-run]`):
+// the reaper, the collector (finishing its byte deletions in this
+// datacenter) and the inventory, and writes the report as JSON to out:
+// what it reclaimed, or with dryRun would.
 func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryRun bool, out io.Writer) error {
 	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
@@ -420,7 +451,53 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryR
 		return err
 	}
 	defer backends.Close()
-	rep, err := newReaper(cfg, st, backends, logger).RunOnce(ctx, dryRun)
+	rep := SweepReport{DryRun: dryRun}
+	err = func() error {
+		var err error
+		if rep.Reaper, err = newReaper(cfg, st, backends, logger).RunOnce(ctx, dryRun); err != nil {
+			return err
+		}
+		if dryRun {
+			if rep.CollectCandidates, err = st.CollectCandidates(ctx, sweep.DefaultCollectBatch); err != nil {
+				return err
+			}
+		} else {
+			var local decided
+			c := &sweep.Collector{Store: st, Enqueuer: &local, Logger: logger.With("service", "collector")}
+			cr, err := c.RunOnce(ctx)
+			rep.Collector = &cr
+			if err != nil {
+				return err
+			}
+			objects := make(map[string]sweep.ObjectDeleter, len(backends.ByName))
+			for name, be := range backends.ByName {
+				objects[name] = be
+			}
+			del := &sweep.Deleter{Store: st, Backends: objects, Datacenter: cfg.Datacenter}
+			for _, d := range local.got {
+				if d.Key.Datacenter != cfg.Datacenter {
+					continue
+				}
+				res, err := del.Delete(ctx, d.Key)
+				if err != nil {
+					return err
+				}
+				switch res {
+				case store.DeletionDeleted:
+					rep.BytesDeleted++
+				case store.DeletionSuperseded:
+					rep.DeletionsSuperseded++
+				}
+			}
+		}
+		listers := make(map[string]sweep.Lister, len(backends.ByName))
+		for name, be := range backends.ByName {
+			listers[name] = be
+		}
+		inv := &sweep.Inventory{Store: st, Backends: listers, Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
+		rep.Inventory, err = inv.Run(ctx, dryRun)
+		return err
+	}()
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	if eerr := enc.Encode(rep); eerr != nil {

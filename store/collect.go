@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,6 +163,28 @@ func (s *Store) CollectUnreferenced(ctx context.Context, limit int, enq Deletion
 		}
 		out = append(out, batch...)
 		after = last
+	}
+	return out, nil
+}
+
+// CollectCandidates lists up to limit digests a collection pass would
+// decide now (`worker sweep --dry-run`): unowned live digests, from an
+// unlocked read, so a pass may still find some owned. Errors: invalid,
+// unavailable.
+func (s *Store) CollectCandidates(ctx context.Context, limit int) ([]blobplane.Digest, error) {
+	if limit <= 0 || limit > math.MaxInt32 {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "collect candidates: limit %d must be from 1 to %d", limit, math.MaxInt32)
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.q.CollectCandidates(ctx, s.pool, int32(limit))
+	if err != nil {
+		return nil, placementErr("collect candidates", err)
+	}
+	out := make([]blobplane.Digest, len(rows))
+	for i, d := range rows {
+		out[i] = blobplane.Digest(d)
 	}
 	return out, nil
 }

@@ -223,14 +223,17 @@ func (b *blobplane) Sweep(ctx context.Context, n, batch, rep int) (sweepResult, 
 			return sweepResult{}, err
 		}
 		res.Passes++
-		var rpt struct {
-			Reaped  []json.RawMessage `json:"reaped"`
-			Deleted []json.RawMessage `json:"deleted"`
-			Failed  int               `json:"failed"`
+		var all struct {
+			Reaper struct {
+				Reaped  []json.RawMessage `json:"reaped"`
+				Deleted []json.RawMessage `json:"deleted"`
+				Failed  int               `json:"failed"`
+			} `json:"reaper"`
 		}
-		if err := json.Unmarshal([]byte(out), &rpt); err != nil {
+		if err := json.Unmarshal([]byte(out), &all); err != nil {
 			return sweepResult{}, fmt.Errorf("worker sweep printed no report: %w", err)
 		}
+		rpt := all.Reaper
 		if len(rpt.Reaped) == 0 || len(rpt.Deleted) < len(rpt.Reaped) || rpt.Failed != 0 {
 			return sweepResult{}, fmt.Errorf("worker sweep pass %d (after %d of %d intents): reaped %d, deleted %d, failed %d",
 				res.Passes, res.Intents, n, len(rpt.Reaped), len(rpt.Deleted), rpt.Failed)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,14 +13,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -96,11 +101,22 @@ func testSweepCommand(t *testing.T, bin string) {
 	ctx := context.Background()
 	f := newFixture(t)
 	st, in, env := f.st, f.in, f.env
-	sweep := func(args ...string) (report struct {
+	type reaperReport struct {
 		DryRun         bool `json:"dry_run"`
 		Reaped         []struct{ OperationID string }
 		Deleted        []struct{ OperationID string }
 		BytesReclaimed int64 `json:"bytes_reclaimed"`
+	}
+	sweepAll := func(args ...string) (report struct {
+		DryRun     bool         `json:"dry_run"`
+		Reaper     reaperReport `json:"reaper"`
+		Collector  *struct{ Collected []struct{ Digest string } }
+		Candidates []string `json:"collect_candidates"`
+		Deleted    int      `json:"bytes_deleted"`
+		Inventory  struct {
+			Orphans        int `json:"orphans"`
+			OrphansDeleted int `json:"orphans_deleted"`
+		} `json:"inventory"`
 	}) {
 		t.Helper()
 		cmd := exec.Command(bin, append([]string{"sweep"}, args...)...)
@@ -115,7 +131,25 @@ func testSweepCommand(t *testing.T, bin string) {
 		}
 		return report
 	}
+	sweep := func(args ...string) reaperReport {
+		t.Helper()
+		r := sweepAll(args...)
+		r.Reaper.DryRun = r.DryRun
+		return r.Reaper
+	}
 	staged := func() bool { return f.staged(t) }
+
+	// Besides the expired upload: an unreferenced digest with verified
+	// bytes (for the collector) and an object no ledger row names (for the
+	// inventory).
+	collectable, orphan := f.collectable(t), f.orphan(t)
+	dryAll := sweepAll("--dry-run")
+	if !slices.Contains(dryAll.Candidates, string(collectable)) || dryAll.Collector != nil || dryAll.Inventory.Orphans != 1 || dryAll.Inventory.OrphansDeleted != 0 {
+		t.Fatalf("dry run of the collector and inventory: %+v", dryAll)
+	}
+	if !f.stored(t, collectable) || !f.stored(t, orphan) {
+		t.Fatal("the dry run deleted bytes")
+	}
 
 	dry := sweep("--dry-run")
 	if !dry.DryRun || len(dry.Reaped) != 1 || dry.Reaped[0].OperationID != in.OperationID || dry.BytesReclaimed != 15 {
@@ -124,9 +158,17 @@ func testSweepCommand(t *testing.T, bin string) {
 	if cur, _ := st.GetIntent(ctx, in.OperationID); cur.State != store.IntentPending || !staged() {
 		t.Fatal("the dry run changed something")
 	}
-	rep := sweep()
-	if rep.DryRun || len(rep.Reaped) != 1 || len(rep.Deleted) != 1 || rep.BytesReclaimed != 15 {
+	all := sweepAll()
+	rep := all.Reaper
+	if all.DryRun || len(rep.Reaped) != 1 || len(rep.Deleted) != 1 || rep.BytesReclaimed != 15 {
 		t.Fatalf("sweep: %+v", rep)
+	}
+	if all.Collector == nil || len(all.Collector.Collected) != 1 || all.Collector.Collected[0].Digest != string(collectable) ||
+		all.Deleted != 1 || all.Inventory.OrphansDeleted != 1 {
+		t.Fatalf("sweep of the collector and inventory: %+v", all)
+	}
+	if f.stored(t, collectable) || f.stored(t, orphan) {
+		t.Fatal("the sweep left collectable or orphaned bytes")
 	}
 	if cur, _ := st.GetIntent(ctx, in.OperationID); cur.State != store.IntentAbandoned || staged() {
 		t.Fatal("the sweep left the intent pending or its bytes staged")
@@ -221,4 +263,50 @@ func testScheduledSweep(t *testing.T, bin string) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// collectable stores bytes with a verified placement and a live blob row
+// no reference names: what a collection pass decides and deletes.
+func (f *fixture) collectable(t *testing.T) blobplane.Digest {
+	t.Helper()
+	ctx := context.Background()
+	const content = "published once, dereferenced since"
+	sum := sha256.Sum256([]byte(content))
+	d := blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:]))
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: "local", Location: "sha256/" + d.Hex()}
+	if _, err := f.st.StagePlacement(ctx, k, int64(len(content)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.be.Write(ctx, backend.WriteRequest{Digest: d, Size: int64(len(content)), Body: strings.NewReader(content)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.VerifyPlacement(ctx, k, d, int64(len(content)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.d.Pool.Exec(ctx, `INSERT INTO blobs (digest, size_bytes) VALUES ($1, $2)`, string(d), len(content)); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// orphan stores bytes no ledger row names (a crash between byte write and
+// ledger write).
+func (f *fixture) orphan(t *testing.T) blobplane.Digest {
+	t.Helper()
+	const content = "written outside the protocol"
+	sum := sha256.Sum256([]byte(content))
+	d := blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:]))
+	if _, err := f.be.Write(context.Background(), backend.WriteRequest{Digest: d, Size: int64(len(content)), Body: strings.NewReader(content)}); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (f *fixture) stored(t *testing.T, d blobplane.Digest) bool {
+	t.Helper()
+	_, err := f.be.Stat(context.Background(), d)
+	if err != nil && !errors.Is(err, backend.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
 }

@@ -148,3 +148,14 @@ SELECT coalesce((SELECT after_digest FROM collector_cursor WHERE id = 1), '')::t
 -- name: SetCollectorCursor :exec
 INSERT INTO collector_cursor (id, after_digest) VALUES (1, @after_digest)
 ON CONFLICT (id) DO UPDATE SET after_digest = excluded.after_digest, updated_at = now();
+
+-- name: CollectCandidates :many
+-- What a collection pass would decide now (a dry run): unowned live
+-- digests, unlocked, in digest order.
+SELECT b.digest FROM blobs b
+WHERE b.state = 'live'
+  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
+  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
+  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
+ORDER BY b.digest
+LIMIT @max_rows;

@@ -76,6 +76,38 @@ func (q *Queries) ClassifyObjects(ctx context.Context, db DBTX, arg ClassifyObje
 	return items, nil
 }
 
+const collectCandidates = `-- name: CollectCandidates :many
+SELECT b.digest FROM blobs b
+WHERE b.state = 'live'
+  AND NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = b.digest)
+  AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = b.digest)
+  AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
+ORDER BY b.digest
+LIMIT $1
+`
+
+// What a collection pass would decide now (a dry run): unowned live
+// digests, unlocked, in digest order.
+func (q *Queries) CollectCandidates(ctx context.Context, db DBTX, maxRows int32) ([]string, error) {
+	rows, err := db.Query(ctx, collectCandidates, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var digest string
+		if err := rows.Scan(&digest); err != nil {
+			return nil, err
+		}
+		items = append(items, digest)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const decideCollection = `-- name: DecideCollection :many
 WITH unowned AS (
     SELECT c.d FROM unnest($1::text[]) AS c(d)
