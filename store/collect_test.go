@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 )
@@ -155,7 +156,7 @@ func TestSchedule5PublishRacingCollectionS1(t *testing.T) {
 	req.OperationID = in.OperationID
 	published := make(chan error, 1)
 	go func() { _, err := u.s.Finalize(ctx, req); published <- err }()
-	waitForLockWaiters(t, u.pool, 1) // the publication waits on the blob row
+	pgtest.WaitForLockWaiters(t, u.pool, 1) // the publication waits on the blob row
 	close(enq.release)
 	cr := <-collected
 	if cr.err != nil || len(cr.got) != 1 {

@@ -12,10 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/pgtest"
@@ -329,27 +327,6 @@ func TestPlacementHigherEpochTakesOver(t *testing.T) {
 	}
 }
 
-// waitForLockWaiters polls until n backends of this database wait on a
-// heavyweight lock, or fails at the deadline.
-func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var got int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backends waiting on a lock, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
-	}
-}
-
 type result struct {
 	p   placement.Placement
 	err error
@@ -378,12 +355,12 @@ func TestPlacementRaceDifferentEpochs(t *testing.T) {
 		p, err := s.VerifyPlacement(ctx, k, k.Digest, 10, 2)
 		newer <- result{p, err}
 	}()
-	waitForLockWaiters(t, d.Pool, 1)
+	pgtest.WaitForLockWaiters(t, d.Pool, 1)
 	go func() {
 		p, err := s.FailPlacement(ctx, k, placement.SourceUnavailable, 1)
 		older <- result{p, err}
 	}()
-	waitForLockWaiters(t, d.Pool, 2)
+	pgtest.WaitForLockWaiters(t, d.Pool, 2)
 	select {
 	case r := <-newer:
 		t.Fatalf("epoch 2 went through a held row lock: %+v", r)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -173,7 +174,7 @@ func TestChunkAppendRacingReaper(t *testing.T) {
 		var extErr error
 		var wg sync.WaitGroup
 		wg.Go(func() { _, extErr = u.s.ExtendIntent(ctx, in.OperationID, "", 14, time.Hour) })
-		waitLockWaiters(t, u.pool, 1)
+		pgtest.WaitForLockWaiters(t, u.pool, 1)
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +253,7 @@ func TestReaperSkipsIntentBeingPublished(t *testing.T) {
 	var pubErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { _, pubErr = u.s.Finalize(ctx, req) })
-	waitLockWaiters(t, u.pool, 1)
+	pgtest.WaitForLockWaiters(t, u.pool, 1)
 	if got, err := u.s.ReapExpiredIntents(ctx, upDC, 10, false); err != nil || len(got) != 0 {
 		t.Fatalf("reaper took a locked intent: %d, %v", len(got), err)
 	}

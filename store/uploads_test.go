@@ -469,7 +469,7 @@ func TestPublishVersusAbandonOneWins(t *testing.T) {
 		}
 		for i, c := range contenders {
 			wg.Go(c)
-			waitLockWaiters(t, u.pool, i+1)
+			pgtest.WaitForLockWaiters(t, u.pool, i+1)
 		}
 		if err := holder.Rollback(ctx); err != nil {
 			t.Fatal(err)
@@ -550,7 +550,7 @@ func TestFormerHomeCannotPublish(t *testing.T) {
 		var finErr error
 		var wg sync.WaitGroup
 		wg.Go(func() { _, finErr = u.s.Finalize(ctx, req) })
-		waitLockWaiters(t, u.pool, 1) // validated, now waiting on the intent row
+		pgtest.WaitForLockWaiters(t, u.pool, 1) // validated, now waiting on the intent row
 		if _, err := u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill"); err != nil {
 			t.Fatal(err)
 		}
@@ -565,27 +565,6 @@ func TestFormerHomeCannotPublish(t *testing.T) {
 			t.Fatal("former home published")
 		}
 	})
-}
-
-// waitLockWaiters polls, with a deadline, until n backends of this database
-// wait on a lock.
-func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if waiting >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backends waiting on locks, want %d", waiting, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A close's claim and stage commit together or not at all: a refused

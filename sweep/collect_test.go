@@ -282,27 +282,6 @@ func (g *gc) assertS1(t *testing.T, contents ...string) {
 	}
 }
 
-// waitForLockWaiters polls until n backends of this database wait on a
-// heavyweight lock, or fails at the deadline.
-func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var got int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backends waiting on a lock, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
-	}
-}
-
 // pausingEnqueuer holds the deciding transaction open after the decision
 // (blob row locked, placements revoked, not committed).
 type pausingEnqueuer struct {
@@ -500,7 +479,7 @@ func TestSchedule6MountRacingCollectionS1(t *testing.T) {
 	<-p.decided
 	mounted := make(chan error, 1)
 	go func() { mounted <- g.mount(gcOther, src.Digest, src.Size) }()
-	waitForLockWaiters(t, g.pool, 1) // the mount's publication waits on the blob row
+	pgtest.WaitForLockWaiters(t, g.pool, 1) // the mount's publication waits on the blob row
 	close(p.release)
 	if err := <-collected; err != nil {
 		t.Fatal(err)
@@ -550,7 +529,7 @@ func TestSchedule13ReferenceReaddedWhileDecidingS1(t *testing.T) {
 	}
 	collected := make(chan result, 1)
 	go func() { r, err := g.collector(g.enq).RunOnce(ctx); collected <- result{r, err} }()
-	waitForLockWaiters(t, g.pool, 1)
+	pgtest.WaitForLockWaiters(t, g.pool, 1)
 	// The reference comes back: a new attempt names the digest (its claim
 	// commits) and publishes, waiting on the row the collector holds.
 	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: first.Digest, ExpectedSize: first.Size,
@@ -563,7 +542,7 @@ func TestSchedule13ReferenceReaddedWhileDecidingS1(t *testing.T) {
 		_, err := g.st.Finalize(ctx, g.request(in.OperationID, first.Digest, first.Size))
 		published <- err
 	}()
-	waitForLockWaiters(t, g.pool, 2)
+	pgtest.WaitForLockWaiters(t, g.pool, 2)
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

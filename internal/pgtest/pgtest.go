@@ -227,3 +227,26 @@ func randomHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// WaitForLockWaiters polls until n backends of pool's database wait on a
+// heavyweight lock, or fails the test at a deadline: how a deterministic
+// race test knows its contenders are queued before it releases the lock it
+// holds.
+func WaitForLockWaiters(t testing.TB, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var got int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backends waiting on a lock, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
+	}
+}
