@@ -218,6 +218,17 @@ func (g *gc) uploadAndPublish(t *testing.T, repo, content string) store.Finalize
 	return req
 }
 
+// dereferenced publishes content in gcRepo and deletes that only
+// reference: live, unreferenced, unclaimed, its bytes still stored.
+func (g *gc) dereferenced(t *testing.T, content string) store.FinalizeRequest {
+	t.Helper()
+	req := g.uploadAndPublish(t, gcRepo, content)
+	if err := g.st.DeleteReference(context.Background(), gcRepo, req.Digest); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // mount is the handler's mount path after its ReferencedBlob check: an
 // intent naming the digest, then finalization; a refusal abandons it.
 func (g *gc) mount(to string, d blobplane.Digest, size int64) error {
@@ -345,10 +356,7 @@ func TestSchedule2SweepBetweenExistenceCheckAndCommitS1(t *testing.T) {
 	g := gcSetup(t)
 	ctx := context.Background()
 	const content = "existence checked"
-	first := g.uploadAndPublish(t, gcRepo, content)
-	if err := g.st.DeleteReference(ctx, gcRepo, first.Digest); err != nil {
-		t.Fatal(err)
-	}
+	first := g.dereferenced(t, content)
 	in, _ := g.chunked(t, gcOther, content)
 	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, first.Digest, first.Size); err != nil {
 		t.Fatal(err)
@@ -382,10 +390,7 @@ func TestUnclaimedExistenceCheckRefusedRetryablyS1(t *testing.T) {
 	g := gcSetup(t)
 	ctx := context.Background()
 	const content = "existence checked"
-	first := g.uploadAndPublish(t, gcRepo, content)
-	if err := g.st.DeleteReference(ctx, gcRepo, first.Digest); err != nil {
-		t.Fatal(err)
-	}
+	first := g.dereferenced(t, content)
 	// The uploader's existence check: a verified placement is there.
 	in, _ := g.chunked(t, gcOther, content)
 	if ps, err := g.st.Placements(ctx, first.Digest); err != nil || len(ps) != 1 || ps[0].State != placement.Verified {
@@ -509,10 +514,7 @@ func TestSchedule13ReferenceReaddedWhileDecidingS1(t *testing.T) {
 	g := gcSetup(t)
 	ctx := context.Background()
 	const content = "deleted and re-added"
-	first := g.uploadAndPublish(t, gcRepo, content)
-	if err := g.st.DeleteReference(ctx, gcRepo, first.Digest); err != nil {
-		t.Fatal(err)
-	}
+	first := g.dereferenced(t, content)
 	// Hold the digest's placement lock, so the collector stops between
 	// locking the candidate row and its re-check.
 	hold, err := g.pool.Begin(ctx)
@@ -576,10 +578,7 @@ func TestSchedule9CollectorCrashAfterDecisionResumesL1(t *testing.T) {
 	g := gcSetup(t)
 	ctx := context.Background()
 	const content = "decided, then crashed"
-	req := g.uploadAndPublish(t, gcRepo, content)
-	if err := g.st.DeleteReference(ctx, gcRepo, req.Digest); err != nil {
-		t.Fatal(err)
-	}
+	req := g.dereferenced(t, content)
 	if got, err := g.st.CollectUnreferenced(ctx, 10, nil); err != nil || len(got) != 1 { // no jobs: lost
 		t.Fatalf("decision: %+v, %v", got, err)
 	}

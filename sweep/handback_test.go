@@ -75,10 +75,7 @@ func TestClosedNeverPublishedAfterCollectionL1(t *testing.T) {
 	g := gcSetup(t)
 	ctx := context.Background()
 	const content = "collected, re-stored, cancelled"
-	first := g.uploadAndPublish(t, gcRepo, content)
-	if err := g.st.DeleteReference(ctx, gcRepo, first.Digest); err != nil {
-		t.Fatal(err)
-	}
+	first := g.dereferenced(t, content)
 	if crep, _ := g.sweepAll(t); len(crep.Collected) != 1 || g.exists(t, first.Digest) {
 		t.Fatalf("first collection: %+v", crep)
 	}
