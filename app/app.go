@@ -383,11 +383,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 // newReaper wires the reaper of expired uploads to this datacenter's
 // backends.
 func newReaper(cfg *config.Config, st *store.Store, backends *Backends, logger *slog.Logger) *sweep.Reaper {
-	dels := make(map[string]sweep.StagedDeleter, len(backends.ByName))
-	for name, be := range backends.ByName {
-		dels[name] = be
-	}
-	return &sweep.Reaper{Store: st, Backends: dels, Datacenter: cfg.Datacenter, Batch: cfg.SweepBatch, Logger: logger.With("service", "reaper")}
+	return &sweep.Reaper{Store: st, Backends: sweep.Narrow[sweep.StagedDeleter](backends.ByName), Datacenter: cfg.Datacenter, Batch: cfg.SweepBatch, Logger: logger.With("service", "reaper")}
 }
 
 // serveMetrics serves reg at http://addr/metrics until stop is called.
@@ -469,11 +465,7 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryR
 			if err != nil {
 				return err
 			}
-			objects := make(map[string]sweep.ObjectDeleter, len(backends.ByName))
-			for name, be := range backends.ByName {
-				objects[name] = be
-			}
-			del := &sweep.Deleter{Store: st, Backends: objects, Datacenter: cfg.Datacenter}
+			del := &sweep.Deleter{Store: st, Backends: sweep.Narrow[sweep.ObjectDeleter](backends.ByName), Datacenter: cfg.Datacenter}
 			for _, d := range local.got {
 				if d.Key.Datacenter != cfg.Datacenter {
 					continue
@@ -490,11 +482,7 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryR
 				}
 			}
 		}
-		listers := make(map[string]sweep.Lister, len(backends.ByName))
-		for name, be := range backends.ByName {
-			listers[name] = be
-		}
-		inv := &sweep.Inventory{Store: st, Backends: listers, Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
+		inv := &sweep.Inventory{Store: st, Backends: sweep.Narrow[sweep.Lister](backends.ByName), Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
 		rep.Inventory, err = inv.Run(ctx, dryRun)
 		return err
 	}()

@@ -170,19 +170,13 @@ type CollectDeps struct {
 // InventoryWorker on w. The worker's River client must also poll
 // DeletionQueue(d.Datacenter).
 func AddCollectWorkers(w *river.Workers, d CollectDeps) {
-	deleters := make(map[string]sweep.ObjectDeleter, len(d.Backends))
-	listers := make(map[string]sweep.Lister, len(d.Backends))
-	for name, be := range d.Backends {
-		deleters[name] = be
-		listers[name] = be
-	}
 	river.AddWorker(w, &CollectWorker{Store: d.Store, Logger: d.Logger, Metrics: d.Metrics})
 	river.AddWorker(w, &DeleteBytesWorker{
-		Deleter: &sweep.Deleter{Store: d.Store, Backends: deleters, Datacenter: d.Datacenter, Metrics: d.Metrics},
+		Deleter: &sweep.Deleter{Store: d.Store, Backends: sweep.Narrow[sweep.ObjectDeleter](d.Backends), Datacenter: d.Datacenter, Metrics: d.Metrics},
 		Logger:  d.Logger,
 	})
 	river.AddWorker(w, &InventoryWorker{
-		Inventory: &sweep.Inventory{Store: d.Store, Backends: listers, Datacenter: d.Datacenter, Logger: d.Logger, Metrics: d.Metrics},
+		Inventory: &sweep.Inventory{Store: d.Store, Backends: sweep.Narrow[sweep.Lister](d.Backends), Datacenter: d.Datacenter, Logger: d.Logger, Metrics: d.Metrics},
 		Logger:    d.Logger,
 	})
 }

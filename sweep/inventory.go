@@ -139,3 +139,15 @@ func (inv *Inventory) logger() *slog.Logger {
 	}
 	return inv.Logger
 }
+
+// Narrow gives a sweep the one capability it needs of a datacenter's
+// backends by name (StagedDeleter, ObjectDeleter, Lister): every
+// backend.Backend has them all, as the assertions beside each interface
+// check at compile time.
+func Narrow[T any](bes map[string]backend.Backend) map[string]T {
+	out := make(map[string]T, len(bes))
+	for name, be := range bes {
+		out[name] = any(be).(T)
+	}
+	return out
+}
