@@ -250,7 +250,7 @@ func (g *gc) soakWalkAway(ctx context.Context, repo, content string, cancel bool
 }
 
 // soakClose is the handler's chunked upload up to publication: stage
-// bytes, claim the digest, stage the placement, promote, verify.
+// bytes, claim the digest and stage the placement, promote, verify.
 func (g *gc) soakClose(ctx context.Context, repo, content string) (store.Intent, error) {
 	d, size := digestOf(content)
 	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: store.SizeUnknown,
@@ -268,13 +268,9 @@ func (g *gc) soakClose(ctx context.Context, repo, content string) (store.Intent,
 	if _, err := g.st.ExtendIntent(ctx, in.OperationID, id, size, time.Hour); err != nil {
 		return store.Intent{}, err
 	}
-	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
-		return store.Intent{}, err
-	}
 	k := g.key(d)
-	_, err = g.st.StagePlacement(ctx, k, size, 0)
-	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
-	if err != nil && !alreadyVerified {
+	alreadyVerified, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
+	if err != nil {
 		return store.Intent{}, err
 	}
 	info, err := g.be.PromoteUpload(ctx, id, backend.WriteRequest{Digest: d, Size: size})

@@ -174,21 +174,17 @@ func (g *gc) chunked(t *testing.T, repo, content string) (store.Intent, string) 
 	return in, id
 }
 
-// close runs the handler's close path: record the claimed content on the
-// intent, stage the placement (unless one is verified), promote the staged
-// bytes to the content-addressed key, verify. It returns the finalize
-// request.
+// close runs the handler's close path: claim the content and stage the
+// placement in one transaction (ClaimAndStage), promote the staged bytes
+// to the content-addressed key, verify (unless the key was verified
+// already). It returns the finalize request.
 func (g *gc) close(t *testing.T, in store.Intent, content string) store.FinalizeRequest {
 	t.Helper()
 	ctx := context.Background()
 	d, size := digestOf(content)
-	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
-		t.Fatal(err)
-	}
 	k := g.key(d)
-	_, err := g.st.StagePlacement(ctx, k, size, 0)
-	alreadyVerified := errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict})
-	if err != nil && !alreadyVerified {
+	alreadyVerified, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
+	if err != nil {
 		t.Fatal(err)
 	}
 	info, err := g.be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: d, Size: size})
@@ -358,12 +354,9 @@ func TestSchedule2SweepBetweenExistenceCheckAndCommitS1(t *testing.T) {
 	const content = "existence checked"
 	first := g.dereferenced(t, content)
 	in, _ := g.chunked(t, gcOther, content)
-	if _, err := g.st.RecordIntentContent(ctx, in.OperationID, first.Digest, first.Size); err != nil {
-		t.Fatal(err)
-	}
-	// The existence check: a verified placement is there.
-	if _, err := g.st.StagePlacement(ctx, g.key(first.Digest), first.Size, 0); !errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) {
-		t.Fatalf("existence check: %v, want conflict (already verified)", err)
+	// The claim, then the existence check: a verified placement is there.
+	if already, err := g.st.ClaimAndStage(ctx, in.OperationID, g.key(first.Digest), first.Size); err != nil || !already {
+		t.Fatalf("claim and existence check: already verified %v, %v; want true", already, err)
 	}
 	crep, irep := g.sweepAll(t)
 	if len(crep.Collected) != 0 || irep.Orphans != 0 || !g.exists(t, first.Digest) {
