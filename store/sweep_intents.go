@@ -79,15 +79,15 @@ func (s *Store) ReapExpiredIntents(ctx context.Context, datacenter string, limit
 		}
 		return reapedFromRows(rows), nil
 	}
-	var out []ReapedIntent
+	var rows []dbsqlc.Intent
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		out, err = s.ReapExpiredIntentsTx(ctx, tx, datacenter, limit)
+		rows, err = s.reapTx(ctx, tx, datacenter, n)
 		return err
 	})
 	if err != nil {
 		return nil, dbErr("reap expired intents", err)
 	}
-	return out, nil
+	return reapedFromRows(rows), nil
 }
 
 // ReapExpiredIntentsTx is ReapExpiredIntents (not a dry run) inside the
@@ -99,14 +99,21 @@ func (s *Store) ReapExpiredIntentsTx(ctx context.Context, tx pgx.Tx, datacenter 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.q.ReapExpiredIntents(ctx, tx, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
-	if err == nil {
-		err = s.handBack(ctx, tx, rows...)
-	}
+	rows, err := s.reapTx(ctx, tx, datacenter, n)
 	if err != nil {
 		return nil, dbErr("reap expired intents", err)
 	}
 	return reapedFromRows(rows), nil
+}
+
+// reapTx decides the abandonment of up to n expired intents in tx and
+// hands their closed content back to the collector.
+func (s *Store) reapTx(ctx context.Context, tx pgx.Tx, datacenter string, n int32) ([]dbsqlc.Intent, error) {
+	rows, err := s.q.ReapExpiredIntents(ctx, tx, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: n})
+	if err != nil {
+		return nil, err
+	}
+	return rows, s.handBack(ctx, tx, rows...)
 }
 
 // handBack ends the claims of just-abandoned intents inside the abandoning
