@@ -416,11 +416,11 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		// verified and recorded; only publication failed, and a refusal
 		// can succeed later.
 		if in.StagedLocation == "" {
-			h.publish(w, r, in, d, in.ReceivedBytes)
+			h.publish(w, r, in, d, in.ReceivedBytes, nil)
 			return
 		}
 		if _, err := be.UploadSize(r.Context(), in.StagedLocation); errors.Is(err, backend.ErrNotFound) {
-			h.publish(w, r, in, d, in.ReceivedBytes)
+			h.publish(w, r, in, d, in.ReceivedBytes, nil)
 			return
 		}
 	}
@@ -624,22 +624,29 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		h.fail(w, r, err, ociUploadInvalid)
 		return
 	}
+	var verify *store.Verification
 	if !alreadyVerified {
-		if _, err := h.Store.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0); err != nil {
-			h.fail(w, r, err, ociUploadInvalid)
-			return
-		}
+		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize}
 	}
-	h.publish(w, r, in, d, size)
+	h.publish(w, r, in, d, size, verify)
 }
 
 // publish finalizes verified content at the home; elsewhere it forwards
 // to the home, and when the home cannot publish now it enqueues a finalize
-// job and answers 202 with the operation.
-func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64) {
+// job and answers 202 with the operation. verify, when set, is the
+// placement's verification still to record: at the home Finalize records
+// it in its own transaction (one synchronous commit for the close),
+// elsewhere it is recorded first.
+func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification) {
 	ctx := r.Context()
 	home, ok := h.Home.Home(in.Repository)
 	if !ok {
+		if verify != nil {
+			if _, err := h.Store.VerifyPlacement(ctx, verify.Key, verify.Digest, verify.Size, verify.Epoch); err != nil {
+				h.fail(w, r, err, ociUploadInvalid)
+				return
+			}
+		}
 		h.publishAway(w, r, in, d)
 		return
 	}
@@ -651,7 +658,7 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 	if _, err := h.Store.Finalize(fctx, store.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
-		Targets: h.Targets, Replication: h.Replication,
+		Targets: h.Targets, Replication: h.Replication, Verify: verify,
 	}); err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
 		return

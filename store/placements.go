@@ -147,8 +147,35 @@ func (s *Store) VerifyPlacement(ctx context.Context, k placement.Key, confirmed 
 	if err := checkTransition(k, epoch); err != nil {
 		return placement.Placement{}, err
 	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return placement.Placement{}, err
+	}
+	var out placement.Placement
+	var mismatch error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.verifyTx(ctx, tx, k, confirmed, confirmedSize, epoch)
+		if err != nil && blobplane.ErrorCode(err) == blobplane.CodeMismatch && out.State == placement.Failed {
+			mismatch, err = err, nil // recorded: commit the failed row, then report it
+		}
+		return err
+	})
+	if err != nil {
+		return placement.Placement{}, placementErr(op, err)
+	}
+	return out, mismatch
+}
+
+// verifyTx is VerifyPlacement's transaction body, in tx. A mismatch comes
+// back as the recorded failed row with a digest_mismatch error: the
+// transaction holds the failure, and committing it records it.
+func (s *Store) verifyTx(ctx context.Context, tx pgx.Tx, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64) (placement.Placement, error) {
+	const op = "verify placement"
+	if err := checkTransition(k, epoch); err != nil {
+		return placement.Placement{}, err
+	}
 	var ev placement.Event
-	out, err := s.transition(ctx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
+	out, err := s.transitionTx(ctx, tx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
 		ev = placement.ClassifyVerify(k.Digest, cur.SizeBytes, confirmed, confirmedSize)
 		return ev, update{size: cur.SizeBytes, reason: placement.DigestMismatch}
 	}, epoch)
@@ -209,21 +236,27 @@ func (s *Store) transition(ctx context.Context, op string, k placement.Key, deci
 	}
 	var out placement.Placement
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return blobplane.Errorf(blobplane.CodeNotFound, "placement %s: not staged", keyString(k))
-		}
-		if err != nil {
-			return err
-		}
-		ev, u := decide(cur)
-		out, err = s.advance(ctx, tx, op, cur, ev, epoch, u)
+		var err error
+		out, err = s.transitionTx(ctx, tx, op, k, decide, epoch)
 		return err
 	})
 	if err != nil {
 		return placement.Placement{}, placementErr(op, err)
 	}
 	return out, nil
+}
+
+// transitionTx is transition's body, in tx: lock k's row, decide, advance.
+func (s *Store) transitionTx(ctx context.Context, tx pgx.Tx, op string, k placement.Key, decide func(cur dbsqlc.Placement) (placement.Event, update), epoch int64) (placement.Placement, error) {
+	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return placement.Placement{}, blobplane.Errorf(blobplane.CodeNotFound, "placement %s: not staged", keyString(k))
+	}
+	if err != nil {
+		return placement.Placement{}, err
+	}
+	ev, u := decide(cur)
+	return s.advance(ctx, tx, op, cur, ev, epoch, u)
 }
 
 // advance applies ev to the locked row cur under epoch.

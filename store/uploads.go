@@ -98,6 +98,12 @@ var (
 	ErrNoEnqueuer = errors.New("replication targets exist but no replication enqueuer is configured")
 )
 
+// asyncCommitTx begins a transaction whose commit does not wait for its
+// WAL flush (synchronous_commit = off for this transaction only), in the
+// same round trip as BEGIN. Only for writes that a later synchronous
+// commit of the same flow makes durable before anything is acknowledged.
+var asyncCommitTx = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"}
+
 func refusal(code blobplane.Code, op string, sentinel error, format string, args ...any) error {
 	return &blobplane.Error{Code: code, Op: "finalize " + op, Message: fmt.Sprintf(format, args...),
 		Retryable: code == blobplane.CodeUnavailable, Err: sentinel}
@@ -245,16 +251,14 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 		return false, err
 	}
 	claimed := true
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Like CreateIntent's, this commit does not wait for its WAL
-		// flush: the close's next commit (VerifyPlacement after the bytes
-		// are written, or Finalize when k was verified already) is
-		// synchronous and flushes the WAL past it. A crash before then loses the claim and the stage
-		// together; bytes already written at k are then either another
-		// upload's (owned, kept) or an orphan for the inventory.
-		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-			return err
-		}
+	// Like CreateIntent's, this commit does not wait for its WAL flush:
+	// the close's next commit (Finalize recording the verification, or
+	// VerifyPlacement away from the home) is synchronous and flushes the
+	// WAL past it. A crash before then loses the claim and the stage
+	// together; bytes already written at k are then either another
+	// upload's (owned, kept) or an orphan for the inventory. The setting
+	// travels with BEGIN: no round trip of its own.
+	err = pgx.BeginTxFunc(ctx, s.pool, asyncCommitTx, func(tx pgx.Tx) error {
 		_, err := s.q.RecordIntentContent(ctx, tx, dbsqlc.RecordIntentContentParams{Digest: string(k.Digest), SizeBytes: size, OperationID: id})
 		if errors.Is(err, pgx.ErrNoRows) {
 			claimed = false
@@ -354,6 +358,10 @@ type FinalizeRequest struct {
 	// Targets overrides the replication policy; nil means every registered
 	// datacenter other than the ingress.
 	Targets []string
+	// Verify, when set, is the verification of the placement that holds
+	// the content, recorded by Finalize (see there) instead of by a
+	// VerifyPlacement before it.
+	Verify *Verification
 	// Replication enqueues the jobs; required only when there are targets.
 	Replication ReplicationEnqueuer
 }
@@ -371,6 +379,15 @@ type Outcome struct {
 	PublishedAt        time.Time        `json:"published_at"`
 }
 
+// Verification is a backend's confirmation of a placement that Finalize
+// records (FinalizeRequest.Verify), exactly as VerifyPlacement would.
+type Verification struct {
+	Key    placement.Key
+	Digest blobplane.Digest // the digest the backend computed over the stored bytes
+	Size   int64            // the size it confirmed
+	Epoch  int64
+}
+
 // Finalize publishes an admitted upload at the repository's authority home.
 // A retry of an operation id that already published returns the stored
 // outcome and changes nothing (S4). Otherwise it validates, in the spec's
@@ -383,60 +400,90 @@ type Outcome struct {
 // ErrObliterated; collected with no placement verified since: ErrCollected,
 // retryable), inserts the reference, enqueues replication, stores the
 // outcome and admits the intent. A refusal stores no outcome.
+//
+// With req.Verify set, the placement's verification is recorded in the
+// publishing transaction, after the intent's lock (the order a close
+// takes them in: claim, then stage), so a close pays one synchronous
+// commit instead of two (docs/performance.md). It is recorded whatever
+// the publication's fate: on a refusal or any error the transaction rolls
+// back and the verification is recorded on its own; an error of the
+// verification itself (e.g. digest_mismatch) is then what Finalize
+// returns, as a separate VerifyPlacement before it would have.
+//
+// Round trips: one statement reads everything the checks need
+// (FinalizeContext), then BEGIN, the intent lock, [the verification's
+// two,] the lease, the blob row, one statement for reference, admission
+// and outcome (Publish), [replication,] COMMIT.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+	out, verified, err := s.finalize(ctx, req)
+	if v := req.Verify; v != nil && !verified {
+		if _, verr := s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch); verr != nil {
+			return Outcome{}, verr
+		}
+	}
+	return out, err
+}
+
+// finalize is Finalize; verified reports that req.Verify was recorded in
+// its committed transaction.
+func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome, verified bool, err error) {
 	op := req.OperationID
 	id, err := parseOpID(op)
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{}, false, err
 	}
-	if o, ok, err := s.outcome(ctx, s.pool, id); err != nil || ok {
-		return o, err
+	if err := s.ensurePlacements(ctx); err != nil {
+		return Outcome{}, false, err
 	}
-	in, err := s.q.GetIntent(ctx, s.pool, id)
+	fc, err := s.q.FinalizeContext(ctx, s.pool, dbsqlc.FinalizeContextParams{
+		OperationID: id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
+	})
 	if err != nil {
-		return Outcome{}, dbErr("finalize "+op, err)
+		return Outcome{}, false, dbErr("finalize "+op, err)
 	}
-	intent := intentFromRow(in)
+	if fc.OutcomeResult != nil { // a retry returns the stored success
+		o, err := decodeOutcome(id, fc.OutcomeResult, fc.OutcomePublishedAt)
+		return o, false, err
+	}
+	intent := intentFromRow(fc.Intent)
 
 	// 1. Authority fence.
 	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
-		return Outcome{}, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
 	}
-	lease, err := s.q.GetLease(ctx, s.pool, req.Partition)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Outcome{}, refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
+	if !fc.LeaseOwner.Valid {
+		return Outcome{}, false, refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
 	}
-	if err != nil {
-		return Outcome{}, dbErr("finalize "+op, err)
-	}
-	if lease.OwnerNode != req.Node || uint64(lease.Epoch) != req.Epoch {
-		return Outcome{}, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, lease.Epoch, req.Node, req.Epoch)
+	if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
+		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
 	}
 	// 2. Content identity.
 	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
-		return Outcome{}, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
-			req.Digest, req.Size, intent.ExpectedDigest, sizeText(in.ExpectedSize))
+		return Outcome{}, false, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
+			req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
 	}
-	// 3. A verified placement somewhere in the topology.
-	ps, err := s.Placements(ctx, req.Digest)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if !hasVerified(ps, req.Size) {
-		return Outcome{}, refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+	// 3. A verified placement somewhere in the topology: one exists, or
+	// the verification recorded below makes one.
+	noPlacement := refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+	if !fc.Verified && req.Verify == nil {
+		return Outcome{}, false, noPlacement
 	}
 	// 4. The principal still has write access.
-	ok, err := s.Allowed(ctx, intent.Principal, intent.Repository, auth.Write)
+	grants, err := grantsFromTexts(fc.PrincipalGrants)
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{}, false, dbErr("finalize "+op, err)
 	}
-	if !ok {
-		return Outcome{}, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+	if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
+		return Outcome{}, false, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+	}
+	targets := req.Targets
+	if targets == nil {
+		targets = fc.ReplicationTargets
 	}
 
-	var out Outcome
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		verified = false
 		cur, err := s.q.LockIntent(ctx, tx, id)
 		if err != nil {
 			return err
@@ -448,6 +495,16 @@ func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, err
 			return err
 		case IntentAbandoned:
 			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
+		}
+		if v := req.Verify; v != nil {
+			p, err := s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
+			if err != nil {
+				return err
+			}
+			if !fc.Verified && (p.State != placement.Verified || p.Key.Digest != req.Digest || p.Size != req.Size) {
+				return noPlacement
+			}
+			verified = true
 		}
 		if _, err := s.q.LeaseHeldForShare(ctx, tx, dbsqlc.LeaseHeldForShareParams{PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch)}); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -474,16 +531,6 @@ func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, err
 		if b.SizeBytes != req.Size {
 			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
 		}
-		n, err := s.q.InsertReference(ctx, tx, dbsqlc.InsertReferenceParams{Repository: intent.Repository, Digest: string(req.Digest), OperationID: id})
-		if err != nil {
-			return err
-		}
-		targets := req.Targets
-		if targets == nil {
-			if targets, err = s.q.ReplicationTargets(ctx, tx, intent.IngressDatacenter); err != nil {
-				return err
-			}
-		}
 		if len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
 			if req.Replication == nil {
 				return &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: ErrNoEnqueuer.Error(), Err: ErrNoEnqueuer}
@@ -494,34 +541,35 @@ func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, err
 				return err
 			}
 		}
+		// One commit writes the reference, the replication work, the
+		// outcome and the transition to admitted (the spec's commit
+		// boundary); Publish fills in whether the reference was new.
 		out = Outcome{
 			OperationID: op, Repository: intent.Repository, Digest: req.Digest, Size: req.Size,
-			Partition: req.Partition, Epoch: req.Epoch, NewReference: n == 1, ReplicationTargets: append([]string{}, targets...),
+			Partition: req.Partition, Epoch: req.Epoch, ReplicationTargets: append([]string{}, targets...),
 		}
 		result, err := json.Marshal(out)
 		if err != nil {
 			return err
 		}
-		row, err := s.q.InsertOutcome(ctx, tx, dbsqlc.InsertOutcomeParams{
+		row, err := s.q.Publish(ctx, tx, dbsqlc.PublishParams{
 			OperationID: id, Repository: intent.Repository, Digest: string(req.Digest), SizeBytes: req.Size, Result: result,
 		})
 		if err != nil {
-			return err
+			return errors.Join(err, fmt.Errorf("admit intent %s", op))
 		}
+		out.NewReference = row.NewReference
 		out.PublishedAt = row.PublishedAt.Time
-		if n, err := s.q.AdmitIntent(ctx, tx, id); err != nil || n != 1 {
-			return errors.Join(err, fmt.Errorf("admit intent %s: %d rows", op, n))
-		}
 		return nil
 	})
 	if err != nil {
 		var e *blobplane.Error
 		if errors.As(err, &e) {
-			return Outcome{}, err
+			return Outcome{}, false, err
 		}
-		return Outcome{}, dbErr("finalize "+op, err)
+		return Outcome{}, false, dbErr("finalize "+op, err)
 	}
-	return out, nil
+	return out, verified, nil
 }
 
 // Outcome returns the stored outcome of operation op. Errors: not_found
@@ -546,12 +594,18 @@ func (s *Store) outcome(ctx context.Context, db dbsqlc.DBTX, id pgtype.UUID) (Ou
 	if err != nil {
 		return Outcome{}, false, dbErr("get outcome", err)
 	}
+	o, err := decodeOutcome(id, row.Result, row.PublishedAt)
+	return o, err == nil, err
+}
+
+// decodeOutcome reads a stored outcome row's result and publication time.
+func decodeOutcome(id pgtype.UUID, result []byte, publishedAt pgtype.Timestamptz) (Outcome, error) {
 	var o Outcome
-	if err := json.Unmarshal(row.Result, &o); err != nil {
-		return Outcome{}, false, blobplane.Wrap(blobplane.CodeInternal, err, "stored outcome of %s is malformed", id.String())
+	if err := json.Unmarshal(result, &o); err != nil {
+		return Outcome{}, blobplane.Wrap(blobplane.CodeInternal, err, "stored outcome of %s is malformed", id.String())
 	}
-	o.PublishedAt = row.PublishedAt.Time
-	return o, true, nil
+	o.PublishedAt = publishedAt.Time
+	return o, nil
 }
 
 // ReferencedBlob answers existence for HEAD from Postgres alone: the size

@@ -630,3 +630,125 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 		t.Fatalf("verified placement after a second close: %+v, %v", p, err)
 	}
 }
+
+// closing is admitted without the verification: the bytes are stored and
+// confirmed, and the request carries the confirmation for Finalize to
+// record (what a close at the home does, store.Verification).
+func (u *uploads) closing(t *testing.T, content string) (store.Intent, store.FinalizeRequest) {
+	t.Helper()
+	ctx := context.Background()
+	in, err := u.s.CreateIntent(ctx, store.NewIntent{
+		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, size := contentOf([]byte(content))
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+	if verified, err := u.s.ClaimAndStage(ctx, in.OperationID, k, size); err != nil || verified {
+		t.Fatalf("claim and stage: verified %v, %v", verified, err)
+	}
+	return in, store.FinalizeRequest{
+		OperationID: in.OperationID, Digest: d, Size: size,
+		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
+		Replication: jobs.Replication{Client: u.river},
+		Verify:      &store.Verification{Key: k, Digest: d, Size: size},
+	}
+}
+
+// A close at the home records its placement's verification inside the
+// publishing transaction (one synchronous commit), and records it
+// whatever the publication's fate: a refusal still leaves the bytes
+// verified, and a confirmation that does not match records the failure
+// (S2) and publishes nothing.
+func TestFinalizeRecordsVerification(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	state := func(t *testing.T, u *uploads, k placement.Key) placement.Placement {
+		t.Helper()
+		p, err := u.s.Placement(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Run("publishes", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		in, req := u.closing(t, "verified by finalize")
+		out, err := u.s.Finalize(ctx, req)
+		if err != nil || !out.NewReference {
+			t.Fatalf("finalize: %+v %v", out, err)
+		}
+		if p := state(t, u, req.Verify.Key); p.State != placement.Verified || p.Size != req.Size {
+			t.Fatalf("placement: %+v", p)
+		}
+		if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != store.IntentAdmitted {
+			t.Fatalf("intent: %+v", got)
+		}
+		// A retry returns the stored outcome; the verification stands.
+		again, err := u.s.Finalize(ctx, req)
+		if err != nil || !again.PublishedAt.Equal(out.PublishedAt) {
+			t.Fatalf("retry: %+v %v", again, err)
+		}
+	})
+	refusals := []struct {
+		name     string
+		mutate   func(t *testing.T, u *uploads, req *store.FinalizeRequest)
+		sentinel error
+	}{
+		{"former home", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Node = "node-b" }, store.ErrAuthorityFence},
+		{"write access revoked", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			if err := u.s.RevokePrincipalGrants(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrWriteRevoked},
+		{"abandoned", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			if _, err := u.s.AbandonIntent(ctx, req.OperationID); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrIntentClosed},
+		{"obliterated", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+			if _, err := u.pool.Exec(ctx, `INSERT INTO blobs (digest, size_bytes, state) VALUES ($1, $2, 'obliterated')`, req.Digest, req.Size); err != nil {
+				t.Fatal(err)
+			}
+		}, store.ErrObliterated},
+	}
+	for _, tc := range refusals {
+		t.Run("refused "+tc.name, func(t *testing.T) {
+			t.Parallel()
+			u := setupUploads(t)
+			_, req := u.closing(t, "refused: "+tc.name)
+			tc.mutate(t, u, &req)
+			if _, err := u.s.Finalize(ctx, req); !errors.Is(err, tc.sentinel) {
+				t.Fatalf("finalize: %v, want %v", err, tc.sentinel)
+			}
+			if p := state(t, u, req.Verify.Key); p.State != placement.Verified {
+				t.Fatalf("placement after a refusal: %+v, want verified", p)
+			}
+			if n := u.outcomes(t) + u.references(t); n != 0 {
+				t.Fatalf("%d outcomes and references after a refusal", n)
+			}
+		})
+	}
+	t.Run("mismatching confirmation", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		in, req := u.closing(t, "short")
+		req.Verify.Size++ // the backend confirmed another size than staged
+		_, err := u.s.Finalize(ctx, req)
+		if blobplane.ErrorCode(err) != blobplane.CodeMismatch {
+			t.Fatalf("finalize: %v, want digest_mismatch", err)
+		}
+		if p := state(t, u, req.Verify.Key); p.State != placement.Failed || p.Reason != placement.DigestMismatch {
+			t.Fatalf("placement: %+v, want failed/digest_mismatch", p)
+		}
+		if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != store.IntentPending {
+			t.Fatalf("intent: %+v", got)
+		}
+		if n := u.outcomes(t) + u.references(t); n != 0 {
+			t.Fatalf("%d outcomes and references after a mismatch", n)
+		}
+	})
+}

@@ -57,6 +57,56 @@ SELECT epoch FROM leases
 WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
 FOR SHARE;
 
+-- name: FinalizeContext :one
+-- Everything Finalize validates, in one statement (one round trip) before
+-- its transaction: the intent; its stored outcome if it published; the
+-- partition's lease; the grants the intent's principal holds now (its own
+-- and those of its valid tokens, as PrincipalGrants); whether a verified
+-- placement of the content exists; the default replication targets (as
+-- ReplicationTargets). The transaction re-decides what can move under
+-- locks: the intent's state (LockIntent), the lease (LeaseHeldForShare).
+SELECT sqlc.embed(i),
+       o.result AS outcome_result, o.published_at AS outcome_published_at,
+       l.owner_node AS lease_owner, l.epoch AS lease_epoch,
+       ARRAY(
+           SELECT (g.pattern || ':' || g.permission)::text FROM grants g
+           LEFT JOIN tokens t ON t.id = g.token_id
+           WHERE g.principal = i.principal OR (t.principal = i.principal AND t.revoked_at IS NULL)
+           ORDER BY g.id
+       )::text[] AS principal_grants,
+       EXISTS (
+           SELECT 1 FROM placements p
+           WHERE p.digest = @digest::text AND p.state = 'verified' AND p.size_bytes = @size_bytes::bigint
+       ) AS verified,
+       ARRAY(
+           SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> i.ingress_datacenter ORDER BY n.datacenter
+       )::text[] AS replication_targets
+FROM intents i
+LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
+LEFT JOIN leases l ON l.partition_id = @partition_id::text
+WHERE i.operation_id = @operation_id;
+
+-- name: Publish :one
+-- Finalize's last writes, in one statement: the reference, the intent's
+-- transition to admitted and the stored outcome, whose new_reference
+-- says whether the reference was new. The outcome is inserted only for
+-- an intent that was pending (FROM admitted): no row back otherwise.
+WITH ref AS (
+    INSERT INTO blob_references (repository, digest, operation_id)
+    VALUES (@repository::text, @digest::text, @operation_id)
+    ON CONFLICT (repository, digest) DO NOTHING
+    RETURNING 1
+), admitted AS (
+    UPDATE intents SET state = 'admitted', updated_at = now()
+    WHERE operation_id = @operation_id AND state = 'pending'
+    RETURNING operation_id
+)
+INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
+SELECT a.operation_id, @repository::text, @digest::text, @size_bytes::bigint,
+       @result::jsonb || jsonb_build_object('new_reference', EXISTS (SELECT 1 FROM ref))
+FROM admitted a
+RETURNING published_at, (result ->> 'new_reference')::boolean AS new_reference;
+
 -- name: GetOutcome :one
 SELECT * FROM operation_outcomes WHERE operation_id = @operation_id;
 

@@ -204,6 +204,88 @@ func (q *Queries) ExtendIntent(ctx context.Context, db DBTX, arg ExtendIntentPar
 	return i, err
 }
 
+const finalizeContext = `-- name: FinalizeContext :one
+SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
+       o.result AS outcome_result, o.published_at AS outcome_published_at,
+       l.owner_node AS lease_owner, l.epoch AS lease_epoch,
+       ARRAY(
+           SELECT (g.pattern || ':' || g.permission)::text FROM grants g
+           LEFT JOIN tokens t ON t.id = g.token_id
+           WHERE g.principal = i.principal OR (t.principal = i.principal AND t.revoked_at IS NULL)
+           ORDER BY g.id
+       )::text[] AS principal_grants,
+       EXISTS (
+           SELECT 1 FROM placements p
+           WHERE p.digest = $1::text AND p.state = 'verified' AND p.size_bytes = $2::bigint
+       ) AS verified,
+       ARRAY(
+           SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> i.ingress_datacenter ORDER BY n.datacenter
+       )::text[] AS replication_targets
+FROM intents i
+LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
+LEFT JOIN leases l ON l.partition_id = $3::text
+WHERE i.operation_id = $4
+`
+
+type FinalizeContextParams struct {
+	Digest      string
+	SizeBytes   int64
+	PartitionID string
+	OperationID pgtype.UUID
+}
+
+type FinalizeContextRow struct {
+	Intent             Intent
+	OutcomeResult      []byte
+	OutcomePublishedAt pgtype.Timestamptz
+	LeaseOwner         pgtype.Text
+	LeaseEpoch         pgtype.Int8
+	PrincipalGrants    []string
+	Verified           bool
+	ReplicationTargets []string
+}
+
+// Everything Finalize validates, in one statement (one round trip) before
+// its transaction: the intent; its stored outcome if it published; the
+// partition's lease; the grants the intent's principal holds now (its own
+// and those of its valid tokens, as PrincipalGrants); whether a verified
+// placement of the content exists; the default replication targets (as
+// ReplicationTargets). The transaction re-decides what can move under
+// locks: the intent's state (LockIntent), the lease (LeaseHeldForShare).
+func (q *Queries) FinalizeContext(ctx context.Context, db DBTX, arg FinalizeContextParams) (FinalizeContextRow, error) {
+	row := db.QueryRow(ctx, finalizeContext,
+		arg.Digest,
+		arg.SizeBytes,
+		arg.PartitionID,
+		arg.OperationID,
+	)
+	var i FinalizeContextRow
+	err := row.Scan(
+		&i.Intent.OperationID,
+		&i.Intent.Repository,
+		&i.Intent.Principal,
+		&i.Intent.ExpectedDigest,
+		&i.Intent.ExpectedSize,
+		&i.Intent.IngressDatacenter,
+		&i.Intent.Backend,
+		&i.Intent.StagedLocation,
+		&i.Intent.State,
+		&i.Intent.ReceivedBytes,
+		&i.Intent.CreatedAt,
+		&i.Intent.UpdatedAt,
+		&i.Intent.ExpiresAt,
+		&i.Intent.StagedDeletedAt,
+		&i.OutcomeResult,
+		&i.OutcomePublishedAt,
+		&i.LeaseOwner,
+		&i.LeaseEpoch,
+		&i.PrincipalGrants,
+		&i.Verified,
+		&i.ReplicationTargets,
+	)
+	return i, err
+}
+
 const getBlob = `-- name: GetBlob :one
 SELECT digest, size_bytes, state, created_at, updated_at FROM blobs WHERE digest = $1
 `
@@ -387,6 +469,54 @@ func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UU
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
 	)
+	return i, err
+}
+
+const publish = `-- name: Publish :one
+WITH ref AS (
+    INSERT INTO blob_references (repository, digest, operation_id)
+    VALUES ($1::text, $2::text, $5)
+    ON CONFLICT (repository, digest) DO NOTHING
+    RETURNING 1
+), admitted AS (
+    UPDATE intents SET state = 'admitted', updated_at = now()
+    WHERE operation_id = $5 AND state = 'pending'
+    RETURNING operation_id
+)
+INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
+SELECT a.operation_id, $1::text, $2::text, $3::bigint,
+       $4::jsonb || jsonb_build_object('new_reference', EXISTS (SELECT 1 FROM ref))
+FROM admitted a
+RETURNING published_at, (result ->> 'new_reference')::boolean AS new_reference
+`
+
+type PublishParams struct {
+	Repository  string
+	Digest      string
+	SizeBytes   int64
+	Result      []byte
+	OperationID pgtype.UUID
+}
+
+type PublishRow struct {
+	PublishedAt  pgtype.Timestamptz
+	NewReference bool
+}
+
+// Finalize's last writes, in one statement: the reference, the intent's
+// transition to admitted and the stored outcome, whose new_reference
+// says whether the reference was new. The outcome is inserted only for
+// an intent that was pending (FROM admitted): no row back otherwise.
+func (q *Queries) Publish(ctx context.Context, db DBTX, arg PublishParams) (PublishRow, error) {
+	row := db.QueryRow(ctx, publish,
+		arg.Repository,
+		arg.Digest,
+		arg.SizeBytes,
+		arg.Result,
+		arg.OperationID,
+	)
+	var i PublishRow
+	err := row.Scan(&i.PublishedAt, &i.NewReference)
 	return i, err
 }
 
