@@ -117,12 +117,15 @@ func (s *Store) BootstrapAdminToken(ctx context.Context, principal string) (secr
 }
 
 // RevokeToken revokes the token id: it authenticates nothing from the next
-// request on. Revoking a revoked token succeeds and keeps the first
-// revocation time. Errors: not found for an unknown id.
+// request on (other processes' authentication caches drop it when the
+// change's notification reaches them; this Store's at once). Revoking a
+// revoked token succeeds and keeps the first revocation time. Errors: not
+// found for an unknown id.
 func (s *Store) RevokeToken(ctx context.Context, id string) error {
 	if !auth.ValidTokenID(id) {
 		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: "revoke token", Message: "no token " + id}
 	}
+	defer s.invalidateAuthCache()
 	if _, err := s.q.RevokeToken(ctx, s.pool, id); err != nil {
 		if errors.Is(err, errNoRows) {
 			return &blobplane.Error{Code: blobplane.CodeNotFound, Op: "revoke token", Message: "no token " + id}
@@ -143,6 +146,7 @@ func (s *Store) GrantPrincipal(ctx context.Context, principal string, grants []a
 	if err != nil {
 		return err
 	}
+	defer s.invalidateAuthCache()
 	return s.InTx(ctx, func(tx pgx.Tx) error {
 		if err := s.q.EnsurePrincipal(ctx, tx, principal); err != nil {
 			return dbErr("grant principal", err)
@@ -160,6 +164,7 @@ func (s *Store) RevokePrincipalGrants(ctx context.Context, principal string, gra
 	if err != nil {
 		return err
 	}
+	defer s.invalidateAuthCache()
 	_, err = s.q.DeletePrincipalGrants(ctx, s.pool, dbsqlc.DeletePrincipalGrantsParams{Principal: pgtype.Text{String: principal, Valid: true}, Grants: texts})
 	return dbErr("revoke principal grants", err)
 }
@@ -168,17 +173,44 @@ func (s *Store) RevokePrincipalGrants(ctx context.Context, principal string, gra
 // token's effective grants (its own plus its principal's), in one indexed
 // query (token id primary key) followed by a constant-time hash comparison.
 // Every later permission decision on the request is a pure
-// auth.Principal.Allowed call. last_used_at is refreshed at most once a
-// minute, so the hot path stays one query. Errors: unauthorized for a
-// malformed, unknown, wrong or revoked token (one message for the first
-// three, so a caller cannot probe which ids exist); unavailable when the
-// database cannot answer.
+// auth.Principal.Allowed call. Errors: unauthorized for a malformed,
+// unknown, wrong or revoked token (one message for the first three, so a
+// caller cannot probe which ids exist); unavailable when the database
+// cannot answer.
+//
+// With StartAuthCache running (the API does), a successful result is
+// cached by token id, with the stored secret hash and the time it was
+// loaded, and the next presentation of that id is answered without a
+// query: the secret is compared in constant time against the cached hash
+// (a wrong one is refused there too). The cache is emptied by every
+// committed change to tokens, grants or principals (NOTIFY AuthChannel)
+// and serves only while its listener is LISTENing, so a revocation applies
+// as soon as its notification arrives (at once in the process that
+// revoked through this Store); entries also expire after the cache's TTL
+// (at most a minute). Unknown, wrong and revoked tokens are never cached.
+//
+// last_used_at is refreshed at most once a minute: only a query can find
+// it stale, and a cache hit never writes. Since an entry lives at most a
+// minute, a token in steady use is still refreshed about once a minute (at
+// most a minute plus the TTL apart).
 func (s *Store) Authenticate(ctx context.Context, token string) (auth.Principal, error) {
 	tok, err := auth.ParseToken(token)
 	if err != nil {
 		return auth.Principal{}, err
 	}
 	invalid := &blobplane.Error{Code: blobplane.CodeUnauthorized, Op: "authenticate", Message: "invalid token"}
+	cache := s.runningAuthCache()
+	var ticket authTicket
+	if cache != nil {
+		p, matched, hit, t := cache.lookup(tok)
+		if hit {
+			if !matched {
+				return auth.Principal{}, invalid
+			}
+			return p, nil
+		}
+		ticket = t // taken before the query: see authCache
+	}
 	row, err := s.q.TokenForAuth(ctx, s.pool, tok.ID)
 	if errors.Is(err, errNoRows) {
 		return auth.Principal{}, invalid
@@ -196,12 +228,16 @@ func (s *Store) Authenticate(ctx context.Context, token string) (auth.Principal,
 	if err != nil {
 		return auth.Principal{}, dbErr("authenticate", err)
 	}
+	p := auth.Principal{Name: row.Principal, TokenID: row.ID, Grants: grants}
+	if cache != nil {
+		cache.insert(ticket, row.SecretSha256, p)
+	}
 	if row.Touch {
 		if err := s.q.TouchToken(ctx, s.pool, tok.ID); err != nil {
 			s.logger.WarnContext(ctx, "cannot record token use", "token_id", tok.ID, "err", err)
 		}
 	}
-	return auth.Principal{Name: row.Principal, TokenID: row.ID, Grants: grants}, nil
+	return p, nil
 }
 
 // LoadPrincipal returns principal with every grant it holds now: its own
