@@ -115,17 +115,13 @@ func (s *Store) stageTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, e
 	}
 	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		n, err := s.q.CountPlacements(ctx, tx, string(k.Digest))
-		if err != nil {
-			return placement.Placement{}, err
-		}
-		if n >= placement.MaxPerDigest {
-			return placement.Placement{}, fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
-		}
 		row, err := s.q.InsertPlacement(ctx, tx, dbsqlc.InsertPlacementParams{
 			Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
-			SizeBytes: size, Epoch: epoch,
+			SizeBytes: size, Epoch: epoch, MaxPerDigest: placement.MaxPerDigest,
 		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return placement.Placement{}, fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
+		}
 		return placementFromRow(row), err
 	}
 	if err != nil {

@@ -20,12 +20,15 @@ SELECT * FROM placements
 WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
   AND generation <> @since_generation::bigint;
 
--- name: CountPlacements :one
-SELECT count(*) FROM placements WHERE digest = @digest;
-
 -- name: InsertPlacement :one
+-- A new pending row, unless the digest already holds @max_per_digest
+-- placements (then no row back). The caller holds the digest's stage lock
+-- (LockPlacementDigest) from an earlier statement, so this statement's
+-- snapshot sees every stage committed before the lock: the count and the
+-- insert are one decision.
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
-VALUES (@digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now())
+SELECT @digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now()
+WHERE (SELECT count(*) FROM placements WHERE digest = @digest) < @max_per_digest::bigint
 RETURNING *;
 
 -- name: UpdatePlacement :one

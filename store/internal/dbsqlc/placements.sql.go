@@ -11,17 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const countPlacements = `-- name: CountPlacements :one
-SELECT count(*) FROM placements WHERE digest = $1
-`
-
-func (q *Queries) CountPlacements(ctx context.Context, db DBTX, digest string) (int64, error) {
-	row := db.QueryRow(ctx, countPlacements, digest)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
-}
-
 const getPlacement = `-- name: GetPlacement :one
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements
 WHERE digest = $1 AND backend = $2 AND datacenter = $3 AND location = $4
@@ -142,19 +131,26 @@ func (q *Queries) GetPlacementIfChanged(ctx context.Context, db DBTX, arg GetPla
 
 const insertPlacement = `-- name: InsertPlacement :one
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'pending', $5, $6, 1, now(), now())
+SELECT $1, $2, $3, $4, 'pending', $5, $6, 1, now(), now()
+WHERE (SELECT count(*) FROM placements WHERE digest = $1) < $7::bigint
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
 `
 
 type InsertPlacementParams struct {
-	Digest     string
-	Backend    string
-	Datacenter string
-	Location   string
-	SizeBytes  int64
-	Epoch      int64
+	Digest       string
+	Backend      string
+	Datacenter   string
+	Location     string
+	SizeBytes    int64
+	Epoch        int64
+	MaxPerDigest int64
 }
 
+// A new pending row, unless the digest already holds @max_per_digest
+// placements (then no row back). The caller holds the digest's stage lock
+// (LockPlacementDigest) from an earlier statement, so this statement's
+// snapshot sees every stage committed before the lock: the count and the
+// insert are one decision.
 func (q *Queries) InsertPlacement(ctx context.Context, db DBTX, arg InsertPlacementParams) (Placement, error) {
 	row := db.QueryRow(ctx, insertPlacement,
 		arg.Digest,
@@ -163,6 +159,7 @@ func (q *Queries) InsertPlacement(ctx context.Context, db DBTX, arg InsertPlacem
 		arg.Location,
 		arg.SizeBytes,
 		arg.Epoch,
+		arg.MaxPerDigest,
 	)
 	var i Placement
 	err := row.Scan(
