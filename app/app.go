@@ -222,6 +222,11 @@ func (a *API) Serve(ctx context.Context) error {
 	go func() { defer close(keeperDone); a.keeper.Run(bg) }()
 	defer func() { stopBG(); <-keeperDone }()
 	go a.followMapNotifications(bg)
+	if a.cfg.AuthCacheTTL > 0 {
+		// Authentications served from memory while a LISTEN connection
+		// proves that no token, grant or principal changed (docs/auth.md).
+		defer a.store.StartAuthCache(bg, store.AuthCacheOptions{TTL: a.cfg.AuthCacheTTL})()
+	}
 	if a.riverUI != nil {
 		if err := a.riverUI.Start(bg); err != nil {
 			return fmt.Errorf("river ui: %w", err)

@@ -51,6 +51,10 @@ type Config struct {
 	// UploadTTL is how long an idle upload intent lives; expiry is
 	// permission to reclaim, not proof the writer is dead.
 	UploadTTL time.Duration
+	// AuthCacheTTL bounds how long a successful authentication is served
+	// from the api's cache (emptied by LISTEN/NOTIFY on every change to
+	// tokens, grants and principals; docs/auth.md); 0 disables the cache.
+	AuthCacheTTL time.Duration
 	// ReplicateTo lists the datacenters published blobs are copied to; nil
 	// means every registered datacenter other than the ingress.
 	ReplicateTo []string
@@ -215,6 +219,15 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a duration of at least 1s such as 1h", v)
 			}
 			c.UploadTTL = d
+			return nil
+		}},
+	{Flag: "auth-cache-ttl", Env: "BLOBPLANE_AUTH_CACHE_TTL", Default: "30s", Usage: "how long the api serves a successful authentication from memory (emptied at once by any token, grant or principal change; at most 1m; 0 disables)", For: []string{API},
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > time.Minute {
+				return fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
+			}
+			c.AuthCacheTTL = d
 			return nil
 		}},
 	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,

@@ -98,7 +98,7 @@ type AuthCacheStats struct {
 // second before stopping the first panics).
 func (s *Store) StartAuthCache(ctx context.Context, opts AuthCacheOptions) (stop func()) {
 	c := newAuthCache(opts)
-	if _, loaded := authCaches.LoadOrStore(s, c); loaded {
+	if !s.authCache.CompareAndSwap(nil, c) {
 		panic("store: StartAuthCache called while an authentication cache runs for this Store")
 	}
 	cfg := s.pool.Config().ConnConfig.Copy()
@@ -114,7 +114,7 @@ func (s *Store) StartAuthCache(ctx context.Context, opts AuthCacheOptions) (stop
 		once.Do(func() {
 			cancel()
 			<-done
-			authCaches.CompareAndDelete(s, c)
+			s.authCache.CompareAndSwap(c, nil)
 		})
 	}
 }
@@ -138,16 +138,8 @@ func (s *Store) AuthCacheStats() AuthCacheStats {
 	}
 }
 
-// authCaches maps a *Store to its running *authCache. It lives here rather
-// than as a Store field only to keep the cache in one file; a lookup is a
-// read-mostly sync.Map load, a few nanoseconds next to a query.
-var authCaches sync.Map
-
-func (s *Store) runningAuthCache() *authCache {
-	c, _ := authCaches.Load(s)
-	cache, _ := c.(*authCache)
-	return cache
-}
+// runningAuthCache is the cache StartAuthCache runs, or nil.
+func (s *Store) runningAuthCache() *authCache { return s.authCache.Load() }
 
 // invalidateAuthCache empties this process's cache after a write to the auth
 // tables through this Store, so the caller's next request sees it without

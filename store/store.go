@@ -28,7 +28,8 @@ type Store struct {
 	q      *dbsqlc.Queries
 	logger *slog.Logger
 
-	placementsReady atomic.Bool // the placement ledger exists (see placements.go)
+	placementsReady atomic.Bool               // the placement ledger exists (see placements.go)
+	authCache       atomic.Pointer[authCache] // running while StartAuthCache's goroutine runs (authcache.go)
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.
