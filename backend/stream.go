@@ -326,11 +326,6 @@ type readCloser struct {
 
 func (r *readCloser) Close() error { return r.close() }
 
-// Unwrap returns the bounded reader beneath: for a file-backed identity
-// read an *io.LimitedReader over an *os.File, which io.Copy into a TCP
-// connection (or an http.ResponseWriter) turns into sendfile(2).
-func (r *readCloser) Unwrap() io.Reader { return r.Reader }
-
 // decodingBody yields exactly remain decoded bytes. For a whole-object read
 // it also checks the payload ends where the representation says the content
 // does, so a stored payload that disagrees with its description fails loudly

@@ -251,10 +251,10 @@ func (b *Backend) Read(ctx context.Context, d blobplane.Digest, opts backend.Rea
 	}
 	var payload io.Reader
 	if repr.Codec == backend.CodecIdentity {
-		// The open file itself, positioned at the range: bounded by
-		// DecodeBody's io.LimitedReader, it is what net/http hands to
-		// sendfile(2) (the body is copied by the kernel, not through a
-		// user-space buffer). The file handle is this read's own.
+		// The open file itself, positioned at the range and bounded by
+		// DecodeBody's io.LimitedReader: no section reader or decoder
+		// between the file and the caller's copy. The file handle is
+		// this read's own.
 		if _, err := f.Seek(HeaderSize+off, io.SeekStart); err != nil {
 			_ = f.Close()
 			return nil, classify(op, err)
