@@ -222,11 +222,18 @@ func (a *API) Serve(ctx context.Context) error {
 	go func() { defer close(keeperDone); a.keeper.Run(bg) }()
 	defer func() { stopBG(); <-keeperDone }()
 	go a.followMapNotifications(bg)
+	// Authentications and found blobs served from memory while one LISTEN
+	// connection proves that no token, grant or principal changed
+	// (docs/auth.md) and no reference was deleted nor blob taken out of
+	// live (docs/uploads.md). A zero TTL leaves that cache off.
+	var caches store.CacheOptions
 	if a.cfg.AuthCacheTTL > 0 {
-		// Authentications served from memory while a LISTEN connection
-		// proves that no token, grant or principal changed (docs/auth.md).
-		defer a.store.StartAuthCache(bg, store.AuthCacheOptions{TTL: a.cfg.AuthCacheTTL})()
+		caches.Auth = &store.AuthCacheOptions{TTL: a.cfg.AuthCacheTTL}
 	}
+	if a.cfg.ExistenceCacheTTL > 0 {
+		caches.Existence = &store.ExistenceCacheOptions{TTL: a.cfg.ExistenceCacheTTL}
+	}
+	defer a.store.StartCaches(bg, caches)()
 	if a.riverUI != nil {
 		if err := a.riverUI.Start(bg); err != nil {
 			return fmt.Errorf("river ui: %w", err)

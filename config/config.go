@@ -55,6 +55,11 @@ type Config struct {
 	// from the api's cache (emptied by LISTEN/NOTIFY on every change to
 	// tokens, grants and principals; docs/auth.md); 0 disables the cache.
 	AuthCacheTTL time.Duration
+	// ExistenceCacheTTL bounds how long the api serves a found HEAD answer
+	// (repository references a live blob) from its cache (emptied by
+	// LISTEN/NOTIFY on every reference deletion or blob state change;
+	// docs/uploads.md); 0 disables the cache.
+	ExistenceCacheTTL time.Duration
 	// ReplicateTo lists the datacenters published blobs are copied to; nil
 	// means every registered datacenter other than the ingress.
 	ReplicateTo []string
@@ -228,6 +233,15 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
 			}
 			c.AuthCacheTTL = d
+			return nil
+		}},
+	{Flag: "existence-cache-ttl", Env: "BLOBPLANE_EXISTENCE_CACHE_TTL", Default: "30s", Usage: "how long the api serves a found blob (HEAD, and GET's existence check) from memory (emptied at once by any reference deletion or blob state change; at most 1m; 0 disables)", For: []string{API},
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > time.Minute {
+				return fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
+			}
+			c.ExistenceCacheTTL = d
 			return nil
 		}},
 	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,

@@ -19,7 +19,7 @@ import (
 // returns once the listener is LISTENing.
 func startAuthCache(t *testing.T, s *store.Store, opts store.AuthCacheOptions) {
 	t.Helper()
-	stop := s.StartAuthCache(context.Background(), opts)
+	stop := s.StartCaches(context.Background(), store.CacheOptions{Auth: &opts})
 	t.Cleanup(stop)
 	waitFor(t, "the auth cache listens", func() bool { return s.AuthCacheStats().Listening })
 }
@@ -303,7 +303,7 @@ func TestAuthCacheListenerLoss(t *testing.T) {
 	s := store.New(d.Pool, nil)
 	var connects atomic.Int32
 	outage, release := make(chan struct{}), make(chan struct{})
-	startAuthCache(t, s, store.AuthCacheOptions{Hooks: store.AuthCacheHooks{
+	stop := s.StartCaches(ctx, store.CacheOptions{Auth: &store.AuthCacheOptions{}, Hooks: store.ListenerHooks{
 		BeforeConnect: func(ctx context.Context) error {
 			if connects.Add(1) != 2 { // hold the first reconnect until released
 				return nil
@@ -317,6 +317,8 @@ func TestAuthCacheListenerLoss(t *testing.T) {
 			}
 		},
 	}})
+	t.Cleanup(stop)
+	waitFor(t, "the auth cache listens", func() bool { return s.AuthCacheStats().Listening })
 	tokB, idB := issue(t, s, "ci", "team/*:read")
 	tokA, _ := cachedToken(t, s, "ci", "team/*:write") // last: issuing empties the cache
 	if st := s.AuthCacheStats(); st.Entries != 1 {
@@ -325,7 +327,7 @@ func TestAuthCacheListenerLoss(t *testing.T) {
 
 	var terminated int
 	if err := d.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND datname = current_database()`, store.AuthListenerName).Scan(&terminated); err != nil {
+		WHERE application_name = $1 AND datname = current_database()`, store.CacheListenerName).Scan(&terminated); err != nil {
 		t.Fatal(err)
 	}
 	if terminated != 1 {
@@ -481,7 +483,7 @@ func TestAuthCacheStop(t *testing.T) {
 	ctx := context.Background()
 	d := pgtest.New(t)
 	s := store.New(d.Pool, nil)
-	stop := s.StartAuthCache(ctx, store.AuthCacheOptions{})
+	stop := s.StartCaches(ctx, store.CacheOptions{Auth: &store.AuthCacheOptions{}})
 	waitFor(t, "the auth cache listens", func() bool { return s.AuthCacheStats().Listening })
 	tok, _ := cachedToken(t, s, "ci", "team/*:write")
 	stop()
@@ -495,7 +497,7 @@ func TestAuthCacheStop(t *testing.T) {
 	waitFor(t, "the listener connection is gone", func() bool {
 		var n int
 		if err := d.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`,
-			store.AuthListenerName).Scan(&n); err != nil {
+			store.CacheListenerName).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 0

@@ -28,8 +28,9 @@ type Store struct {
 	q      *dbsqlc.Queries
 	logger *slog.Logger
 
-	placementsReady atomic.Bool               // the placement ledger exists (see placements.go)
-	authCache       atomic.Pointer[authCache] // running while StartAuthCache's goroutine runs (authcache.go)
+	placementsReady atomic.Bool                    // the placement ledger exists (see placements.go)
+	authCache       atomic.Pointer[authCache]      // running while StartCaches' listener runs (authcache.go)
+	existenceCache  atomic.Pointer[existenceCache] // running while StartCaches' listener runs (existencecache.go)
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.

@@ -609,19 +609,32 @@ func decodeOutcome(id pgtype.UUID, result []byte, publishedAt pgtype.Timestamptz
 }
 
 // ReferencedBlob answers existence for HEAD from Postgres alone: the size
-// of d when repository references it and it is not obliterated. Errors:
-// not_found otherwise.
+// of d when repository references it and it is live. Errors: not_found
+// otherwise.
+//
+// With the existence cache running (StartCaches; the API does), a found
+// answer is cached and served without a query until a committed reference
+// deletion or blob state change anywhere notifies RefsChannel (at once
+// after DeleteReference through this Store), or the TTL passes. Not found
+// and errors are never cached.
 func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error) {
+	cache := s.existenceCache.Load()
+	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifyCache
+	if hit {
+		return size, nil
+	}
 	row, err := s.q.GetReferencedBlob(ctx, s.pool, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
 	if err != nil {
 		return 0, dbErr("referenced blob", err)
 	}
+	cache.insert(ticket, repository, d, row.SizeBytes)
 	return row.SizeBytes, nil
 }
 
 // DeleteReference removes repository's reference to d (not the bytes, not
 // the blob state row). Errors: not_found when there is none.
 func (s *Store) DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error {
+	defer s.invalidateExistenceCache() // this process's next HEAD sees it without waiting for the notification
 	n, err := s.q.DeleteReference(ctx, s.pool, dbsqlc.DeleteReferenceParams{Repository: repository, Digest: string(d)})
 	if err != nil {
 		return dbErr("delete reference", err)

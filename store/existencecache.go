@@ -1,0 +1,140 @@
+package store
+
+import (
+	"time"
+
+	"github.com/blobplane/blobplane"
+)
+
+// RefsChannel is the NOTIFY channel that a committed change able to make a
+// positive existence answer wrong signals (triggers from
+// db/migrations/00012), with an empty payload: a reference deleted (or
+// rewritten, or the table truncated), a blob row leaving state live (or
+// its size rewritten), blob rows deleted or truncated. Publications
+// (inserts, and a blob becoming live) do not: only found rows are cached.
+const RefsChannel = "blobplane_refs"
+
+// Existence cache bounds (ExistenceCacheOptions).
+const (
+	DefaultExistenceCacheTTL        = 30 * time.Second
+	MaxExistenceCacheTTL            = time.Minute
+	DefaultExistenceCacheMaxEntries = 100_000
+)
+
+// ExistenceCacheOptions configure the blob existence cache
+// (CacheOptions.Existence). The zero value is the default.
+type ExistenceCacheOptions struct {
+	// TTL bounds how long an answer is served without asking Postgres, as
+	// a safety net behind the notifications: zero means
+	// DefaultExistenceCacheTTL, and anything above MaxExistenceCacheTTL is
+	// lowered to it.
+	TTL time.Duration
+	// MaxEntries bounds the number of cached (repository, digest) pairs;
+	// zero means DefaultExistenceCacheMaxEntries. A full cache evicts an
+	// arbitrary entry.
+	MaxEntries int
+	// Now is the clock entry ages are measured with; nil means time.Now
+	// (monotonic).
+	Now func() time.Time
+	// Hooks are interleaving points for tests; leave them nil.
+	Hooks ExistenceCacheHooks
+}
+
+// ExistenceCacheHooks let tests stop the cache at the point where the race
+// happens. Each runs on the goroutine that reaches the point, with no lock
+// held. Production code leaves them nil.
+type ExistenceCacheHooks struct {
+	// AfterQuery runs on a cache miss after GetReferencedBlob found the
+	// reference and before the answer may enter the cache.
+	AfterQuery func(repository string, d blobplane.Digest)
+}
+
+// ExistenceCacheStats is what the existence cache has done since
+// StartCaches started it; all zero when no cache runs.
+type ExistenceCacheStats struct {
+	Hits          uint64 // answered without a query
+	Misses        uint64 // asked Postgres while a cache was started (not cached, expired, absent, or not listening)
+	Invalidations uint64 // emptied because references or blob states changed: a notification, or a deletion through this Store
+	Entries       int    // (repository, digest) pairs cached now
+	Listening     bool   // the listener is LISTENing, so the cache is in use
+}
+
+// ExistenceCacheStats reports the running existence cache's counters, for
+// metrics; the zero value when StartCaches did not start it.
+func (s *Store) ExistenceCacheStats() ExistenceCacheStats {
+	c := s.existenceCache.Load()
+	if c == nil {
+		return ExistenceCacheStats{}
+	}
+	st := c.stats()
+	return ExistenceCacheStats{
+		Hits:          st.hits,
+		Misses:        st.misses,
+		Invalidations: st.invalidations,
+		Entries:       st.entries,
+		Listening:     st.listening,
+	}
+}
+
+// invalidateExistenceCache empties this process's existence cache after a
+// write through this Store that can make a cached answer wrong (a
+// reference deleted), so the caller's next HEAD sees it without waiting
+// for the notification (which every other process waits for). It is
+// called whether or not the write reported success: an error may hide a
+// commit, and a spurious clear costs one query per cached pair.
+func (s *Store) invalidateExistenceCache() {
+	if c := s.existenceCache.Load(); c != nil {
+		c.invalidate()
+	}
+}
+
+// existenceCache is the positive existence cache behind ReferencedBlob:
+// (repository, digest) → size, only for found rows (a reference to a live
+// blob), in a notifyCache emptied by every notification on RefsChannel.
+// Absence is never cached, so pending or refused content can never appear
+// from it, and publishing needs no notification. Why an entry never
+// outlives a deletion it missed (beyond the milliseconds until the
+// notification arrives) is argued on notifyCache.
+//
+// Its methods accept a nil receiver (no cache running): lookup misses
+// without counting and insert does nothing, so ReferencedBlob reads the
+// same either way.
+type existenceCache struct {
+	*notifyCache[int64]
+	hooks ExistenceCacheHooks
+}
+
+func newExistenceCache(opts ExistenceCacheOptions) *existenceCache {
+	return &existenceCache{
+		notifyCache: newNotifyCache[int64](opts.TTL, DefaultExistenceCacheTTL, MaxExistenceCacheTTL, opts.MaxEntries, DefaultExistenceCacheMaxEntries, opts.Now),
+		hooks:       opts.Hooks,
+	}
+}
+
+// existenceKey is the cache key of (repository, d); a repository name
+// never contains NUL.
+func existenceKey(repository string, d blobplane.Digest) string {
+	return repository + "\x00" + string(d)
+}
+
+// lookup answers whether repository references live d, with its size, when
+// the cache can (hit). On a miss, the ticket is what insert needs; take it
+// before the query.
+func (c *existenceCache) lookup(repository string, d blobplane.Digest) (size int64, hit bool, t cacheTicket) {
+	if c == nil {
+		return 0, false, cacheTicket{}
+	}
+	return c.get(existenceKey(repository, d))
+}
+
+// insert caches a found (repository, d) of size, read under ticket t,
+// unless the cache was emptied since.
+func (c *existenceCache) insert(t cacheTicket, repository string, d blobplane.Digest, size int64) {
+	if c == nil {
+		return
+	}
+	if h := c.hooks.AfterQuery; h != nil {
+		h(repository, d)
+	}
+	c.put(t, existenceKey(repository, d), size)
+}
