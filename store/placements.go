@@ -170,6 +170,19 @@ func (s *Store) verifyTx(ctx context.Context, tx pgx.Tx, k placement.Key, confir
 	if err := checkTransition(k, epoch); err != nil {
 		return placement.Placement{}, err
 	}
+	if confirmed == k.Digest {
+		// The common case, pending -> verified, in one statement.
+		row, err := s.q.VerifyPendingPlacement(ctx, tx, dbsqlc.VerifyPendingPlacementParams{
+			Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+			SizeBytes: confirmedSize, Epoch: epoch,
+		})
+		if err == nil {
+			return placementFromRow(row), nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return placement.Placement{}, err
+		}
+	}
 	var ev placement.Event
 	out, err := s.transitionTx(ctx, tx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
 		ev = placement.ClassifyVerify(k.Digest, cur.SizeBytes, confirmed, confirmedSize)

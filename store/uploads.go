@@ -259,12 +259,25 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	// upload's (owned, kept) or an orphan for the inventory. The setting
 	// travels with BEGIN: no round trip of its own.
 	err = pgx.BeginTxFunc(ctx, s.pool, asyncCommitTx, func(tx pgx.Tx) error {
-		_, err := s.q.RecordIntentContent(ctx, tx, dbsqlc.RecordIntentContentParams{Digest: string(k.Digest), SizeBytes: size, OperationID: id})
+		// The claim and the digest's stage lock in one statement, then
+		// the common stage (a key with no row yet) in one more; any other
+		// case takes StagePlacement's general path under the same
+		// (re-entrant) lock.
+		_, err := s.q.ClaimIntentContent(ctx, tx, dbsqlc.ClaimIntentContentParams{
+			LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
+		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			claimed = false
 			return err
 		}
 		if err != nil {
+			return err
+		}
+		_, err = s.q.InsertPlacementIfAbsent(ctx, tx, dbsqlc.InsertPlacementIfAbsentParams{
+			Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+			SizeBytes: size, MaxPerDigest: placement.MaxPerDigest,
+		})
+		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		_, err = s.stageTx(ctx, tx, k, size, 0)
@@ -436,83 +449,73 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 	if err := s.ensurePlacements(ctx); err != nil {
 		return Outcome{}, false, err
 	}
-	fc, err := s.q.FinalizeContext(ctx, s.pool, dbsqlc.FinalizeContextParams{
-		OperationID: id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
-	})
-	if err != nil {
-		return Outcome{}, false, dbErr("finalize "+op, err)
-	}
-	if fc.OutcomeResult != nil { // a retry returns the stored success
-		o, err := decodeOutcome(id, fc.OutcomeResult, fc.OutcomePublishedAt)
-		return o, false, err
-	}
-	intent := intentFromRow(fc.Intent)
-
-	// 1. Authority fence.
-	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
-		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
-	}
-	if !fc.LeaseOwner.Valid {
-		return Outcome{}, false, refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
-	}
-	if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
-		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
-	}
-	// 2. Content identity.
-	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
-		return Outcome{}, false, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
-			req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
-	}
-	// 3. A verified placement somewhere in the topology: one exists, or
-	// the verification recorded below makes one.
-	noPlacement := refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
-	if !fc.Verified && req.Verify == nil {
-		return Outcome{}, false, noPlacement
-	}
-	// 4. The principal still has write access.
-	grants, err := grantsFromTexts(fc.PrincipalGrants)
-	if err != nil {
-		return Outcome{}, false, dbErr("finalize "+op, err)
-	}
-	if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
-		return Outcome{}, false, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
-	}
-	targets := req.Targets
-	if targets == nil {
-		targets = fc.ReplicationTargets
-	}
-
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		verified = false
-		cur, err := s.q.LockIntent(ctx, tx, id)
+		fc, err := s.q.FinalizeContext(ctx, tx, dbsqlc.FinalizeContextParams{
+			OperationID: id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
+		})
 		if err != nil {
 			return err
 		}
-		switch IntentState(cur.State) {
-		case IntentAdmitted: // a concurrent finalization won while we validated
+		switch IntentState(fc.Intent.State) {
+		case IntentAdmitted: // a retry, or a concurrent finalization that won
 			o, _, err := s.outcome(ctx, tx, id)
 			out = o
 			return err
 		case IntentAbandoned:
 			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
 		}
+		intent := intentFromRow(fc.Intent)
+
+		// 1. Authority fence.
+		if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
+			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+		}
+		if !fc.LeaseOwner.Valid {
+			return refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
+		}
+		if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
+			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
+		}
+		// 2. Content identity.
+		if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
+			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
+				req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
+		}
+		// 3. A verified placement somewhere in the topology: one exists,
+		// or the verification recorded here makes one.
 		if v := req.Verify; v != nil {
 			p, err := s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
 			if err != nil {
 				return err
 			}
-			if !fc.Verified && (p.State != placement.Verified || p.Key.Digest != req.Digest || p.Size != req.Size) {
-				return noPlacement
-			}
 			verified = true
+			fc.Verified = fc.Verified || (p.State == placement.Verified && p.Key.Digest == req.Digest && p.Size == req.Size)
 		}
-		if _, err := s.q.LeaseHeldForShare(ctx, tx, dbsqlc.LeaseHeldForShareParams{PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch)}); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
-			}
+		if !fc.Verified {
+			return refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+		}
+		// 4. The principal still has write access.
+		grants, err := grantsFromTexts(fc.PrincipalGrants)
+		if err != nil {
 			return err
 		}
-		b, err := s.q.EnsureBlob(ctx, tx, dbsqlc.EnsureBlobParams{Digest: string(req.Digest), SizeBytes: req.Size})
+		if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
+			return refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+		}
+		targets := req.Targets
+		if targets == nil {
+			targets = fc.ReplicationTargets
+		}
+
+		// The lease under FOR SHARE, so a transfer cannot slip in before
+		// this commit, and the blob state row.
+		b, err := s.q.EnsureBlobUnderLease(ctx, tx, dbsqlc.EnsureBlobUnderLeaseParams{
+			Digest: string(req.Digest), SizeBytes: req.Size, PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch),
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
+		}
 		if err != nil {
 			return err
 		}
@@ -520,10 +523,11 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 			return refusal(blobplane.CodeConflict, op, ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
 		}
 		if b.State == "collected" {
-			// Collected after step 3 looked: its placements were revoked
-			// and its bytes are (being) deleted. Only a placement that
-			// verified since (re-staged, so its deletion is superseded)
-			// holds the bytes; then publication revives the row (S1).
+			// Collected after the context was read: its placements were
+			// revoked and its bytes are (being) deleted. Only a placement
+			// that verified since (re-staged, so its deletion is
+			// superseded) holds the bytes; then publication revives the
+			// row (S1).
 			if err := s.reviveCollected(ctx, tx, op, req.Digest, req.Size); err != nil {
 				return err
 			}

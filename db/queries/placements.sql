@@ -48,6 +48,31 @@ WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND l
   AND generation = @generation
 RETURNING *;
 
+-- name: VerifyPendingPlacement :one
+-- The common verification in one statement: a pending row whose staged
+-- size the backend confirmed (with the key's digest, which the caller
+-- checked) becomes verified, as UpdatePlacement would write the
+-- transition pending -> verified (placement.Transition). No row back: not
+-- that case (absent, another state, another size, a higher epoch); the
+-- caller takes the general path (GetPlacementForUpdate, Transition).
+UPDATE placements
+SET state = 'verified', reason = NULL, revoke_reason = NULL,
+    epoch = @epoch, generation = generation + 1, updated_at = now(), verified_at = now()
+WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
+  AND state = 'pending' AND size_bytes = @size_bytes AND epoch <= @epoch
+RETURNING *;
+
+-- name: InsertPlacementIfAbsent :one
+-- InsertPlacement for a key that has no row yet (the common stage): no row
+-- back when the key has a row or the digest is at the bound; the caller
+-- then takes the general path (GetPlacementForUpdate, Transition). The
+-- caller holds the digest's stage lock from an earlier statement.
+INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
+SELECT @digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now()
+WHERE (SELECT count(*) FROM placements WHERE digest = @digest) < @max_per_digest::bigint
+ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
+RETURNING *;
+
 -- name: ListPlacements :many
 -- The routing query: one index range scan on the primary key.
 SELECT * FROM placements WHERE digest = @digest

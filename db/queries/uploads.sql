@@ -30,6 +30,22 @@ WHERE operation_id = @operation_id AND state = 'pending'
   AND (sqlc.narg(staged_location)::text IS NULL OR staged_location IS NULL OR staged_location = sqlc.narg(staged_location))
 RETURNING *;
 
+-- name: ClaimIntentContent :one
+-- RecordIntentContent, then the stage lock of the digest
+-- (LockPlacementDigest) for the rest of the transaction, in one round
+-- trip: ClaimAndStage's first statement. No row back: not claimed, and
+-- no lock taken.
+WITH claimed AS (
+    UPDATE intents
+    SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
+    WHERE operation_id = @operation_id AND state = 'pending'
+      AND coalesce(expected_digest, @digest::text) = @digest::text
+      AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
+    RETURNING operation_id
+)
+SELECT c.operation_id
+FROM claimed c, LATERAL pg_advisory_xact_lock(@lock_class::int4, hashtext(@digest::text)) AS stage_lock;
+
 -- name: RecordIntentContent :one
 -- Close: the verified digest and size become the intent's, unless it
 -- already claimed different ones (then no row back).
@@ -58,13 +74,16 @@ WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
 FOR SHARE;
 
 -- name: FinalizeContext :one
--- Everything Finalize validates, in one statement (one round trip) before
--- its transaction: the intent; its stored outcome if it published; the
--- partition's lease; the grants the intent's principal holds now (its own
--- and those of its valid tokens, as PrincipalGrants); whether a verified
--- placement of the content exists; the default replication targets (as
--- ReplicationTargets). The transaction re-decides what can move under
--- locks: the intent's state (LockIntent), the lease (LeaseHeldForShare).
+-- Everything Finalize validates, in one statement (one round trip), first
+-- in its transaction: the intent, locked FOR UPDATE (a publication and an
+-- abandonment decide on this row, S5); its stored outcome if it published;
+-- the partition's lease; the grants the intent's principal holds now (its
+-- own and those of its valid tokens, as PrincipalGrants); whether a
+-- verified placement of the content exists; the default replication
+-- targets (as ReplicationTargets). The lease is re-checked under FOR
+-- SHARE when the blob row is taken (EnsureBlobUnderLease). After a wait
+-- for the intent's lock the joined rows are those of the statement's
+-- snapshot: an intent found admitted reads its outcome afresh.
 SELECT sqlc.embed(i),
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        l.owner_node AS lease_owner, l.epoch AS lease_epoch,
@@ -84,7 +103,8 @@ SELECT sqlc.embed(i),
 FROM intents i
 LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
 LEFT JOIN leases l ON l.partition_id = @partition_id::text
-WHERE i.operation_id = @operation_id;
+WHERE i.operation_id = @operation_id
+FOR UPDATE OF i;
 
 -- name: Publish :one
 -- Finalize's last writes, in one statement: the reference, the intent's
@@ -123,6 +143,21 @@ RETURNING *;
 -- snapshot would miss, and it locks the row, so an obliteration serializes
 -- with this publication.
 INSERT INTO blobs (digest, size_bytes) VALUES (@digest, @size_bytes)
+ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
+RETURNING *;
+
+-- name: EnsureBlobUnderLease :one
+-- The authority fence and EnsureBlob in one statement: the lease row is
+-- share-locked (a claim of a higher epoch waits for this commit), and the
+-- blob state row is ensured only when the caller holds the lease at its
+-- epoch. No row back: the lease moved.
+WITH lease AS (
+    SELECT epoch FROM leases
+    WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
+    FOR SHARE
+)
+INSERT INTO blobs (digest, size_bytes)
+SELECT @digest::text, @size_bytes::bigint FROM lease
 ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
 RETURNING *;
 

@@ -180,6 +180,57 @@ func (q *Queries) InsertPlacement(ctx context.Context, db DBTX, arg InsertPlacem
 	return i, err
 }
 
+const insertPlacementIfAbsent = `-- name: InsertPlacementIfAbsent :one
+INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
+SELECT $1, $2, $3, $4, 'pending', $5, $6, 1, now(), now()
+WHERE (SELECT count(*) FROM placements WHERE digest = $1) < $7::bigint
+ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
+RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
+`
+
+type InsertPlacementIfAbsentParams struct {
+	Digest       string
+	Backend      string
+	Datacenter   string
+	Location     string
+	SizeBytes    int64
+	Epoch        int64
+	MaxPerDigest int64
+}
+
+// InsertPlacement for a key that has no row yet (the common stage): no row
+// back when the key has a row or the digest is at the bound; the caller
+// then takes the general path (GetPlacementForUpdate, Transition). The
+// caller holds the digest's stage lock from an earlier statement.
+func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg InsertPlacementIfAbsentParams) (Placement, error) {
+	row := db.QueryRow(ctx, insertPlacementIfAbsent,
+		arg.Digest,
+		arg.Backend,
+		arg.Datacenter,
+		arg.Location,
+		arg.SizeBytes,
+		arg.Epoch,
+		arg.MaxPerDigest,
+	)
+	var i Placement
+	err := row.Scan(
+		&i.Digest,
+		&i.Backend,
+		&i.Datacenter,
+		&i.Location,
+		&i.State,
+		&i.Reason,
+		&i.RevokeReason,
+		&i.SizeBytes,
+		&i.Epoch,
+		&i.Generation,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.VerifiedAt,
+	)
+	return i, err
+}
+
 const listPlacements = `-- name: ListPlacements :many
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements WHERE digest = $1
 ORDER BY datacenter, backend, location
@@ -282,6 +333,58 @@ func (q *Queries) UpdatePlacement(ctx context.Context, db DBTX, arg UpdatePlacem
 		arg.Datacenter,
 		arg.Location,
 		arg.Generation,
+	)
+	var i Placement
+	err := row.Scan(
+		&i.Digest,
+		&i.Backend,
+		&i.Datacenter,
+		&i.Location,
+		&i.State,
+		&i.Reason,
+		&i.RevokeReason,
+		&i.SizeBytes,
+		&i.Epoch,
+		&i.Generation,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.VerifiedAt,
+	)
+	return i, err
+}
+
+const verifyPendingPlacement = `-- name: VerifyPendingPlacement :one
+UPDATE placements
+SET state = 'verified', reason = NULL, revoke_reason = NULL,
+    epoch = $1, generation = generation + 1, updated_at = now(), verified_at = now()
+WHERE digest = $2 AND backend = $3 AND datacenter = $4 AND location = $5
+  AND state = 'pending' AND size_bytes = $6 AND epoch <= $1
+RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
+`
+
+type VerifyPendingPlacementParams struct {
+	Epoch      int64
+	Digest     string
+	Backend    string
+	Datacenter string
+	Location   string
+	SizeBytes  int64
+}
+
+// The common verification in one statement: a pending row whose staged
+// size the backend confirmed (with the key's digest, which the caller
+// checked) becomes verified, as UpdatePlacement would write the
+// transition pending -> verified (placement.Transition). No row back: not
+// that case (absent, another state, another size, a higher epoch); the
+// caller takes the general path (GetPlacementForUpdate, Transition).
+func (q *Queries) VerifyPendingPlacement(ctx context.Context, db DBTX, arg VerifyPendingPlacementParams) (Placement, error) {
+	row := db.QueryRow(ctx, verifyPendingPlacement,
+		arg.Epoch,
+		arg.Digest,
+		arg.Backend,
+		arg.Datacenter,
+		arg.Location,
+		arg.SizeBytes,
 	)
 	var i Placement
 	err := row.Scan(

@@ -53,6 +53,42 @@ func (q *Queries) AdmitIntent(ctx context.Context, db DBTX, operationID pgtype.U
 	return result.RowsAffected(), nil
 }
 
+const claimIntentContent = `-- name: ClaimIntentContent :one
+WITH claimed AS (
+    UPDATE intents
+    SET expected_digest = $2::text, expected_size = $3::bigint, received_bytes = $3::bigint, updated_at = now()
+    WHERE operation_id = $4 AND state = 'pending'
+      AND coalesce(expected_digest, $2::text) = $2::text
+      AND coalesce(expected_size, $3::bigint) = $3::bigint
+    RETURNING operation_id
+)
+SELECT c.operation_id
+FROM claimed c, LATERAL pg_advisory_xact_lock($1::int4, hashtext($2::text)) AS stage_lock
+`
+
+type ClaimIntentContentParams struct {
+	LockClass   int32
+	Digest      string
+	SizeBytes   int64
+	OperationID pgtype.UUID
+}
+
+// RecordIntentContent, then the stage lock of the digest
+// (LockPlacementDigest) for the rest of the transaction, in one round
+// trip: ClaimAndStage's first statement. No row back: not claimed, and
+// no lock taken.
+func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimIntentContentParams) (pgtype.UUID, error) {
+	row := db.QueryRow(ctx, claimIntentContent,
+		arg.LockClass,
+		arg.Digest,
+		arg.SizeBytes,
+		arg.OperationID,
+	)
+	var operation_id pgtype.UUID
+	err := row.Scan(&operation_id)
+	return operation_id, err
+}
+
 const createIntent = `-- name: CreateIntent :one
 
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
@@ -156,6 +192,49 @@ func (q *Queries) EnsureBlob(ctx context.Context, db DBTX, arg EnsureBlobParams)
 	return i, err
 }
 
+const ensureBlobUnderLease = `-- name: EnsureBlobUnderLease :one
+WITH lease AS (
+    SELECT epoch FROM leases
+    WHERE partition_id = $3 AND owner_node = $4 AND epoch = $5
+    FOR SHARE
+)
+INSERT INTO blobs (digest, size_bytes)
+SELECT $1::text, $2::bigint FROM lease
+ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
+RETURNING digest, size_bytes, state, created_at, updated_at
+`
+
+type EnsureBlobUnderLeaseParams struct {
+	Digest      string
+	SizeBytes   int64
+	PartitionID string
+	Node        string
+	Epoch       int64
+}
+
+// The authority fence and EnsureBlob in one statement: the lease row is
+// share-locked (a claim of a higher epoch waits for this commit), and the
+// blob state row is ensured only when the caller holds the lease at its
+// epoch. No row back: the lease moved.
+func (q *Queries) EnsureBlobUnderLease(ctx context.Context, db DBTX, arg EnsureBlobUnderLeaseParams) (Blob, error) {
+	row := db.QueryRow(ctx, ensureBlobUnderLease,
+		arg.Digest,
+		arg.SizeBytes,
+		arg.PartitionID,
+		arg.Node,
+		arg.Epoch,
+	)
+	var i Blob
+	err := row.Scan(
+		&i.Digest,
+		&i.SizeBytes,
+		&i.State,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const extendIntent = `-- name: ExtendIntent :one
 UPDATE intents
 SET received_bytes = $1,
@@ -225,6 +304,7 @@ FROM intents i
 LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
 LEFT JOIN leases l ON l.partition_id = $3::text
 WHERE i.operation_id = $4
+FOR UPDATE OF i
 `
 
 type FinalizeContextParams struct {
@@ -245,13 +325,16 @@ type FinalizeContextRow struct {
 	ReplicationTargets []string
 }
 
-// Everything Finalize validates, in one statement (one round trip) before
-// its transaction: the intent; its stored outcome if it published; the
-// partition's lease; the grants the intent's principal holds now (its own
-// and those of its valid tokens, as PrincipalGrants); whether a verified
-// placement of the content exists; the default replication targets (as
-// ReplicationTargets). The transaction re-decides what can move under
-// locks: the intent's state (LockIntent), the lease (LeaseHeldForShare).
+// Everything Finalize validates, in one statement (one round trip), first
+// in its transaction: the intent, locked FOR UPDATE (a publication and an
+// abandonment decide on this row, S5); its stored outcome if it published;
+// the partition's lease; the grants the intent's principal holds now (its
+// own and those of its valid tokens, as PrincipalGrants); whether a
+// verified placement of the content exists; the default replication
+// targets (as ReplicationTargets). The lease is re-checked under FOR
+// SHARE when the blob row is taken (EnsureBlobUnderLease). After a wait
+// for the intent's lock the joined rows are those of the statement's
+// snapshot: an intent found admitted reads its outcome afresh.
 func (q *Queries) FinalizeContext(ctx context.Context, db DBTX, arg FinalizeContextParams) (FinalizeContextRow, error) {
 	row := db.QueryRow(ctx, finalizeContext,
 		arg.Digest,
