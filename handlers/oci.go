@@ -48,7 +48,8 @@ type UploadStore interface {
 	Finalize(ctx context.Context, req store.FinalizeRequest) (store.Outcome, error)
 	// Outcome errors: not_found.
 	Outcome(ctx context.Context, op string) (store.Outcome, error)
-	// ReferencedBlob answers existence from Postgres alone. Errors: not_found.
+	// ReferencedBlob answers existence from Postgres (or the store's existence
+	// cache), never from a backend. Errors: not_found.
 	ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error)
 	// DeleteReference errors: not_found.
 	DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error

@@ -178,7 +178,7 @@ func (s *Store) RevokePrincipalGrants(ctx context.Context, principal string, gra
 // caller cannot probe which ids exist); unavailable when the database
 // cannot answer.
 //
-// With StartAuthCache running (the API does), a successful result is
+// With the auth cache running (StartCaches; the API does), a successful result is
 // cached by token id, with the stored secret hash and the time it was
 // loaded, and the next presentation of that id is answered without a
 // query: the secret is compared in constant time against the cached hash

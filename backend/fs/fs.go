@@ -138,8 +138,15 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err := b.root.MkdirAll(dir, 0o755); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	tmp := path.Join(dir, tmpPrefix+file[:8]+"-"+randHex(8))
-	f, err := b.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	// Every step below is relative to the object's directory, opened once
+	// (not re-walked from the root for each of create, rename and sync).
+	leaf, err := b.root.OpenRoot(dir)
+	if err != nil {
+		return backend.Info{}, classify(op, err)
+	}
+	defer leaf.Close()
+	tmp := tmpPrefix + file[:8] + "-" + randHex(8)
+	f, err := leaf.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
@@ -147,7 +154,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	defer func() {
 		if !committed {
 			_ = f.Close()
-			_ = b.root.Remove(tmp)
+			_ = leaf.Remove(tmp)
 		}
 	}()
 
@@ -168,12 +175,12 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err := f.Close(); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if err := b.root.Rename(tmp, path.Join(dir, file)); err != nil {
+	if err := leaf.Rename(tmp, file); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
 	committed = true
 	// The rename is durable only once the directory is.
-	if err := b.syncDir(dir); err != nil {
+	if err := syncRoot(leaf); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
 	return backend.Info{Digest: req.Digest, Repr: repr}, nil
@@ -184,7 +191,21 @@ func (b *Backend) syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
+	return syncClose(d)
+}
+
+// syncRoot fsyncs the directory r is rooted at.
+func syncRoot(r *os.Root) error {
+	d, err := r.Open(".")
+	if err != nil {
+		return err
+	}
+	return syncClose(d)
+}
+
+// syncClose fsyncs and closes d, reporting the first error.
+func syncClose(d *os.File) error {
+	err := d.Sync()
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
