@@ -735,7 +735,7 @@ func (h *ociHandler) rejectContent(w http.ResponseWriter, r *http.Request, be ba
 }
 
 // getBlob is HEAD and GET /v2/<name>/blobs/<digest>. Existence comes from
-// Postgres alone; HEAD makes no backend request.
+// Postgres (through the existence cache); HEAD makes no backend request.
 func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string, d blobplane.Digest) {
 	ctx := r.Context()
 	size, err := h.Store.ReferencedBlob(ctx, name, d)
