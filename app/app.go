@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,9 +151,12 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	}
 	routing.Keeper = a.keeper
 	a.beat.Report = a.keeper.Report
+	metrics := handlers.NewMetrics()
+	metrics.RegisterCache("auth", func() handlers.CacheStats { return handlers.CacheStats(st.AuthCacheStats()) })
+	metrics.RegisterCache("existence", func() handlers.CacheStats { return handlers.CacheStats(st.ExistenceCacheStats()) })
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
-		Metrics:   handlers.NewMetrics(),
+		Metrics:   metrics,
 		Readiness: st,
 		NodeID:    cfg.NodeID,
 		RiverUI:   ui,
@@ -416,8 +421,11 @@ func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (s
 // this datacenter, in the order the scheduled jobs run them.
 type SweepReport struct {
 	DryRun bool `json:"dry_run"`
+	// Steps are the steps this pass ran (SweepSteps, or those of --only);
+	// the report of a step that did not run is absent.
+	Steps []string `json:"steps"`
 	// Reaper: expired intents abandoned and staged uploads deleted.
-	Reaper sweep.Report `json:"reaper"`
+	Reaper *sweep.Report `json:"reaper,omitempty"`
 	// Collector: digests collected (nil in a dry run).
 	Collector *sweep.CollectReport `json:"collector,omitempty"`
 	// CollectCandidates: in a dry run, the unowned digests a pass would
@@ -429,7 +437,7 @@ type SweepReport struct {
 	BytesDeleted        int `json:"bytes_deleted"`
 	DeletionsSuperseded int `json:"deletions_superseded"`
 	// Inventory: every object classified; orphans deleted unless dry run.
-	Inventory sweep.InventoryReport `json:"inventory"`
+	Inventory *sweep.InventoryReport `json:"inventory,omitempty"`
 }
 
 // decided records the deletions a collection decided, to finish the local
@@ -441,11 +449,31 @@ func (d *decided) EnqueueDeletionsTx(_ context.Context, _ pgx.Tx, ds []store.Del
 	return nil
 }
 
-// RunSweep runs one pass of every sweep now (`worker sweep [--dry-run]`):
-// the reaper, the collector (finishing its byte deletions in this
-// datacenter) and the inventory, and writes the report as JSON to out:
-// what it reclaimed, or with dryRun would.
-func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryRun bool, out io.Writer) error {
+// SweepSteps are the steps of `worker sweep`, in the order they run.
+var SweepSteps = []string{"reaper", "collector", "inventory"}
+
+// SweepOptions say what RunSweep does.
+type SweepOptions struct {
+	// DryRun lists what the pass would reclaim and changes nothing.
+	DryRun bool
+	// Steps are the SweepSteps to run (`--only`); nil runs every one.
+	Steps []string
+}
+
+func (o SweepOptions) runs(step string) bool { return o.Steps == nil || slices.Contains(o.Steps, step) }
+
+// RunSweep runs one pass of the sweeps now (`worker sweep [--dry-run]
+// [--only ...]`): the reaper, the collector (finishing its byte deletions
+// in this datacenter) and the inventory, or those of opts.Steps, and
+// writes the report as JSON to out: what it reclaimed, or with DryRun
+// would. Errors: invalid for an unknown step.
+func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts SweepOptions, out io.Writer) error {
+	for _, step := range opts.Steps {
+		if !slices.Contains(SweepSteps, step) {
+			return blobplane.Errorf(blobplane.CodeInvalid, "unknown sweep step %q: must be one of %s", step, strings.Join(SweepSteps, ", "))
+		}
+	}
+	dryRun := opts.DryRun
 	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
 		return err
@@ -460,43 +488,31 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryR
 	}
 	defer backends.Close()
 	rep := SweepReport{DryRun: dryRun}
-	err = func() error {
-		var err error
-		if rep.Reaper, err = newReaper(cfg, st, backends, logger).RunOnce(ctx, dryRun); err != nil {
-			return err
+	for _, step := range SweepSteps {
+		if opts.runs(step) {
+			rep.Steps = append(rep.Steps, step)
 		}
-		if dryRun {
-			if rep.CollectCandidates, err = st.CollectCandidates(ctx, sweep.DefaultCollectBatch); err != nil {
-				return err
-			}
-		} else {
-			var local decided
-			c := &sweep.Collector{Store: st, Enqueuer: &local, Logger: logger.With("service", "collector")}
-			cr, err := c.RunOnce(ctx)
-			rep.Collector = &cr
+	}
+	err = func() error {
+		if opts.runs("reaper") {
+			r, err := newReaper(cfg, st, backends, logger).RunOnce(ctx, dryRun)
+			rep.Reaper = &r
 			if err != nil {
 				return err
 			}
-			del := &sweep.Deleter{Store: st, Backends: sweep.Narrow[sweep.ObjectDeleter](backends.ByName), Datacenter: cfg.Datacenter}
-			for _, d := range local.got {
-				if d.Key.Datacenter != cfg.Datacenter {
-					continue
-				}
-				res, err := del.Delete(ctx, d.Key)
-				if err != nil {
-					return err
-				}
-				switch res {
-				case store.DeletionDeleted:
-					rep.BytesDeleted++
-				case store.DeletionSuperseded:
-					rep.DeletionsSuperseded++
-				}
+		}
+		if opts.runs("collector") {
+			if err := runCollector(ctx, cfg, st, backends, logger, dryRun, &rep); err != nil {
+				return err
 			}
 		}
-		inv := &sweep.Inventory{Store: st, Backends: sweep.Narrow[sweep.Lister](backends.ByName), Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
-		rep.Inventory, err = inv.Run(ctx, dryRun)
-		return err
+		if opts.runs("inventory") {
+			inv := &sweep.Inventory{Store: st, Backends: sweep.Narrow[sweep.Lister](backends.ByName), Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
+			r, err := inv.Run(ctx, dryRun)
+			rep.Inventory = &r
+			return err
+		}
+		return nil
 	}()
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
@@ -504,6 +520,41 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, dryR
 		return errors.Join(err, eerr)
 	}
 	return err
+}
+
+// runCollector is RunSweep's collector step: one collection pass, then
+// this datacenter's byte deletions it decided (in a dry run, only the
+// candidates).
+func runCollector(ctx context.Context, cfg *config.Config, st *store.Store, backends *Backends, logger *slog.Logger, dryRun bool, rep *SweepReport) error {
+	if dryRun {
+		var err error
+		rep.CollectCandidates, err = st.CollectCandidates(ctx, sweep.DefaultCollectBatch)
+		return err
+	}
+	var local decided
+	c := &sweep.Collector{Store: st, Enqueuer: &local, Logger: logger.With("service", "collector")}
+	cr, err := c.RunOnce(ctx)
+	rep.Collector = &cr
+	if err != nil {
+		return err
+	}
+	del := &sweep.Deleter{Store: st, Backends: sweep.Narrow[sweep.ObjectDeleter](backends.ByName), Datacenter: cfg.Datacenter}
+	for _, d := range local.got {
+		if d.Key.Datacenter != cfg.Datacenter {
+			continue
+		}
+		res, err := del.Delete(ctx, d.Key)
+		if err != nil {
+			return err
+		}
+		switch res {
+		case store.DeletionDeleted:
+			rep.BytesDeleted++
+		case store.DeletionSuperseded:
+			rep.DeletionsSuperseded++
+		}
+	}
+	return nil
 }
 
 func blobplaneMessage(err error) string {

@@ -90,9 +90,12 @@ func TestAPIServesThenShutsDown(t *testing.T) {
 		`blobplane_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
 		`blobplane_http_request_duration_seconds_bucket{method="GET",route="/readyz"`,
 		"go_goroutines", "process_cpu_seconds_total",
+		// The caches' series (their counting is store's tests').
+		`blobplane_cache_misses_total{cache="auth"}`, `blobplane_cache_listening{cache="auth"}`,
+		`blobplane_cache_hits_total{cache="existence"}`, `blobplane_cache_invalidations_total{cache="existence"}`,
 	} {
 		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
+			t.Errorf("/metrics lacks %s\n%s", want, metrics)
 		}
 	}
 

@@ -106,6 +106,15 @@ var (
 	cronName = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 )
 
+// cacheTTL parses an api cache's TTL: 0 (the cache off) up to a minute.
+func cacheTTL(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > time.Minute {
+		return 0, fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
+	}
+	return d, nil
+}
+
 // SweepJob is the periodic job name of the sweep (BLOBPLANE_CRON key,
 // scheduled by BLOBPLANE_SWEEP_CRON unless BLOBPLANE_CRON names it).
 const SweepJob = "sweep"
@@ -227,23 +236,9 @@ var Settings = []Setting{
 			return nil
 		}},
 	{Flag: "auth-cache-ttl", Env: "BLOBPLANE_AUTH_CACHE_TTL", Default: "30s", Usage: "how long the api serves a successful authentication from memory (emptied at once by any token, grant or principal change; at most 1m; 0 disables)", For: []string{API},
-		set: func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 || d > time.Minute {
-				return fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
-			}
-			c.AuthCacheTTL = d
-			return nil
-		}},
+		set: func(c *Config, v string) (err error) { c.AuthCacheTTL, err = cacheTTL(v); return err }},
 	{Flag: "existence-cache-ttl", Env: "BLOBPLANE_EXISTENCE_CACHE_TTL", Default: "30s", Usage: "how long the api serves a found blob (HEAD, and GET's existence check) from memory (emptied at once by any reference deletion or blob state change; at most 1m; 0 disables)", For: []string{API},
-		set: func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 || d > time.Minute {
-				return fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
-			}
-			c.ExistenceCacheTTL = d
-			return nil
-		}},
+		set: func(c *Config, v string) (err error) { c.ExistenceCacheTTL, err = cacheTTL(v); return err }},
 	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,
 		set: func(c *Config, v string) error {
 			if v == "" {

@@ -26,15 +26,8 @@ func (u *uploads) expire(t *testing.T, op string) {
 // location and some received bytes.
 func (u *uploads) staged(t *testing.T, location string) store.Intent {
 	t.Helper()
-	ctx := context.Background()
-	in, err := u.s.CreateIntent(ctx, store.NewIntent{
-		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
-		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
-	})
+	in, err := u.s.ExtendIntent(context.Background(), u.open(t, upRepo).OperationID, location, 7, time.Hour)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if in, err = u.s.ExtendIntent(ctx, in.OperationID, location, 7, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	return in

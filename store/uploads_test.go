@@ -75,16 +75,24 @@ func (u *uploads) admitted(t *testing.T, content string) (store.Intent, store.Fi
 	return u.admittedIn(t, upRepo, content)
 }
 
-func (u *uploads) admittedIn(t *testing.T, repo, content string) (store.Intent, store.FinalizeRequest) {
+// open is a new pending intent of upPrincipal in repo, nothing received.
+func (u *uploads) open(t *testing.T, repo string) store.Intent {
 	t.Helper()
-	ctx := context.Background()
-	in, err := u.s.CreateIntent(ctx, store.NewIntent{
+	in, err := u.s.CreateIntent(context.Background(), store.NewIntent{
 		Repository: repo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return in
+}
+
+func (u *uploads) admittedIn(t *testing.T, repo, content string) (store.Intent, store.FinalizeRequest) {
+	t.Helper()
+	ctx := context.Background()
+	in := u.open(t, repo)
+	var err error
 	d, size := contentOf([]byte(content))
 	if _, err := u.s.ExtendIntent(ctx, in.OperationID, "0123456789abcdef0123456789abcdef", size, time.Hour); err != nil {
 		t.Fatal(err)
@@ -636,17 +644,10 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 // record (what a close at the home does, store.Verification).
 func (u *uploads) closing(t *testing.T, content string) (store.Intent, store.FinalizeRequest) {
 	t.Helper()
-	ctx := context.Background()
-	in, err := u.s.CreateIntent(ctx, store.NewIntent{
-		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
-		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := u.open(t, upRepo)
 	d, size := contentOf([]byte(content))
 	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
-	if verified, err := u.s.ClaimAndStage(ctx, in.OperationID, k, size); err != nil || verified {
+	if verified, err := u.s.ClaimAndStage(context.Background(), in.OperationID, k, size); err != nil || verified {
 		t.Fatalf("claim and stage: verified %v, %v", verified, err)
 	}
 	return in, store.FinalizeRequest{

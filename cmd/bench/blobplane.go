@@ -199,14 +199,16 @@ func (b *blobplane) Route(ctx context.Context, digest string) error {
 type sweepResult struct {
 	Intents int
 	Passes  int
-	Elapsed time.Duration // all passes, each a `worker sweep` process
+	Elapsed time.Duration // all passes, each a `worker sweep --only reaper` process
 }
 
 // Sweep inserts n expired pending intents (abandoned uploads, each with a
 // staged location the filesystem backend does not hold) and times `worker
-// sweep` passes with BLOBPLANE_SWEEP_BATCH=batch until every one is reaped
-// and its staged upload deleted. A pass that reaps nothing, or a failed
-// delete, is an error.
+// sweep --only reaper` passes with BLOBPLANE_SWEEP_BATCH=batch until every
+// one is reaped and its staged upload deleted. Only the reaper: a full
+// pass also inventories every stored object, whatever the earlier
+// workloads left, which this workload is not about. A pass that reaps
+// nothing, or a failed delete, is an error.
 func (b *blobplane) Sweep(ctx context.Context, n, batch, rep int) (sweepResult, error) {
 	if _, err := b.pool.Exec(ctx, `
 		INSERT INTO intents (repository, principal, ingress_datacenter, backend, staged_location, received_bytes, created_at, expires_at)
@@ -218,7 +220,7 @@ func (b *blobplane) Sweep(ctx context.Context, n, batch, rep int) (sweepResult, 
 	res := sweepResult{}
 	start := time.Now()
 	for res.Intents < n {
-		out, err := runTool(ctx, filepath.Join(b.bin, "worker"), []string{"sweep"}, env)
+		out, err := runTool(ctx, filepath.Join(b.bin, "worker"), []string{"sweep", "--only", "reaper"}, env)
 		if err != nil {
 			return sweepResult{}, err
 		}

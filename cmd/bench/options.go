@@ -77,7 +77,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	reps := fs.Int("reps", 0, "repetitions of every workload (default "+strconv.Itoa(fullDefaults.reps)+", --quick "+strconv.Itoa(quickDefaults.reps)+")")
 	size := fs.String("size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
 	intents := fs.Int("intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
-	batch := fs.Int("sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep` pass (the worker's default); passes run until every intent is reaped")
+	batch := fs.Int("sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep --only reaper` pass (the worker's default); passes run until every intent is reaped")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
 	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")

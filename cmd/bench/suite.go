@@ -63,7 +63,7 @@ func (s *suite) tables(ctx context.Context) []*Table {
 		"get4k-16": {fmt.Sprintf("4 KiB GET, 16 clients, %s, over the same blobs", s.o.duration), names, s.reads("GET/s", true)},
 		"routing-16": {fmt.Sprintf("Routing query (GET /v1/blobs/<digest>/placements), 16 clients, %s — Blobplane only", s.o.duration),
 			bpOnly, s.routing},
-		"sweep": {fmt.Sprintf("Sweep of %d abandoned upload intents (`worker sweep` passes of %d) — Blobplane only", s.o.intents, s.o.batch),
+		"sweep": {fmt.Sprintf("Sweep of %d abandoned upload intents (`worker sweep --only reaper` passes of %d) — Blobplane only", s.o.intents, s.o.batch),
 			bpOnly, s.sweep},
 	}
 	var out []*Table

@@ -151,6 +151,15 @@ func testSweepCommand(t *testing.T, bin string) {
 		t.Fatal("the dry run deleted bytes")
 	}
 
+	// --only runs the steps it names; the others are absent from the report.
+	dryLater := sweepAll("--dry-run", "--only", "collector,inventory")
+	if len(dryLater.Reaper.Reaped) != 0 || !slices.Contains(dryLater.Candidates, string(collectable)) || dryLater.Inventory.Orphans != 1 {
+		t.Fatalf("dry run of --only collector,inventory: %+v", dryLater)
+	}
+	if inv := sweepAll("--dry-run", "--only", "inventory"); len(inv.Reaper.Reaped) != 0 || len(inv.Candidates) != 0 || inv.Inventory.Orphans != 1 {
+		t.Fatalf("dry run of --only inventory: %+v", inv)
+	}
+
 	dry := sweep("--dry-run")
 	if !dry.DryRun || len(dry.Reaped) != 1 || dry.Reaped[0].OperationID != in.OperationID || dry.BytesReclaimed != 15 {
 		t.Fatalf("dry run: %+v", dry)
@@ -180,6 +189,11 @@ func testSweepCommand(t *testing.T, bin string) {
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "usage: worker sweep") {
 		t.Fatalf("bad flag: %v %q", err, out)
+	}
+	cmd = exec.Command(bin, "sweep", "--only", "reaper,compactor")
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), `unknown sweep step "compactor"`) {
+		t.Fatalf("unknown step: %v %q", err, out)
 	}
 }
 
