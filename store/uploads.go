@@ -401,18 +401,21 @@ type Verification struct {
 	Epoch  int64
 }
 
-// Finalize publishes an admitted upload at the repository's authority home.
+// Finalize publishes an admitted upload at the repository's authority home,
+// deciding in one transaction on the intent's row, locked FOR UPDATE (a
+// publication and an abandonment of one intent cannot both happen, S5).
 // A retry of an operation id that already published returns the stored
 // outcome and changes nothing (S4). Otherwise it validates, in the spec's
 // order: the authority fence (ErrAuthorityUnassigned, ErrAuthorityFence),
 // content identity (ErrContentIdentity), a verified placement
 // (ErrNoVerifiedPlacement), write access of the intent's principal
-// (ErrWriteRevoked). Then one transaction locks the intent FOR UPDATE
-// (abandoned: ErrIntentClosed), re-checks the lease under FOR SHARE so a
-// transfer cannot slip in, ensures the blob state row (obliterated:
-// ErrObliterated; collected with no placement verified since: ErrCollected,
-// retryable), inserts the reference, enqueues replication, stores the
-// outcome and admits the intent. A refusal stores no outcome.
+// (ErrWriteRevoked), then that the intent is not abandoned
+// (ErrIntentClosed). It re-checks the lease under FOR SHARE while it
+// ensures the blob state row, so a transfer cannot slip in before the
+// commit (obliterated: ErrObliterated; collected with no placement
+// verified since: ErrCollected, retryable), then inserts the reference,
+// enqueues replication, stores the outcome and admits the intent. A
+// refusal stores no outcome.
 //
 // With req.Verify set, the placement's verification is recorded in the
 // publishing transaction, after the intent's lock (the order a close
@@ -423,10 +426,9 @@ type Verification struct {
 // verification itself (e.g. digest_mismatch) is then what Finalize
 // returns, as a separate VerifyPlacement before it would have.
 //
-// Round trips: one statement reads everything the checks need
-// (FinalizeContext), then BEGIN, the intent lock, [the verification's
-// two,] the lease, the blob row, one statement for reference, admission
-// and outcome (Publish), [replication,] COMMIT.
+// Statements: BEGIN, FinalizeContext (the intent's lock and everything
+// the checks read), [the verification,] EnsureBlobUnderLease, Publish
+// (reference, admission and outcome), [replication,] COMMIT.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
 	out, verified, err := s.finalize(ctx, req)
@@ -457,13 +459,10 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		if err != nil {
 			return err
 		}
-		switch IntentState(fc.Intent.State) {
-		case IntentAdmitted: // a retry, or a concurrent finalization that won
+		if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
 			o, _, err := s.outcome(ctx, tx, id)
 			out = o
 			return err
-		case IntentAbandoned:
-			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
 		}
 		intent := intentFromRow(fc.Intent)
 
@@ -502,6 +501,11 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		}
 		if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
 			return refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+		}
+		// Decided on the locked row: an abandonment and this publication
+		// cannot both happen (S5).
+		if intent.State == IntentAbandoned {
+			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
 		}
 		targets := req.Targets
 		if targets == nil {

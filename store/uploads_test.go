@@ -753,3 +753,24 @@ func TestFinalizeRecordsVerification(t *testing.T) {
 		}
 	})
 }
+
+// Spec "Validation": the authority fence runs first. An abandoned intent
+// presented by a former home is refused by the fence, not as closed; the
+// abandonment is decided on the locked row after the spec's checks.
+func TestFinalizeFenceBeforeAbandonment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, req := u.admitted(t, "abandoned at a former home")
+	if _, err := u.s.AbandonIntent(ctx, req.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	req.Node = "node-b"
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
+		t.Fatalf("former home, abandoned intent: %v, want %v", err, store.ErrAuthorityFence)
+	}
+	req.Node = upNode
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrIntentClosed) {
+		t.Fatalf("the home, abandoned intent: %v, want %v", err, store.ErrIntentClosed)
+	}
+}
