@@ -152,8 +152,8 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	routing.Keeper = a.keeper
 	a.beat.Report = a.keeper.Report
 	metrics := handlers.NewMetrics()
-	metrics.RegisterCache("auth", func() handlers.CacheStats { return handlers.CacheStats(st.AuthCacheStats()) })
-	metrics.RegisterCache("existence", func() handlers.CacheStats { return handlers.CacheStats(st.ExistenceCacheStats()) })
+	metrics.RegisterCache("auth", st.AuthCacheStats)
+	metrics.RegisterCache("existence", st.ExistenceCacheStats)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,
@@ -226,12 +226,13 @@ func (a *API) Serve(ctx context.Context) error {
 	keeperDone := make(chan struct{})
 	go func() { defer close(keeperDone); a.keeper.Run(bg) }()
 	defer func() { stopBG(); <-keeperDone }()
-	go a.followMapNotifications(bg)
-	// Authentications and found blobs served from memory while one LISTEN
-	// connection proves that no token, grant or principal changed
-	// (docs/auth.md) and no reference was deleted nor blob taken out of
-	// live (docs/uploads.md). A zero TTL leaves that cache off.
-	var caches store.CacheOptions
+	// One LISTEN connection wakes the keeper on every map publication and
+	// keeps the caches exact: authentications and found blobs are served
+	// from memory while it proves that no token, grant or principal
+	// changed (docs/auth.md) and no reference was deleted nor blob taken
+	// out of live (docs/uploads.md). A zero TTL leaves that cache off.
+	// While it is down the keeper's jittered refresh covers publications.
+	caches := store.CacheOptions{MapPublished: a.keeper.Notify}
 	if a.cfg.AuthCacheTTL > 0 {
 		caches.Auth = &store.AuthCacheOptions{TTL: a.cfg.AuthCacheTTL}
 	}
@@ -263,29 +264,6 @@ func (a *API) Serve(ctx context.Context) error {
 	}
 	a.logger.Info("api stopped")
 	return nil
-}
-
-// followMapNotifications wakes the keeper on every map publication; the
-// subscription is re-established when its connection drops (the keeper's
-// jittered refresh covers the gap).
-func (a *API) followMapNotifications(ctx context.Context) {
-	for ctx.Err() == nil {
-		notes, err := a.store.MapNotifications(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				a.logger.Warn("map notifications unavailable; relying on the periodic refresh", "err", err)
-			}
-		} else {
-			a.keeper.Notify() // a publication may have landed while unsubscribed
-			for range notes {
-				a.keeper.Notify()
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // Close releases the listener and the pool (idempotent).

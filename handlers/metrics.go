@@ -9,6 +9,8 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/blobplane/blobplane/store"
 )
 
 // Metrics holds the HTTP metrics and the registry /metrics serves.
@@ -71,38 +73,28 @@ func routePattern(r *http.Request) string {
 	return "unmatched"
 }
 
-// CacheStats is what one of the api's in-memory caches reports
-// (store.AuthCacheStats and store.ExistenceCacheStats convert to it).
-type CacheStats struct {
-	Hits          uint64
-	Misses        uint64
-	Invalidations uint64
-	Entries       int
-	Listening     bool
-}
-
 // RegisterCache exports the cache called name, read from stats at every
 // scrape: blobplane_cache_hits_total, _misses_total and
 // _invalidations_total, blobplane_cache_entries, and
 // blobplane_cache_listening (1 while its LISTEN connection is up, so the
 // cache serves; 0 while every request asks Postgres), all labelled
 // cache=name.
-func (m *Metrics) RegisterCache(name string, stats func() CacheStats) {
+func (m *Metrics) RegisterCache(name string, stats func() store.CacheStats) {
 	labels := prometheus.Labels{"cache": name}
-	counter := func(metric, help string, v func(CacheStats) uint64) prometheus.Collector {
+	counter := func(metric, help string, v func(store.CacheStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "blobplane_cache_" + metric, Help: help, ConstLabels: labels},
 			func() float64 { return float64(v(stats())) })
 	}
-	gauge := func(metric, help string, v func(CacheStats) float64) prometheus.Collector {
+	gauge := func(metric, help string, v func(store.CacheStats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "blobplane_cache_" + metric, Help: help, ConstLabels: labels},
 			func() float64 { return v(stats()) })
 	}
 	m.Registry.MustRegister(
-		counter("hits_total", "Answers served from the cache without a query.", func(s CacheStats) uint64 { return s.Hits }),
-		counter("misses_total", "Lookups that asked Postgres while the cache was started.", func(s CacheStats) uint64 { return s.Misses }),
-		counter("invalidations_total", "Times the cache was emptied (a NOTIFY, or a write through this process).", func(s CacheStats) uint64 { return s.Invalidations }),
-		gauge("entries", "Entries cached now.", func(s CacheStats) float64 { return float64(s.Entries) }),
-		gauge("listening", "1 while the cache's LISTEN connection is up and the cache serves; 0 while every lookup asks Postgres.", func(s CacheStats) float64 {
+		counter("hits_total", "Answers served from the cache without a query.", func(s store.CacheStats) uint64 { return s.Hits }),
+		counter("misses_total", "Lookups that asked Postgres while the cache was started.", func(s store.CacheStats) uint64 { return s.Misses }),
+		counter("invalidations_total", "Times the cache was emptied (a NOTIFY, or a write through this process).", func(s store.CacheStats) uint64 { return s.Invalidations }),
+		gauge("entries", "Entries cached now.", func(s store.CacheStats) float64 { return float64(s.Entries) }),
+		gauge("listening", "1 while the cache's LISTEN connection is up and the cache serves; 0 while every lookup asks Postgres.", func(s store.CacheStats) float64 {
 			if s.Listening {
 				return 1
 			}

@@ -200,7 +200,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (auth.Principal,
 	}
 	invalid := &blobplane.Error{Code: blobplane.CodeUnauthorized, Op: "authenticate", Message: "invalid token"}
 	cache := s.runningAuthCache()
-	var ticket authTicket
+	var ticket cacheTicket
 	if cache != nil {
 		p, matched, hit, t := cache.lookup(tok)
 		if hit {

@@ -48,31 +48,13 @@ type AuthCacheHooks struct {
 	AfterQuery func(tokenID string)
 }
 
-// AuthCacheStats is what the authentication cache has done since
-// StartCaches started it; all zero when no cache runs.
-type AuthCacheStats struct {
-	Hits          uint64 // answered without a query (a success, or a wrong secret for a cached token id)
-	Misses        uint64 // asked Postgres while a cache was started (not cached, expired, or not listening)
-	Invalidations uint64 // emptied because the auth tables changed: a notification, or a write through this Store
-	Entries       int    // tokens cached now
-	Listening     bool   // the listener is LISTENing, so the cache is in use
-}
-
-// AuthCacheStats reports the running authentication cache's counters, for
-// metrics; the zero value when StartCaches did not start it.
-func (s *Store) AuthCacheStats() AuthCacheStats {
-	c := s.runningAuthCache()
-	if c == nil {
-		return AuthCacheStats{}
+// AuthCacheStats reports the authentication cache's counters, for
+// metrics (Hits also counts a wrong secret refused for a cached token id).
+func (s *Store) AuthCacheStats() CacheStats {
+	if c := s.runningAuthCache(); c != nil {
+		return c.stats()
 	}
-	st := c.stats()
-	return AuthCacheStats{
-		Hits:          st.hits,
-		Misses:        st.misses,
-		Invalidations: st.invalidations,
-		Entries:       st.entries,
-		Listening:     st.listening,
-	}
+	return CacheStats{}
 }
 
 // runningAuthCache is the authentication cache StartCaches runs, or nil.
@@ -109,9 +91,6 @@ type authEntry struct {
 	principal auth.Principal
 }
 
-// authTicket is what a miss knew about the cache before its query.
-type authTicket = cacheTicket
-
 func newAuthCache(opts AuthCacheOptions) *authCache {
 	return &authCache{
 		notifyCache: newNotifyCache[authEntry](opts.TTL, DefaultAuthCacheTTL, MaxAuthCacheTTL, opts.MaxEntries, DefaultAuthCacheMaxEntries, opts.Now),
@@ -122,7 +101,7 @@ func newAuthCache(opts AuthCacheOptions) *authCache {
 // lookup answers tok from the cache when it can: hit reports that it did,
 // and then matched whether the secret is right. On a miss, the ticket is
 // what insert needs.
-func (c *authCache) lookup(tok auth.Token) (p auth.Principal, matched, hit bool, t authTicket) {
+func (c *authCache) lookup(tok auth.Token) (p auth.Principal, matched, hit bool, t cacheTicket) {
 	e, hit, t := c.get(tok.ID)
 	if !hit {
 		return auth.Principal{}, false, false, t
@@ -137,7 +116,7 @@ func (c *authCache) lookup(tok auth.Token) (p auth.Principal, matched, hit bool,
 
 // insert caches a successful authentication loaded under ticket t, unless
 // the cache was emptied since.
-func (c *authCache) insert(t authTicket, hash []byte, p auth.Principal) {
+func (c *authCache) insert(t cacheTicket, hash []byte, p auth.Principal) {
 	if h := c.hooks.AfterQuery; h != nil {
 		h(p.TokenID)
 	}

@@ -488,7 +488,7 @@ func TestAuthCacheStop(t *testing.T) {
 	tok, _ := cachedToken(t, s, "ci", "team/*:write")
 	stop()
 	stop() // idempotent
-	if st := s.AuthCacheStats(); st != (store.AuthCacheStats{}) {
+	if st := s.AuthCacheStats(); st != (store.CacheStats{}) {
 		t.Fatalf("stats after stop: %+v", st)
 	}
 	if _, err := s.Authenticate(ctx, tok); err != nil {

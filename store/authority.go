@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -190,54 +189,6 @@ func (s *Store) MapDelta(ctx context.Context, since uint64) (*authority.Delta, e
 		return nil, dbErr("store.MapDelta", err)
 	}
 	return authority.ParseDelta([]byte(doc))
-}
-
-// MapNotifications LISTENs on MapChannel on a dedicated connection (taken
-// out of the pool) and sends each published version on the returned
-// channel. Once it returns, no later publication is missed while the
-// connection lives. The channel is closed when ctx ends or the connection
-// fails (the error is logged unless ctx ended); callers keep a jittered
-// periodic refresh as the fallback and subscribe again.
-func (s *Store) MapNotifications(ctx context.Context) (<-chan uint64, error) {
-	const op = "store.MapNotifications"
-	pc, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, dbErr(op, err)
-	}
-	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+MapChannel); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil, dbErr(op, err)
-	}
-	ch := make(chan uint64, 16)
-	go func() {
-		defer close(ch)
-		defer func() {
-			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = conn.Close(closeCtx)
-		}()
-		for {
-			n, err := conn.WaitForNotification(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.logger.Error("map notifications stopped", "error", err)
-				}
-				return
-			}
-			v, err := strconv.ParseUint(n.Payload, 10, 64)
-			if err != nil {
-				s.logger.Warn("ignoring malformed map notification", "payload", n.Payload)
-				continue
-			}
-			select {
-			case ch <- v:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
 }
 
 // LeaseFenceWrite is the payload of a FENCE write: what moves under the

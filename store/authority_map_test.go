@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -220,15 +221,31 @@ func TestMapTableRefusesRegressionAndEdits(t *testing.T) {
 	}
 }
 
-// A listener hears each published version once the publishing
-// transaction commits, and stops when its context ends.
+// PublishMap notifies MapChannel with each published version once its
+// transaction commits, and a refused publication notifies nothing
+// (notifications arrive in commit order: a barrier sent after the refusal
+// is the next one heard).
 func TestMapNotifications(t *testing.T) {
 	t.Parallel()
 	f := setupMaps(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := f.s.MapNotifications(ctx)
+	ctx := context.Background()
+	conn, err := f.s.Pool().Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+store.MapChannel); err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Payload
 	}
 	m1 := f.first(t)
 	m2, d := f.next(t, m1)
@@ -236,28 +253,43 @@ func TestMapNotifications(t *testing.T) {
 		m *authority.Map
 		d *authority.Delta
 	}{{m1, nil}, {m2, d}} {
-		if err := f.s.PublishMap(context.Background(), c.m, c.d); err != nil {
+		if err := f.s.PublishMap(ctx, c.m, c.d); err != nil {
 			t.Fatal(err)
 		}
+		if got, want := next(), fmt.Sprint(c.m.Version); got != want {
+			t.Fatalf("notified %q, want %q", got, want)
+		}
+	}
+	if err := f.s.PublishMap(ctx, m1, nil); err == nil {
+		t.Fatal("republishing version 1 was accepted")
+	}
+	if _, err := f.s.Pool().Exec(ctx, "SELECT pg_notify($1, 'barrier')", store.MapChannel); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "barrier" {
+		t.Fatalf("notified %q after a refused publication", got)
+	}
+}
+
+// The cache listener calls MapPublished once it listens (a publication
+// may have landed before), then on each publication.
+func TestMapPublishedWakes(t *testing.T) {
+	t.Parallel()
+	f := setupMaps(t)
+	calls := make(chan struct{}, 16)
+	stop := f.s.StartCaches(context.Background(), store.CacheOptions{MapPublished: func() { calls <- struct{}{} }})
+	t.Cleanup(stop)
+	wait := func(what string) {
+		t.Helper()
 		select {
-		case v := <-ch:
-			if v != c.m.Version {
-				t.Fatalf("notified %d, want %d", v, c.m.Version)
-			}
+		case <-calls:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("no notification for version %d", c.m.Version)
+			t.Fatalf("no MapPublished call for %s", what)
 		}
 	}
-	// A refused publication notifies nothing: the next message is the
-	// channel closing when the context ends.
-	_ = f.s.PublishMap(context.Background(), m1, nil)
-	cancel()
-	select {
-	case v, ok := <-ch:
-		if ok {
-			t.Fatalf("notified %d after a refused publication", v)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("channel not closed after cancel")
+	wait("the listener coming up")
+	if err := f.s.PublishMap(context.Background(), f.first(t), nil); err != nil {
+		t.Fatal(err)
 	}
+	wait("version 1")
 }

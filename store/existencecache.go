@@ -49,31 +49,13 @@ type ExistenceCacheHooks struct {
 	AfterQuery func(repository string, d blobplane.Digest)
 }
 
-// ExistenceCacheStats is what the existence cache has done since
-// StartCaches started it; all zero when no cache runs.
-type ExistenceCacheStats struct {
-	Hits          uint64 // answered without a query
-	Misses        uint64 // asked Postgres while a cache was started (not cached, expired, absent, or not listening)
-	Invalidations uint64 // emptied because references or blob states changed: a notification, or a deletion through this Store
-	Entries       int    // (repository, digest) pairs cached now
-	Listening     bool   // the listener is LISTENing, so the cache is in use
-}
-
-// ExistenceCacheStats reports the running existence cache's counters, for
-// metrics; the zero value when StartCaches did not start it.
-func (s *Store) ExistenceCacheStats() ExistenceCacheStats {
-	c := s.existenceCache.Load()
-	if c == nil {
-		return ExistenceCacheStats{}
+// ExistenceCacheStats reports the existence cache's counters, for
+// metrics; an entry is a (repository, digest) pair.
+func (s *Store) ExistenceCacheStats() CacheStats {
+	if c := s.existenceCache.Load(); c != nil {
+		return c.stats()
 	}
-	st := c.stats()
-	return ExistenceCacheStats{
-		Hits:          st.hits,
-		Misses:        st.misses,
-		Invalidations: st.invalidations,
-		Entries:       st.entries,
-		Listening:     st.listening,
-	}
+	return CacheStats{}
 }
 
 // invalidateExistenceCache empties this process's existence cache after a

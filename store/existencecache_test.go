@@ -465,7 +465,7 @@ func TestExistenceCacheStop(t *testing.T) {
 	waitFor(t, "the existence cache listens", func() bool { return s.ExistenceCacheStats().Listening })
 	stop()
 	stop() // idempotent
-	if st := s.ExistenceCacheStats(); st != (store.ExistenceCacheStats{}) {
+	if st := s.ExistenceCacheStats(); st != (store.CacheStats{}) {
 		t.Fatalf("stats after stop: %+v", st)
 	}
 	unknown, _ := contentOf([]byte("unknown"))

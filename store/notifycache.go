@@ -37,6 +37,11 @@ type CacheOptions struct {
 	Auth *AuthCacheOptions
 	// Existence runs the blob existence cache (existencecache.go).
 	Existence *ExistenceCacheOptions
+	// MapPublished, when set, is called on every map publication
+	// (MapChannel), and each time the listener starts listening, since a
+	// publication may have landed while it was not (the API wakes its
+	// lease keeper with it). Not a cache: it rides on the same connection.
+	MapPublished func()
 	// Hooks are interleaving points for tests; leave them nil.
 	Hooks ListenerHooks
 }
@@ -86,7 +91,10 @@ func (s *Store) StartCaches(ctx context.Context, opts CacheOptions) (stop func()
 		undo = append(undo, func() { s.existenceCache.CompareAndSwap(c, nil) })
 		l.register(RefsChannel, "existence", c)
 	}
-	if len(undo) == 0 {
+	if opts.MapPublished != nil {
+		l.register(MapChannel, "map", mapWaker(opts.MapPublished))
+	}
+	if len(l.channels) == 0 {
 		return func() {}
 	}
 	cfg := s.pool.Config().ConnConfig.Copy()
@@ -123,7 +131,20 @@ type listenerTarget interface {
 var (
 	_ listenerTarget = (*authCache)(nil)
 	_ listenerTarget = (*existenceCache)(nil)
+	_ listenerTarget = mapWaker(nil)
 )
+
+// mapWaker is CacheOptions.MapPublished as a listener target: called on
+// each notification, and when the listener comes up.
+type mapWaker func()
+
+func (w mapWaker) invalidate() { w() }
+
+func (w mapWaker) setListening(on bool) {
+	if on {
+		w()
+	}
+}
 
 // notifyCache is a map emptied by notifications, the part the
 // authentication and existence caches share: entries by key, each with the
@@ -182,11 +203,15 @@ type cacheTicket struct {
 	at        time.Time
 }
 
-// cacheStats is a notifyCache's counters and state.
-type cacheStats struct {
-	hits, misses, invalidations uint64
-	entries                     int
-	listening                   bool
+// CacheStats is what one of StartCaches' caches has done since it
+// started (Store.AuthCacheStats, Store.ExistenceCacheStats); all zero when
+// that cache does not run.
+type CacheStats struct {
+	Hits          uint64 // answered without a query
+	Misses        uint64 // asked Postgres while the cache was started (not cached, expired, or not listening)
+	Invalidations uint64 // emptied because what it caches changed: a notification, or a write through this Store
+	Entries       int    // entries cached now
+	Listening     bool   // the listener is LISTENing, so the cache is in use
 }
 
 // newNotifyCache makes a cache with ttl (def when not positive, at most
@@ -267,13 +292,14 @@ func (c *notifyCache[V]) setListening(on bool) {
 	c.mu.Unlock()
 }
 
-func (c *notifyCache[V]) stats() cacheStats {
+// stats reports c's counters and state.
+func (c *notifyCache[V]) stats() CacheStats {
 	c.mu.Lock()
 	entries, listening := len(c.entries), c.listening
 	c.mu.Unlock()
-	return cacheStats{
-		hits: c.hits.Load(), misses: c.misses.Load(), invalidations: c.invalidations.Load(),
-		entries: entries, listening: listening,
+	return CacheStats{
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Invalidations: c.invalidations.Load(),
+		Entries: entries, Listening: listening,
 	}
 }
 

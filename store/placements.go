@@ -107,22 +107,29 @@ func (s *Store) StagePlacement(ctx context.Context, k placement.Key, size, epoch
 // transition (a verified row: conflict) changes nothing and leaves tx
 // usable.
 func (s *Store) stageTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, epoch int64) (placement.Placement, error) {
-	const op = "stage placement"
 	// Spec: "A stage that would exceed the bound is refused". Stages of
 	// one digest take turns so that counting and inserting is atomic.
 	if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
 		return placement.Placement{}, err
 	}
-	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		row, err := s.q.InsertPlacement(ctx, tx, dbsqlc.InsertPlacementParams{
-			Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
-			SizeBytes: size, Epoch: epoch, MaxPerDigest: placement.MaxPerDigest,
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return placement.Placement{}, fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
-		}
+	return s.stageLockedTx(ctx, tx, k, size, epoch)
+}
+
+// stageLockedTx is stageTx under the digest's stage lock, which the
+// caller took in an earlier statement of tx: the common stage (a key with
+// no row yet) is one insert; a re-stage locks the row and transitions it.
+func (s *Store) stageLockedTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, epoch int64) (placement.Placement, error) {
+	const op = "stage placement"
+	row, err := s.q.InsertPlacementIfAbsent(ctx, tx, dbsqlc.InsertPlacementIfAbsentParams{
+		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+		SizeBytes: size, Epoch: epoch, MaxPerDigest: placement.MaxPerDigest,
+	})
+	if !errors.Is(err, pgx.ErrNoRows) {
 		return placementFromRow(row), err
+	}
+	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+	if errors.Is(err, pgx.ErrNoRows) { // no row, and none inserted: the digest is at the bound
+		return placement.Placement{}, fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
 	}
 	if err != nil {
 		return placement.Placement{}, err

@@ -260,9 +260,7 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	// travels with BEGIN: no round trip of its own.
 	err = pgx.BeginTxFunc(ctx, s.pool, asyncCommitTx, func(tx pgx.Tx) error {
 		// The claim and the digest's stage lock in one statement, then
-		// the common stage (a key with no row yet) in one more; any other
-		// case takes StagePlacement's general path under the same
-		// (re-entrant) lock.
+		// the stage under that lock.
 		_, err := s.q.ClaimIntentContent(ctx, tx, dbsqlc.ClaimIntentContentParams{
 			LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
 		})
@@ -273,14 +271,7 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 		if err != nil {
 			return err
 		}
-		_, err = s.q.InsertPlacementIfAbsent(ctx, tx, dbsqlc.InsertPlacementIfAbsentParams{
-			Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
-			SizeBytes: size, MaxPerDigest: placement.MaxPerDigest,
-		})
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		_, err = s.stageTx(ctx, tx, k, size, 0)
+		_, err = s.stageLockedTx(ctx, tx, k, size, 0)
 		if err != nil && !errors.Is(err, ErrPlacementLimit) && blobplane.ErrorCode(err) == blobplane.CodeConflict {
 			cur, gerr := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 			if gerr == nil && placement.State(cur.State) == placement.Verified {

@@ -20,17 +20,6 @@ SELECT * FROM placements
 WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
   AND generation <> @since_generation::bigint;
 
--- name: InsertPlacement :one
--- A new pending row, unless the digest already holds @max_per_digest
--- placements (then no row back). The caller holds the digest's stage lock
--- (LockPlacementDigest) from an earlier statement, so this statement's
--- snapshot sees every stage committed before the lock: the count and the
--- insert are one decision.
-INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
-SELECT @digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now()
-WHERE (SELECT count(*) FROM placements WHERE digest = @digest) < @max_per_digest::bigint
-RETURNING *;
-
 -- name: UpdatePlacement :one
 -- One fenced transition. The epoch fence and the generation the caller read
 -- are in the WHERE clause: no row back means the write was refused.
@@ -63,10 +52,13 @@ WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND l
 RETURNING *;
 
 -- name: InsertPlacementIfAbsent :one
--- InsertPlacement for a key that has no row yet (the common stage): no row
--- back when the key has a row or the digest is at the bound; the caller
--- then takes the general path (GetPlacementForUpdate, Transition). The
--- caller holds the digest's stage lock from an earlier statement.
+-- A new pending row for a key that has none (the common stage), unless
+-- the digest already holds @max_per_digest placements. No row back: the
+-- key has a row (the caller re-stages it: GetPlacementForUpdate,
+-- Transition) or the digest is at the bound. The caller holds the
+-- digest's stage lock (LockPlacementDigest) from an earlier statement, so
+-- this statement's snapshot sees every stage committed before the lock:
+-- the count and the insert are one decision.
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
 SELECT @digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now()
 WHERE (SELECT count(*) FROM placements WHERE digest = @digest) < @max_per_digest::bigint

@@ -129,57 +129,6 @@ func (q *Queries) GetPlacementIfChanged(ctx context.Context, db DBTX, arg GetPla
 	return i, err
 }
 
-const insertPlacement = `-- name: InsertPlacement :one
-INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
-SELECT $1, $2, $3, $4, 'pending', $5, $6, 1, now(), now()
-WHERE (SELECT count(*) FROM placements WHERE digest = $1) < $7::bigint
-RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
-`
-
-type InsertPlacementParams struct {
-	Digest       string
-	Backend      string
-	Datacenter   string
-	Location     string
-	SizeBytes    int64
-	Epoch        int64
-	MaxPerDigest int64
-}
-
-// A new pending row, unless the digest already holds @max_per_digest
-// placements (then no row back). The caller holds the digest's stage lock
-// (LockPlacementDigest) from an earlier statement, so this statement's
-// snapshot sees every stage committed before the lock: the count and the
-// insert are one decision.
-func (q *Queries) InsertPlacement(ctx context.Context, db DBTX, arg InsertPlacementParams) (Placement, error) {
-	row := db.QueryRow(ctx, insertPlacement,
-		arg.Digest,
-		arg.Backend,
-		arg.Datacenter,
-		arg.Location,
-		arg.SizeBytes,
-		arg.Epoch,
-		arg.MaxPerDigest,
-	)
-	var i Placement
-	err := row.Scan(
-		&i.Digest,
-		&i.Backend,
-		&i.Datacenter,
-		&i.Location,
-		&i.State,
-		&i.Reason,
-		&i.RevokeReason,
-		&i.SizeBytes,
-		&i.Epoch,
-		&i.Generation,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.VerifiedAt,
-	)
-	return i, err
-}
-
 const insertPlacementIfAbsent = `-- name: InsertPlacementIfAbsent :one
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
 SELECT $1, $2, $3, $4, 'pending', $5, $6, 1, now(), now()
@@ -198,10 +147,13 @@ type InsertPlacementIfAbsentParams struct {
 	MaxPerDigest int64
 }
 
-// InsertPlacement for a key that has no row yet (the common stage): no row
-// back when the key has a row or the digest is at the bound; the caller
-// then takes the general path (GetPlacementForUpdate, Transition). The
-// caller holds the digest's stage lock from an earlier statement.
+// A new pending row for a key that has none (the common stage), unless
+// the digest already holds @max_per_digest placements. No row back: the
+// key has a row (the caller re-stages it: GetPlacementForUpdate,
+// Transition) or the digest is at the bound. The caller holds the
+// digest's stage lock (LockPlacementDigest) from an earlier statement, so
+// this statement's snapshot sees every stage committed before the lock:
+// the count and the insert are one decision.
 func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg InsertPlacementIfAbsentParams) (Placement, error) {
 	row := db.QueryRow(ctx, insertPlacementIfAbsent,
 		arg.Digest,
