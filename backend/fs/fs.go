@@ -265,22 +265,14 @@ func (b *Backend) Read(ctx context.Context, d blobplane.Digest, opts backend.Rea
 	if err != nil {
 		return nil, err
 	}
-	off, _, err := backend.CheckRange(op, opts.Range, repr.ContentSize)
+	off, n, err := backend.CheckRange(op, opts.Range, repr.ContentSize)
 	if err != nil {
 		_ = f.Close()
 		return nil, err
 	}
 	var payload io.Reader
 	if repr.Codec == backend.CodecIdentity {
-		// The open file itself, positioned at the range and bounded by
-		// DecodeBody's io.LimitedReader: no section reader or decoder
-		// between the file and the caller's copy. The file handle is
-		// this read's own.
-		if _, err := f.Seek(HeaderSize+off, io.SeekStart); err != nil {
-			_ = f.Close()
-			return nil, classify(op, err)
-		}
-		payload = f
+		payload = io.NewSectionReader(f, HeaderSize+off, n)
 	} else {
 		payload = io.NewSectionReader(f, HeaderSize, repr.PayloadSize)
 	}
