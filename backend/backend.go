@@ -149,6 +149,15 @@ type WriteRequest struct {
 	// before the bytes arrive (S3 multipart) write straight to the
 	// content-addressed key.
 	PayloadSize int64
+	// BeforeVisible, when set, is called once before any byte becomes
+	// visible at the content-addressed key, and only if the write got
+	// that far; its error aborts the write (nothing becomes visible) and
+	// Write returns it unchanged. It is what must precede the object's
+	// appearance (an upload's claim, S6). The filesystem backend calls it
+	// after the bytes are verified and synced to a private temp file, so
+	// the caller's work overlaps the write; S3 calls it before sending
+	// anything.
+	BeforeVisible func() error
 }
 
 // Info is what a backend confirms about a stored object.

@@ -42,6 +42,11 @@ type UploadStore interface {
 	// written at k; alreadyVerified: k was verified already. Errors:
 	// not_found, conflict, digest_mismatch, stale_epoch.
 	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (alreadyVerified bool, err error)
+	// OpenAndStage creates an intent declaring k's content (its claim)
+	// and stages k, in one transaction: a single-request upload's first
+	// step; staged false leaves the stage to ClaimAndStage. Errors: those
+	// of CreateIntent.
+	OpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key) (in store.Intent, staged bool, err error)
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
@@ -310,11 +315,29 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		return
 	}
 	p, _ := PrincipalOf(ctx)
-	// The intent commits before the backend stages anything (flow 1).
-	in, err := h.Store.CreateIntent(ctx, store.NewIntent{
+	n := store.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
-	})
+	}
+	if d != "" && size != store.SizeUnknown {
+		// The whole blob in this request, its size known: the intent, its
+		// claim and the stage are one round trip (OpenAndStage), made
+		// while the body is written, and committed before the bytes
+		// appear at d's key.
+		k := h.objectKey(d, h.Backend)
+		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
+			func(ctx context.Context) (store.Intent, bool, string, error) {
+				in, staged, err := h.Store.OpenAndStage(ctx, n, k)
+				if err != nil || staged {
+					return in, false, ociNameUnknown, err
+				}
+				already, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
+				return in, already, ociUploadInvalid, err
+			})
+		return
+	}
+	// The intent commits before the backend stages anything (flow 1).
+	in, err := h.Store.CreateIntent(ctx, n)
 	if err != nil {
 		h.fail(w, r, err, ociNameUnknown)
 		return
@@ -438,7 +461,7 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		}
 		in.ReceivedBytes = n
 	}
-	h.close(w, r, be, in, d, in.ReceivedBytes, nil)
+	h.close(w, r, be, in, d, in.ReceivedBytes, nil, h.claimStage(in, d, in.ReceivedBytes))
 }
 
 // closeWithBody closes a session whose whole blob is this request's body
@@ -453,7 +476,7 @@ func (h *ociHandler) closeWithBody(w http.ResponseWriter, r *http.Request, be ba
 		if !ok {
 			return
 		}
-		h.close(w, r, be, in, d, n, nil)
+		h.close(w, r, be, in, d, n, nil, h.claimStage(in, d, n))
 		return
 	}
 	if r.ContentLength > h.MaxBlobSize {
@@ -463,7 +486,7 @@ func (h *ociHandler) closeWithBody(w http.ResponseWriter, r *http.Request, be ba
 		h.fail(w, r, tooLarge(h.MaxBlobSize), ociSizeInvalid)
 		return
 	}
-	h.close(w, r, be, in, d, r.ContentLength, r.Body)
+	h.close(w, r, be, in, d, r.ContentLength, r.Body, h.claimStage(in, d, r.ContentLength))
 }
 
 // uploadStatus is GET /v2/<name>/blobs/uploads/<id>: where to resume.
@@ -580,7 +603,7 @@ func (h *ociHandler) abortStaged(ctx context.Context, be backend.Backend, in sto
 // close verifies the blob's size bytes while storing them as d's
 // content-addressed object — promoted from the staged upload when body is
 // nil, else streamed from body — records the placement, and publishes.
-func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, size int64, body io.Reader) {
+func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, size int64, body io.Reader, claim claimFunc) {
 	ctx := r.Context()
 	if in.ExpectedDigest != "" && (in.ExpectedDigest != d || (in.ExpectedSize != store.SizeUnknown && in.ExpectedSize != size)) {
 		h.rejectContent(w, r, be, in, d, blobplane.Errorf(blobplane.CodeMismatch, "the upload declared %s, closed as %s with %d bytes", in.ExpectedDigest, d, size))
@@ -589,25 +612,50 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	// The intent claims d before any byte lands at d's key, and keeps the
 	// claim until it is admitted or abandoned: no collection of d can be
 	// decided between the promotion below and the publication (S6), and an
-	// abandonment hands verified bytes back to the collector (L1).
-	// One transaction, one commit: the claim, then the placement's stage.
-	k := placement.Key{Digest: d, Backend: in.Backend, Datacenter: h.Datacenter, Location: ObjectLocation(d)}
-	alreadyVerified, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
-	if err != nil {
-		h.fail(w, r, err, ociUploadInvalid)
-		return
-	}
-	// Both writes hash while they stream: the bytes must prove the digest
-	// even when a verified copy exists (S8). An existing object is the
-	// same content under the same key: one stored copy.
+	// abandonment hands verified bytes back to the collector (L1). The
+	// claim (with the placement's stage) runs while a body is written to
+	// its private temp file; the backend waits for its commit before the
+	// bytes appear at the key (WriteRequest.BeforeVisible). A staged
+	// upload is claimed first, then promoted.
+	k := h.objectKey(d, in.Backend)
+	var claimed claimResult
 	var info backend.Info
+	var err error
 	if body == nil {
+		claimed = runClaim(ctx, claim)
+		if claimed.err != nil {
+			h.fail(w, r, claimed.err, claimed.fallback)
+			return
+		}
+		in = claimed.in
 		info, err = be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: d, Size: size})
 	} else {
-		info, err = be.Write(ctx, backend.WriteRequest{Digest: d, Size: size, Body: body})
+		// The claim completes even if the client goes away mid-body: the
+		// session is left as a claim made before the write would leave it.
+		result := make(chan claimResult, 1)
+		go func() { result <- runClaim(context.WithoutCancel(ctx), claim) }()
+		var waited bool
+		wait := func() claimResult {
+			if !waited {
+				claimed, waited = <-result, true
+			}
+			return claimed
+		}
+		// Both writes hash while they stream: the bytes must prove the
+		// digest even when a verified copy exists (S8). An existing
+		// object is the same content under the same key: one stored copy.
+		info, err = be.Write(ctx, backend.WriteRequest{Digest: d, Size: size, Body: body,
+			BeforeVisible: func() error { return wait().err }})
+		// The claim's outcome comes first, whatever the write's: a refused
+		// claim is the answer, as if it had run before the write.
+		if wait(); claimed.err != nil {
+			h.fail(w, r, claimed.err, claimed.fallback)
+			return
+		}
+		in = claimed.in
 	}
 	if errors.Is(err, backend.ErrMismatch) {
-		if !alreadyVerified {
+		if !claimed.alreadyVerified {
 			if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), k, placement.DigestMismatch, 0); ferr != nil {
 				h.logger.WarnContext(ctx, "cannot record digest mismatch", "operation_id", in.OperationID, "err", ferr)
 			}
@@ -627,10 +675,44 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		return
 	}
 	var verify *store.Verification
-	if !alreadyVerified {
+	if !claimed.alreadyVerified {
 		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize}
 	}
 	h.publish(w, r, in, d, size, verify)
+}
+
+// claimFunc records what must precede d's bytes at its key (the intent's
+// claim and the placement's stage, S6) and returns the intent, whether
+// the placement is verified already, and the OCI code its error falls
+// back to.
+type claimFunc func(ctx context.Context) (in store.Intent, alreadyVerified bool, fallback string, err error)
+
+// claimResult is a claimFunc's answer.
+type claimResult struct {
+	in              store.Intent
+	alreadyVerified bool
+	fallback        string
+	err             error
+}
+
+func runClaim(ctx context.Context, claim claimFunc) claimResult {
+	var c claimResult
+	c.in, c.alreadyVerified, c.fallback, c.err = claim(ctx)
+	return c
+}
+
+// claimStage is the claim of a close on the existing session in.
+func (h *ociHandler) claimStage(in store.Intent, d blobplane.Digest, size int64) claimFunc {
+	return func(ctx context.Context) (store.Intent, bool, string, error) {
+		already, err := h.Store.ClaimAndStage(ctx, in.OperationID, h.objectKey(d, in.Backend), size)
+		return in, already, ociUploadInvalid, err
+	}
+}
+
+// objectKey is the placement d's bytes take on backend in this ingress's
+// datacenter.
+func (h *ociHandler) objectKey(d blobplane.Digest, backend string) placement.Key {
+	return placement.Key{Digest: d, Backend: backend, Datacenter: h.Datacenter, Location: ObjectLocation(d)}
 }
 
 // publish finalizes verified content at the home; elsewhere it forwards

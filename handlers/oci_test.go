@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -541,5 +543,57 @@ func TestOCIRetriedCloseAfterRefusal(t *testing.T) {
 	}
 	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.body != "retry me" {
 		t.Fatalf("read: %+v", a)
+	}
+}
+
+// A single-request upload writes its body while its intent, claim and
+// stage are recorded (OpenAndStage); when that is refused, or the bytes
+// are not the digest, nothing appears at the key and no temp file stays.
+func TestOCIMonolithicRefusedStoresNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := ociSetup(t, 0)
+	files := func() []string {
+		t.Helper()
+		var out []string
+		err := filepath.WalkDir(e.fs.Dir(), func(p string, de iofs.DirEntry, err error) error {
+			if err == nil && de.Type().IsRegular() {
+				out = append(out, p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	content := "no such repository"
+	d := ociDigest(content)
+	if a := e.do(t, "POST", "/v2/team/none/blobs/uploads/?digest="+d, content, e.writer, nil); a.status != 404 || ociCode(t, a) != "NAME_UNKNOWN" {
+		t.Fatalf("unknown repository: %+v", a)
+	}
+	if ps, err := e.st.Placements(ctx, blobplane.Digest(d)); err != nil || len(ps) != 0 {
+		t.Fatalf("placements after a refused open: %+v, %v", ps, err)
+	}
+
+	claimed := ociDigest("claimed bytes")
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+claimed, "actual bytes", e.writer, nil); a.status != 400 || ociCode(t, a) != "DIGEST_INVALID" {
+		t.Fatalf("mismatch: %+v", a)
+	}
+	ps, err := e.st.Placements(ctx, blobplane.Digest(claimed))
+	if err != nil || len(ps) != 1 || ps[0].State != placement.Failed || ps[0].Reason != placement.DigestMismatch {
+		t.Fatalf("placements after a mismatch: %+v, %v", ps, err)
+	}
+	if got := files(); len(got) != 0 {
+		t.Fatalf("files left by refused uploads: %v", got)
+	}
+
+	// And the same request shape publishes when all is well.
+	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, content, e.writer, nil); a.status != 201 {
+		t.Fatalf("upload: %+v", a)
+	}
+	if got := files(); len(got) != 1 {
+		t.Fatalf("files after one upload: %v", got)
 	}
 }

@@ -119,14 +119,26 @@ func (s *Store) stageTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, e
 // caller took in an earlier statement of tx: the common stage (a key with
 // no row yet) is one insert; a re-stage locks the row and transitions it.
 func (s *Store) stageLockedTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, epoch int64) (placement.Placement, error) {
-	const op = "stage placement"
-	row, err := s.q.InsertPlacementIfAbsent(ctx, tx, dbsqlc.InsertPlacementIfAbsentParams{
-		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
-		SizeBytes: size, Epoch: epoch, MaxPerDigest: placement.MaxPerDigest,
-	})
+	row, err := s.q.InsertPlacementIfAbsent(ctx, tx, insertPlacementArgs(k, size, epoch, pgtype.UUID{}))
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return placementFromRow(row), err
 	}
+	return s.restageLockedTx(ctx, tx, k, size, epoch)
+}
+
+// insertPlacementArgs are InsertPlacementIfAbsent's arguments; a valid
+// claimedBy makes the insert conditional on that intent's claim.
+func insertPlacementArgs(k placement.Key, size, epoch int64, claimedBy pgtype.UUID) dbsqlc.InsertPlacementIfAbsentParams {
+	return dbsqlc.InsertPlacementIfAbsentParams{
+		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+		SizeBytes: size, Epoch: epoch, MaxPerDigest: placement.MaxPerDigest, ClaimedBy: claimedBy,
+	}
+}
+
+// restageLockedTx is the rest of stageLockedTx when InsertPlacementIfAbsent
+// inserted nothing: k has a row, which it locks and transitions, or the
+// digest is at its bound (ErrPlacementLimit).
+func (s *Store) restageLockedTx(ctx context.Context, tx pgx.Tx, k placement.Key, size, epoch int64) (placement.Placement, error) {
 	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 	if errors.Is(err, pgx.ErrNoRows) { // no row, and none inserted: the digest is at the bound
 		return placement.Placement{}, fmt.Errorf("stage placement %s: %w", keyString(k), ErrPlacementLimit)
@@ -134,7 +146,7 @@ func (s *Store) stageLockedTx(ctx context.Context, tx pgx.Tx, k placement.Key, s
 	if err != nil {
 		return placement.Placement{}, err
 	}
-	return s.advance(ctx, tx, op, cur, placement.Stage, epoch, update{size: size})
+	return s.advance(ctx, tx, "stage placement", cur, placement.Stage, epoch, update{size: size})
 }
 
 // VerifyPlacement records the backend's confirmation of k: the digest and

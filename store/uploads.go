@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,12 +99,6 @@ var (
 	ErrNoEnqueuer = errors.New("replication targets exist but no replication enqueuer is configured")
 )
 
-// asyncCommitTx begins a transaction whose commit does not wait for its
-// WAL flush (synchronous_commit = off for this transaction only), in the
-// same round trip as BEGIN. Only for writes that a later synchronous
-// commit of the same flow makes durable before anything is acknowledged.
-var asyncCommitTx = pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"}
-
 func refusal(code blobplane.Code, op string, sentinel error, format string, args ...any) error {
 	return &blobplane.Error{Code: code, Op: "finalize " + op, Message: fmt.Sprintf(format, args...),
 		Retryable: code == blobplane.CodeUnavailable, Err: sentinel}
@@ -113,28 +108,9 @@ func refusal(code blobplane.Code, op string, sentinel error, format string, args
 // operation id. It commits before the caller stages any byte. Errors:
 // invalid (malformed fields), not_found (no such repository).
 func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
-	const op = "create intent"
-	if err := auth.CheckRepository(n.Repository); err != nil {
+	arg, err := createIntentArgs(n)
+	if err != nil {
 		return Intent{}, err
-	}
-	if n.TTL <= 0 {
-		return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "intent TTL %s: must be positive", n.TTL)
-	}
-	arg := dbsqlc.CreateIntentParams{
-		Repository: n.Repository, Principal: n.Principal, IngressDatacenter: n.IngressDatacenter, Backend: n.Backend,
-		StagedLocation: optText(n.StagedLocation), TtlSeconds: n.TTL.Seconds(),
-	}
-	if n.ExpectedDigest != "" {
-		if _, err := blobplane.ParseDigest(string(n.ExpectedDigest)); err != nil {
-			return Intent{}, err
-		}
-		arg.ExpectedDigest = optText(string(n.ExpectedDigest))
-	}
-	if n.ExpectedSize != SizeUnknown {
-		if n.ExpectedSize < 0 {
-			return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "expected size %d: must be >= 0", n.ExpectedSize)
-		}
-		arg.ExpectedSize = pgtype.Int8{Int64: n.ExpectedSize, Valid: true}
 	}
 	// The intent commits without waiting for its WAL flush: nothing is
 	// staged or published on it until a later, synchronous commit of this
@@ -145,13 +121,109 @@ func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
 	// per upload (docs/performance.md), in the same single statement.
 	row, err := s.q.CreateIntent(ctx, s.pool, arg)
 	if err != nil {
-		if e := dbErr(op, err); blobplane.ErrorCode(e) == blobplane.CodeConflict { // foreign key: no such repository
-			return Intent{}, &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: fmt.Sprintf("repository %q does not exist", n.Repository), Err: err}
-		} else {
-			return Intent{}, e
-		}
+		return Intent{}, createIntentErr(n, err)
 	}
 	return intentFromRow(row), nil
+}
+
+// createIntentArgs validates n into CreateIntent's arguments.
+func createIntentArgs(n NewIntent) (dbsqlc.CreateIntentParams, error) {
+	if err := auth.CheckRepository(n.Repository); err != nil {
+		return dbsqlc.CreateIntentParams{}, err
+	}
+	if n.TTL <= 0 {
+		return dbsqlc.CreateIntentParams{}, blobplane.Errorf(blobplane.CodeInvalid, "intent TTL %s: must be positive", n.TTL)
+	}
+	arg := dbsqlc.CreateIntentParams{
+		Repository: n.Repository, Principal: n.Principal, IngressDatacenter: n.IngressDatacenter, Backend: n.Backend,
+		StagedLocation: optText(n.StagedLocation), TtlSeconds: n.TTL.Seconds(),
+	}
+	if n.ExpectedDigest != "" {
+		if _, err := blobplane.ParseDigest(string(n.ExpectedDigest)); err != nil {
+			return dbsqlc.CreateIntentParams{}, err
+		}
+		arg.ExpectedDigest = optText(string(n.ExpectedDigest))
+	}
+	if n.ExpectedSize != SizeUnknown {
+		if n.ExpectedSize < 0 {
+			return dbsqlc.CreateIntentParams{}, blobplane.Errorf(blobplane.CodeInvalid, "expected size %d: must be >= 0", n.ExpectedSize)
+		}
+		arg.ExpectedSize = pgtype.Int8{Int64: n.ExpectedSize, Valid: true}
+	}
+	return arg, nil
+}
+
+// createIntentErr is CreateIntent's error: a foreign key violation means
+// the repository does not exist.
+func createIntentErr(n NewIntent, err error) error {
+	const op = "create intent"
+	if e := dbErr(op, err); blobplane.ErrorCode(e) == blobplane.CodeConflict {
+		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: fmt.Sprintf("repository %q does not exist", n.Repository), Err: err}
+	} else {
+		return e
+	}
+}
+
+// OpenAndStage is a single-request upload's first step: CreateIntent of
+// an intent that declares its digest and size (which is the claim S6
+// needs: ClaimAndStage would record the same) and the stage of k under
+// the digest's stage lock, in one round trip and one transaction, whose
+// commit, like CreateIntent's, does not wait for its WAL flush (the
+// close's Finalize flushes past it). staged is false when k was not
+// staged (k has a row already, or the digest is at its bound): the intent
+// exists and claims the content, and the caller stages through
+// ClaimAndStage. Errors: those of CreateIntent; on error nothing is
+// recorded.
+func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) (in Intent, staged bool, err error) {
+	if n.ExpectedDigest != k.Digest || n.ExpectedSize < 0 {
+		return Intent{}, false, blobplane.Errorf(blobplane.CodeInvalid, "open and stage: the intent must declare %s and its size", k.Digest)
+	}
+	arg, err := createIntentArgs(n)
+	if err != nil {
+		return Intent{}, false, err
+	}
+	if err := checkTransition(k, 0); err != nil {
+		return Intent{}, false, err
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return Intent{}, false, err
+	}
+	// The id is drawn here so the stage can name the intent whose claim
+	// it requires, in the same batch: one implicit transaction (pgx sends
+	// a single Sync), committed by the server when the batch ends.
+	if _, err := rand.Read(arg.OperationID.Bytes[:]); err != nil {
+		return Intent{}, false, err
+	}
+	arg.OperationID.Bytes[6] = arg.OperationID.Bytes[6]&0x0f | 0x40 // version 4
+	arg.OperationID.Bytes[8] = arg.OperationID.Bytes[8]&0x3f | 0x80 // RFC 4122 variant
+	arg.OperationID.Valid = true
+	var b pgx.Batch
+	var row dbsqlc.Intent
+	var stage dbsqlc.Placement
+	var createErr, lockErr, stageErr error
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &createErr)
+	queueExec(&b, func(db dbsqlc.DBTX) error {
+		return s.q.LockPlacementDigest(ctx, db, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)})
+	}, &lockErr)
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
+		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, n.ExpectedSize, 0, arg.OperationID))
+	}, &stage, &stageErr)
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
+		if createErr != nil && createErr != errNotAnswered {
+			return Intent{}, false, createIntentErr(n, createErr)
+		}
+		return Intent{}, false, createIntentErr(n, err)
+	}
+	if err := errors.Join(createErr, lockErr); err != nil {
+		return Intent{}, false, dbErr("open and stage", err)
+	}
+	if errors.Is(stageErr, pgx.ErrNoRows) {
+		return intentFromRow(row), false, nil
+	}
+	if stageErr != nil {
+		return Intent{}, false, placementErr("open and stage", stageErr)
+	}
+	return intentFromRow(row), true, nil
 }
 
 // GetIntent returns the intent op. Errors: not_found (also for a malformed
@@ -250,41 +322,59 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	if err := s.ensurePlacements(ctx); err != nil {
 		return false, err
 	}
-	claimed := true
 	// Like CreateIntent's, this commit does not wait for its WAL flush:
 	// the close's next commit (Finalize recording the verification, or
 	// VerifyPlacement away from the home) is synchronous and flushes the
 	// WAL past it. A crash before then loses the claim and the stage
 	// together; bytes already written at k are then either another
-	// upload's (owned, kept) or an orphan for the inventory. The setting
-	// travels with BEGIN: no round trip of its own.
-	err = pgx.BeginTxFunc(ctx, s.pool, asyncCommitTx, func(tx pgx.Tx) error {
-		// The claim and the digest's stage lock in one statement, then
-		// the stage under that lock.
-		_, err := s.q.ClaimIntentContent(ctx, tx, dbsqlc.ClaimIntentContentParams{
+	// upload's (owned, kept) or an orphan for the inventory.
+	//
+	// One round trip sends BEGIN, the setting, the claim with the digest's
+	// stage lock, and the common stage (an insert that happens only if the
+	// claim did, after the lock); the commit is the second.
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
+	var claimErr, stageErr error
+	var claimed pgtype.UUID
+	var staged dbsqlc.Placement
+	queueRow(&b, func(db dbsqlc.DBTX) (pgtype.UUID, error) {
+		return s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{
 			LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
 		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			claimed = false
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		_, err = s.stageLockedTx(ctx, tx, k, size, 0)
+	}, &claimed, &claimErr)
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
+		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, size, 0, id))
+	}, &staged, &stageErr)
+	br := s.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := br.Close(); err != nil {
+		return false, placementErr("claim and stage", err)
+	}
+	switch {
+	case errors.Is(claimErr, pgx.ErrNoRows):
+		_ = tx.Rollback(ctx)
+		return false, s.claimRefused(ctx, op, id, k.Digest, size)
+	case claimErr != nil:
+		return false, placementErr("claim and stage", claimErr)
+	case errors.Is(stageErr, pgx.ErrNoRows):
+		// k has a row already (or the digest is at its bound): re-stage
+		// it under the lock the claim took, in the same transaction.
+		_, err = s.restageLockedTx(ctx, tx, k, size, 0)
 		if err != nil && !errors.Is(err, ErrPlacementLimit) && blobplane.ErrorCode(err) == blobplane.CodeConflict {
 			cur, gerr := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 			if gerr == nil && placement.State(cur.State) == placement.Verified {
-				alreadyVerified = true
-				return nil
+				alreadyVerified, err = true, nil
 			}
 		}
-		return err
-	})
-	if !claimed {
-		return false, s.claimRefused(ctx, op, id, k.Digest, size)
+		if err != nil {
+			return false, placementErr("claim and stage", err)
+		}
+	case stageErr != nil:
+		return false, placementErr("claim and stage", stageErr)
 	}
-	if err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return false, placementErr("claim and stage", err)
 	}
 	return alreadyVerified, nil
@@ -442,14 +532,8 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 	if err := s.ensurePlacements(ctx); err != nil {
 		return Outcome{}, false, err
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.finalizeTx(ctx, req, id, func(tx pgx.Tx, fc dbsqlc.FinalizeContextRow, pv pipelinedVerify, b dbsqlc.Blob, blobErr error) error {
 		verified = false
-		fc, err := s.q.FinalizeContext(ctx, tx, dbsqlc.FinalizeContextParams{
-			OperationID: id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
-		})
-		if err != nil {
-			return err
-		}
 		if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
 			o, _, err := s.outcome(ctx, tx, id)
 			out = o
@@ -475,7 +559,10 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		// 3. A verified placement somewhere in the topology: one exists,
 		// or the verification recorded here makes one.
 		if v := req.Verify; v != nil {
-			p, err := s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
+			p, err := pv.row, pv.err
+			if !pv.done {
+				p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
+			}
 			if err != nil {
 				return err
 			}
@@ -504,14 +591,11 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		}
 
 		// The lease under FOR SHARE, so a transfer cannot slip in before
-		// this commit, and the blob state row.
-		b, err := s.q.EnsureBlobUnderLease(ctx, tx, dbsqlc.EnsureBlobUnderLeaseParams{
-			Digest: string(req.Digest), SizeBytes: req.Size, PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch),
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
+		// this commit, and the blob state row (EnsureBlobUnderLease,
+		// pipelined by finalizeTx).
+		if err := blobErr; errors.Is(err, pgx.ErrNoRows) {
 			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
-		}
-		if err != nil {
+		} else if err != nil {
 			return err
 		}
 		if b.State == "obliterated" {
@@ -569,6 +653,73 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		return Outcome{}, false, dbErr("finalize "+op, err)
 	}
 	return out, verified, nil
+}
+
+// pipelinedVerify is the answer of the verification finalizeTx pipelines
+// (VerifyPendingPlacement); done is false when it sent none or the row
+// was not in the common case, and the caller runs verifyTx.
+type pipelinedVerify struct {
+	row  placement.Placement
+	err  error
+	done bool
+}
+
+// finalizeTx runs fn in Finalize's transaction and commits when fn
+// returns nil. Its first round trip carries BEGIN, FinalizeContext (the
+// intent's lock), req.Verify's common case (pending -> verified) and
+// EnsureBlobUnderLease, in that order, the order the checks would take
+// the locks in; fn decides on their answers, and every write it refuses
+// is rolled back with the transaction. fn then sends the rest (Publish),
+// and the commit is the last round trip: three for a close instead of
+// six (docs/performance.md).
+func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.UUID,
+	fn func(tx pgx.Tx, fc dbsqlc.FinalizeContextRow, pv pipelinedVerify, b dbsqlc.Blob, blobErr error) error,
+) error {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	var fc dbsqlc.FinalizeContextRow
+	var fcErr error
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.FinalizeContextRow, error) {
+		return s.q.FinalizeContext(ctx, db, dbsqlc.FinalizeContextParams{
+			OperationID: id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
+		})
+	}, &fc, &fcErr)
+	var vrow dbsqlc.Placement
+	var vErr error
+	v := req.Verify
+	pipelineVerify := v != nil && v.Digest == v.Key.Digest && checkTransition(v.Key, v.Epoch) == nil
+	if pipelineVerify {
+		queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
+			return s.q.VerifyPendingPlacement(ctx, db, dbsqlc.VerifyPendingPlacementParams{
+				Digest: string(v.Key.Digest), Backend: v.Key.Backend, Datacenter: v.Key.Datacenter, Location: v.Key.Location,
+				SizeBytes: v.Size, Epoch: v.Epoch,
+			})
+		}, &vrow, &vErr)
+	}
+	var blob dbsqlc.Blob
+	var blobErr error
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Blob, error) {
+		return s.q.EnsureBlobUnderLease(ctx, db, dbsqlc.EnsureBlobUnderLeaseParams{
+			Digest: string(req.Digest), SizeBytes: req.Size, PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch),
+		})
+	}, &blob, &blobErr)
+	br := s.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if fcErr != nil {
+		return fcErr
+	}
+	pv := pipelinedVerify{done: pipelineVerify && !errors.Is(vErr, pgx.ErrNoRows)}
+	if pv.done {
+		pv.row, pv.err = placementFromRow(vrow), vErr
+	}
+	if err := fn(tx, fc, pv, blob, blobErr); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // Outcome returns the stored outcome of operation op. Errors: not_found

@@ -774,3 +774,92 @@ func TestFinalizeFenceBeforeAbandonment(t *testing.T) {
 		t.Fatalf("the home, abandoned intent: %v, want %v", err, store.ErrIntentClosed)
 	}
 }
+
+// A pipelined batch (store/batch.go) is one transaction: pgx ends it with
+// a single Sync, so a later statement's failure undoes an earlier
+// statement's write. OpenAndStage's atomicity rests on this.
+func TestBatchIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	n := store.NewIntent{Repository: upRepo, Principal: upPrincipal, IngressDatacenter: upDC, Backend: "fs", ExpectedSize: store.SizeUnknown, TTL: time.Hour}
+	op, err := u.s.BatchThenForTest(ctx, n, "SELECT 1/0")
+	if err == nil {
+		t.Fatal("a batch with a failing statement succeeded")
+	}
+	if _, err := u.s.GetIntent(ctx, op); blobplane.ErrorCode(err) != blobplane.CodeNotFound {
+		t.Fatalf("the intent written before the failure: %v, want not_found", err)
+	}
+	op, err = u.s.BatchThenForTest(ctx, n, "SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.GetIntent(ctx, op); err != nil {
+		t.Fatalf("the intent of a batch that succeeded: %v", err)
+	}
+}
+
+// OpenAndStage (the single-request upload's first step) records an intent
+// that claims the content and the pending placement, or nothing.
+func TestOpenAndStage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	d, size := contentOf([]byte("opened and staged"))
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+	n := store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}
+	placements := func() int {
+		return u.count(t, `SELECT count(*) FROM placements WHERE digest = $1`, string(d))
+	}
+
+	// An unknown repository: not_found, and no stage either.
+	gone := n
+	gone.Repository = "team/none"
+	if _, _, err := u.s.OpenAndStage(ctx, gone, k); blobplane.ErrorCode(err) != blobplane.CodeNotFound {
+		t.Fatalf("unknown repository: %v, want not_found", err)
+	}
+	// An intent that does not declare k's content is refused up front.
+	undeclared := n
+	undeclared.ExpectedSize = store.SizeUnknown
+	if _, _, err := u.s.OpenAndStage(ctx, undeclared, k); blobplane.ErrorCode(err) != blobplane.CodeInvalid {
+		t.Fatalf("undeclared size: %v, want invalid", err)
+	}
+	if got := placements(); got != 0 {
+		t.Fatalf("refused opens staged %d placements", got)
+	}
+
+	first, staged, err := u.s.OpenAndStage(ctx, n, k)
+	if err != nil || !staged {
+		t.Fatalf("first open: staged %v, %v", staged, err)
+	}
+	if got, err := u.s.GetIntent(ctx, first.OperationID); err != nil || got.State != store.IntentPending || got.ExpectedDigest != d || got.ExpectedSize != size {
+		t.Fatalf("intent: %+v, %v", got, err)
+	}
+	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Pending || p.Size != size {
+		t.Fatalf("stage: %+v, %v", p, err)
+	}
+	// k has a row now: a second open records its intent (the claim) and
+	// leaves the stage to ClaimAndStage, which re-stages under the lock.
+	second, staged, err := u.s.OpenAndStage(ctx, n, k)
+	if err != nil || staged {
+		t.Fatalf("second open: staged %v, %v", staged, err)
+	}
+	if second.OperationID == first.OperationID || second.ExpectedDigest != d {
+		t.Fatalf("second intent: %+v", second)
+	}
+	if already, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || already {
+		t.Fatalf("second close: already %v, %v", already, err)
+	}
+	if got := placements(); got != 1 {
+		t.Fatalf("%d placements of one key", got)
+	}
+	// And the whole close publishes.
+	req := store.FinalizeRequest{OperationID: first.OperationID, Digest: d, Size: size,
+		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
+		Replication: jobs.Replication{Client: u.river},
+		Verify:      &store.Verification{Key: k, Digest: d, Size: size}}
+	if out, err := u.s.Finalize(ctx, req); err != nil || !out.NewReference {
+		t.Fatalf("finalize: %+v, %v", out, err)
+	}
+}

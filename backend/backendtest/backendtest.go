@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RoundTrips", func(t *testing.T) { t.Parallel(); testRoundTrips(t, h) })
 	t.Run("Mismatch", func(t *testing.T) { t.Parallel(); testMismatch(t, h) })
 	t.Run("BodyFailure", func(t *testing.T) { t.Parallel(); testBodyFailure(t, h) })
+	t.Run("BeforeVisible", func(t *testing.T) { t.Parallel(); testBeforeVisible(t, h) })
 	t.Run("Staging", func(t *testing.T) { t.Parallel(); testStaging(t, h) })
 	t.Run("RacingRepresentations", func(t *testing.T) { t.Parallel(); testRacingRepresentations(t, h) })
 }
@@ -517,6 +518,50 @@ func testBodyFailure(t *testing.T, h Harness) {
 	_, err := b.Write(cctx, blob.Identity())
 	RequireCode(t, err, backend.ErrUnavailable, true)
 	RequireAbsent(t, b, blob.Digest)
+}
+
+// testBeforeVisible: WriteRequest.BeforeVisible runs once, before the
+// object is visible, and its error aborts the write with nothing visible.
+func testBeforeVisible(t *testing.T, h Harness) {
+	ctx := t.Context()
+	blob := NewBlob(12, 40_000)
+	b := h.New(t, backend.StoreAsSubmitted)
+
+	refused := errors.New("the claim was refused")
+	req := blob.Identity()
+	calls := 0
+	req.BeforeVisible = func() error {
+		calls++
+		RequireAbsent(t, b, blob.Digest)
+		return refused
+	}
+	if _, err := b.Write(ctx, req); !errors.Is(err, refused) {
+		t.Fatalf("write with a refusing hook: %v, want its error", err)
+	}
+	if calls != 1 {
+		t.Fatalf("hook called %d times, want 1", calls)
+	}
+	RequireAbsent(t, b, blob.Digest)
+	if got := ListAll(t, b, 100); len(got) != 0 {
+		t.Fatalf("a refused write left %d listed objects", len(got))
+	}
+
+	req = blob.Identity()
+	calls = 0
+	req.BeforeVisible = func() error {
+		calls++
+		RequireAbsent(t, b, blob.Digest)
+		return nil
+	}
+	MustWrite(t, b, req)
+	if calls != 1 {
+		t.Fatalf("hook called %d times, want 1", calls)
+	}
+	obj, body, err := ReadAll(ctx, b, blob.Digest, backend.ReadOptions{})
+	if err != nil {
+		t.Fatalf("object after the hook allowed it: %v, %v", obj, err)
+	}
+	requireBytes(t, "object after the hook allowed it", body, blob.Content)
 }
 
 func testStaging(t *testing.T, h Harness) {

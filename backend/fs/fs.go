@@ -121,8 +121,8 @@ func ObjectPath(d blobplane.Digest) string {
 }
 
 // Write implements backend.Backend: temp file in the target directory →
-// payload and header → fsync → rename over the object → fsync the
-// directory. The temp file is removed on any failure, so nothing appears at
+// payload and header → fsync → req.BeforeVisible → rename over the object
+// → fsync the directory. The temp file is removed on any failure, so nothing appears at
 // the content-addressed location unless the digest matched (S2). Two writers
 // of one digest each rename a complete file; the last rename wins and
 // readers holding the old file keep reading it whole (S7).
@@ -174,6 +174,11 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	}
 	if err := f.Close(); err != nil {
 		return backend.Info{}, classify(op, err)
+	}
+	if req.BeforeVisible != nil {
+		if err := req.BeforeVisible(); err != nil {
+			return backend.Info{}, err
+		}
 	}
 	if err := leaf.Rename(tmp, file); err != nil {
 		return backend.Info{}, classify(op, err)

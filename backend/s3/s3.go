@@ -183,6 +183,13 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, err
 	}
 	req.Codec = in
+	if req.BeforeVisible != nil {
+		// Parts of a direct multipart upload live under the final key
+		// before its completion: the hook goes first, not in between.
+		if err := req.BeforeVisible(); err != nil {
+			return backend.Info{}, err
+		}
+	}
 	out := backend.StoredCodec(b.policy, in)
 	key := b.Key(req.Digest)
 	known, direct := backend.PayloadKnown(req, out)

@@ -88,4 +88,6 @@ const (
 	seedPut1
 	seedPut16
 	seedPreload
+	seedOne1
+	seedOne16
 )

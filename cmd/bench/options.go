@@ -23,7 +23,7 @@ const (
 var allSystems = []string{sysRaw, sysBlobplane, sysMinio, sysDistribution}
 
 // The workloads (tables), in the order they run.
-var allWorkloads = []string{"large", "put4k-1", "put4k-16", "head-16", "get4k-16", "routing-16", "sweep"}
+var allWorkloads = []string{"large", "put4k-1", "put4k-16", "one4k-1", "one4k-16", "head-16", "get4k-16", "routing-16", "sweep"}
 
 // options is one run's settings.
 type options struct {

@@ -59,6 +59,8 @@ func (s *suite) tables(ctx context.Context) []*Table {
 		"large":    {"One " + formatSize(s.o.size) + " blob: upload, then download (GB/s)", names, s.large},
 		"put4k-1":  {fmt.Sprintf("4 KiB uploads, 1 client, %s", s.o.duration), names, s.smallPuts(1, seedPut1)},
 		"put4k-16": {fmt.Sprintf("4 KiB uploads, 16 clients, %s", s.o.duration), names, s.smallPuts(16, seedPut16)},
+		"one4k-1":  {fmt.Sprintf("4 KiB single-request uploads (OCI POST ?digest= with the blob where supported), 1 client, %s", s.o.duration), names, s.onePuts(1, seedOne1)},
+		"one4k-16": {fmt.Sprintf("4 KiB single-request uploads (OCI POST ?digest= with the blob where supported), 16 clients, %s", s.o.duration), names, s.onePuts(16, seedOne16)},
 		"head-16":  {fmt.Sprintf("HEAD (existence), 16 clients, %s, over %d stored 4 KiB blobs", s.o.duration, s.o.preload), names, s.reads("HEAD/s", false)},
 		"get4k-16": {fmt.Sprintf("4 KiB GET, 16 clients, %s, over the same blobs", s.o.duration), names, s.reads("GET/s", true)},
 		"routing-16": {fmt.Sprintf("Routing query (GET /v1/blobs/<digest>/placements), 16 clients, %s — Blobplane only", s.o.duration),
@@ -165,6 +167,25 @@ func (s *suite) smallPuts(clients, tag int) func(ctx context.Context, t *Table, 
 	return func(ctx context.Context, t *Table, sys system, rep int) error {
 		res, err := runLoad(ctx, clients, s.o.duration, func(ctx context.Context, i int) error {
 			b, d := smallBlob(s.block, smallSize, seedOf(tag, rep, i))
+			return sys.t.Put(ctx, d, bytes.NewReader(b), smallSize)
+		})
+		if err != nil {
+			return err
+		}
+		s.record(t, sys, rep, "uploads/s", res)
+		return nil
+	}
+}
+
+// onePuts is smallPuts through each system's single-request upload where
+// it has one (onePut), with the blobs of its own seeds.
+func (s *suite) onePuts(clients, tag int) func(ctx context.Context, t *Table, sys system, rep int) error {
+	return func(ctx context.Context, t *Table, sys system, rep int) error {
+		res, err := runLoad(ctx, clients, s.o.duration, func(ctx context.Context, i int) error {
+			b, d := smallBlob(s.block, smallSize, seedOf(tag, rep, i))
+			if p, ok := sys.t.(onePut); ok {
+				return p.PutOne(ctx, d, b)
+			}
 			return sys.t.Put(ctx, d, bytes.NewReader(b), smallSize)
 		})
 		if err != nil {

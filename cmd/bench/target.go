@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -78,9 +80,57 @@ type ociClient struct {
 	repo       string
 	user, pass string // Basic auth; empty user sends none
 	hc         *http.Client
+
+	// sessionOnly is set once the server answered a single-request
+	// upload by opening a session (202): it does not take the whole blob
+	// in the POST, and PutOne goes straight to Put from then on.
+	sessionOnly atomic.Bool
 }
 
-var _ target = (*ociClient)(nil)
+var (
+	_ target = (*ociClient)(nil)
+	_ onePut = (*ociClient)(nil)
+)
+
+// onePut is a target that can store a small blob in a single request when
+// its server supports it (the OCI single POST; an S3 PUT always is one).
+type onePut interface {
+	PutOne(ctx context.Context, digest string, content []byte) error
+}
+
+// PutOne is the OCI spec's single-request push: POST
+// /v2/<repo>/blobs/uploads/?digest= with the whole blob, answered 201. A
+// registry that does not support it answers 202 with a session, as the
+// spec allows; the client then closes that session with a PUT of the
+// body, and sends every later upload as POST+PUT (Put) without trying
+// again.
+func (c *ociClient) PutOne(ctx context.Context, digest string, content []byte) error {
+	if c.sessionOnly.Load() {
+		return c.Put(ctx, digest, bytes.NewReader(content), int64(len(content)))
+	}
+	req, err := c.request(ctx, http.MethodPost, c.base+"/v2/"+c.repo+"/blobs/uploads/?digest="+url.QueryEscape(digest), bytes.NewReader(content), int64(len(content)))
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusCreated:
+		if got := resp.Header.Get("Docker-Content-Digest"); got != "" && got != digest {
+			return fmt.Errorf("POST answered digest %q, want %s", got, digest)
+		}
+		return nil
+	case http.StatusAccepted:
+		c.sessionOnly.Store(true)
+		return c.close(ctx, resp.Header, digest, bytes.NewReader(content), int64(len(content)))
+	default:
+		return fmt.Errorf("POST %s: %s, want 201 or 202", req.URL.Redacted(), resp.Status)
+	}
+}
 
 func (c *ociClient) request(ctx context.Context, method, u string, body io.Reader, size int64) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
@@ -106,11 +156,18 @@ func (c *ociClient) Put(ctx context.Context, digest string, body io.Reader, size
 	if err != nil {
 		return err
 	}
+	return c.close(ctx, h, digest, body, size)
+}
+
+// close sends the whole body with PUT <location>?digest= to the session a
+// POST answered with header h.
+func (c *ociClient) close(ctx context.Context, h http.Header, digest string, body io.Reader, size int64) error {
 	loc, err := putURL(c.base, h.Get("Location"), digest)
 	if err != nil {
 		return err
 	}
-	if req, err = c.request(ctx, http.MethodPut, loc, body, size); err != nil {
+	req, err := c.request(ctx, http.MethodPut, loc, body, size)
+	if err != nil {
 		return err
 	}
 	if h, _, err = send(c.hc, req, http.StatusCreated, nil); err != nil {

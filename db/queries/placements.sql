@@ -58,10 +58,17 @@ RETURNING *;
 -- Transition) or the digest is at the bound. The caller holds the
 -- digest's stage lock (LockPlacementDigest) from an earlier statement, so
 -- this statement's snapshot sees every stage committed before the lock:
--- the count and the insert are one decision.
+-- the count and the insert are one decision. With @claimed_by, only when
+-- that pending intent claims the digest and size: pipelined after
+-- ClaimIntentContent in one transaction (store.ClaimAndStage), this is
+-- true exactly when the claim succeeded and took the lock.
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
 SELECT @digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now()
 WHERE (SELECT count(*) FROM placements WHERE digest = @digest) < @max_per_digest::bigint
+  AND (sqlc.narg(claimed_by)::uuid IS NULL OR EXISTS (
+      SELECT 1 FROM intents
+      WHERE operation_id = sqlc.narg(claimed_by)::uuid AND state = 'pending'
+        AND expected_digest = @digest AND expected_size = @size_bytes))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
 RETURNING *;
 

@@ -3,10 +3,12 @@
 -- name: CreateIntent :one
 -- Commits without waiting for its WAL flush: set_config(..., true) lasts
 -- for this statement's own transaction, so its commit is asynchronous
--- (store.CreateIntent says why that is safe).
+-- (store.CreateIntent says why that is safe). @operation_id NULL draws a
+-- new id; store.OpenAndStage names its own, to stage under it in the same
+-- round trip.
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
-INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
-SELECT @repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
+INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
+SELECT coalesce(sqlc.narg(operation_id)::uuid, gen_random_uuid()), @repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
        sqlc.narg(staged_location), now() + make_interval(secs => @ttl_seconds::float8)
 FROM async_commit
 RETURNING *;

@@ -133,6 +133,10 @@ const insertPlacementIfAbsent = `-- name: InsertPlacementIfAbsent :one
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
 SELECT $1, $2, $3, $4, 'pending', $5, $6, 1, now(), now()
 WHERE (SELECT count(*) FROM placements WHERE digest = $1) < $7::bigint
+  AND ($8::uuid IS NULL OR EXISTS (
+      SELECT 1 FROM intents
+      WHERE operation_id = $8::uuid AND state = 'pending'
+        AND expected_digest = $1 AND expected_size = $5))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
 `
@@ -145,6 +149,7 @@ type InsertPlacementIfAbsentParams struct {
 	SizeBytes    int64
 	Epoch        int64
 	MaxPerDigest int64
+	ClaimedBy    pgtype.UUID
 }
 
 // A new pending row for a key that has none (the common stage), unless
@@ -153,7 +158,10 @@ type InsertPlacementIfAbsentParams struct {
 // Transition) or the digest is at the bound. The caller holds the
 // digest's stage lock (LockPlacementDigest) from an earlier statement, so
 // this statement's snapshot sees every stage committed before the lock:
-// the count and the insert are one decision.
+// the count and the insert are one decision. With @claimed_by, only when
+// that pending intent claims the digest and size: pipelined after
+// ClaimIntentContent in one transaction (store.ClaimAndStage), this is
+// true exactly when the claim succeeded and took the lock.
 func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg InsertPlacementIfAbsentParams) (Placement, error) {
 	row := db.QueryRow(ctx, insertPlacementIfAbsent,
 		arg.Digest,
@@ -163,6 +171,7 @@ func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg Inse
 		arg.SizeBytes,
 		arg.Epoch,
 		arg.MaxPerDigest,
+		arg.ClaimedBy,
 	)
 	var i Placement
 	err := row.Scan(

@@ -92,14 +92,15 @@ func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimInte
 const createIntent = `-- name: CreateIntent :one
 
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
-INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
-SELECT $1, $2, $3, $4, $5, $6,
-       $7, now() + make_interval(secs => $8::float8)
+INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
+SELECT coalesce($1::uuid, gen_random_uuid()), $2, $3, $4, $5, $6, $7,
+       $8, now() + make_interval(secs => $9::float8)
 FROM async_commit
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 `
 
 type CreateIntentParams struct {
+	OperationID       pgtype.UUID
 	Repository        string
 	Principal         string
 	ExpectedDigest    pgtype.Text
@@ -113,9 +114,12 @@ type CreateIntentParams struct {
 // Admission and publication queries (db/migrations/00005_uploads.sql).
 // Commits without waiting for its WAL flush: set_config(..., true) lasts
 // for this statement's own transaction, so its commit is asynchronous
-// (store.CreateIntent says why that is safe).
+// (store.CreateIntent says why that is safe). @operation_id NULL draws a
+// new id; store.OpenAndStage names its own, to stage under it in the same
+// round trip.
 func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentParams) (Intent, error) {
 	row := db.QueryRow(ctx, createIntent,
+		arg.OperationID,
 		arg.Repository,
 		arg.Principal,
 		arg.ExpectedDigest,

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// Pipelined statements: the hot paths (ClaimAndStage, Finalize) send
+// several sqlc statements in one pgx.Batch, one round trip for all of
+// them, instead of one round trip each (docs/performance.md). queueRow
+// puts a sqlc method's own statement on a batch and runs the method's own
+// Scan on its answer, so no SQL text or column list is written twice.
+
+// errNotAnswered is a queued statement's error until its answer is read:
+// what it keeps when the batch failed before reaching it.
+var errNotAnswered = errors.New("store: batched statement not answered")
+
+// queueRow queues on b the statement call sends and, when b's results are
+// read, runs call again on that statement's row. *out and *err receive
+// call's results (pgx.ErrNoRows included); until then *err is
+// errNotAnswered. call must send exactly one QueryRow (a sqlc :one
+// method) and depend on nothing but its arguments.
+func queueRow[T any](b *pgx.Batch, call func(dbsqlc.DBTX) (T, error), out *T, err *error) {
+	var r recorder
+	_, _ = call(&r)
+	*err = errNotAnswered
+	b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error {
+		*out, *err = call(answered{row})
+		return nil
+	})
+}
+
+// queueExec is queueRow for a sqlc :exec method: *err receives the
+// statement's error.
+func queueExec(b *pgx.Batch, call func(dbsqlc.DBTX) error, err *error) {
+	var r recorder
+	_ = call(&r)
+	*err = errNotAnswered
+	b.Queue(r.sql, r.args...).Exec(func(pgconn.CommandTag) error {
+		*err = nil
+		return nil
+	})
+}
+
+// recorder is a dbsqlc.DBTX that records the statement a sqlc method
+// issues instead of sending it.
+type recorder struct {
+	sql  string
+	args []any
+}
+
+var errRecorded = errors.New("store: statement recorded, not sent")
+
+func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.sql, r.args = sql, args
+	return pgconn.CommandTag{}, errRecorded
+}
+
+func (r *recorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.sql, r.args = sql, args
+	return nil, errRecorded
+}
+
+func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	r.sql, r.args = sql, args
+	return errRow{errRecorded}
+}
+
+// answered is a dbsqlc.DBTX that hands a sqlc method the row its
+// statement already got as part of a batch.
+type answered struct{ row pgx.Row }
+
+var errNotARow = errors.New("store: only a single-row statement can be batched")
+
+func (a answered) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNotARow
+}
+
+func (a answered) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errNotARow
+}
+
+func (a answered) QueryRow(context.Context, string, ...any) pgx.Row { return a.row }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
