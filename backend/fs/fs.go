@@ -135,7 +135,15 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, err
 	}
 	dir, file := location(req.Digest)
-	if err := b.root.MkdirAll(dir, 0o755); err != nil {
+	// The leaf directory: one mkdir that creates it or finds it (every
+	// directory above it exists but in a new tree), not a walk that tries
+	// each level.
+	if err := b.root.Mkdir(dir, 0o755); errors.Is(err, iofs.ErrNotExist) {
+		err = b.root.MkdirAll(dir, 0o755)
+		if err != nil {
+			return backend.Info{}, classify(op, err)
+		}
+	} else if err != nil && !errors.Is(err, iofs.ErrExist) {
 		return backend.Info{}, classify(op, err)
 	}
 	// Every step below is relative to the object's directory, opened once
