@@ -158,6 +158,14 @@ type WriteRequest struct {
 	// the caller's work overlaps the write; S3 calls it before sending
 	// anything.
 	BeforeVisible func() error
+	// DeferSync, when set, lets Write return before its last sync (the
+	// filesystem backend's directory fsync that makes the rename
+	// durable): the backend passes that sync to DeferSync instead of
+	// running it. The caller must then call it exactly once, and treat
+	// the object as stored durably only after it returned nil (nothing
+	// that says so may commit before). A backend with no such step (S3)
+	// never calls DeferSync.
+	DeferSync func(sync func() error)
 }
 
 // Info is what a backend confirms about a stored object.

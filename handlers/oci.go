@@ -441,11 +441,11 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		// verified and recorded; only publication failed, and a refusal
 		// can succeed later.
 		if in.StagedLocation == "" {
-			h.publish(w, r, in, d, in.ReceivedBytes, nil)
+			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil)
 			return
 		}
 		if _, err := be.UploadSize(r.Context(), in.StagedLocation); errors.Is(err, backend.ErrNotFound) {
-			h.publish(w, r, in, d, in.ReceivedBytes, nil)
+			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil)
 			return
 		}
 	}
@@ -619,6 +619,7 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	// upload is claimed first, then promoted.
 	k := h.objectKey(d, in.Backend)
 	var claimed claimResult
+	var deferredSync func() error
 	var info backend.Info
 	var err error
 	if body == nil {
@@ -645,7 +646,8 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		// digest even when a verified copy exists (S8). An existing
 		// object is the same content under the same key: one stored copy.
 		info, err = be.Write(ctx, backend.WriteRequest{Digest: d, Size: size, Body: body,
-			BeforeVisible: func() error { return wait().err }})
+			BeforeVisible: func() error { return wait().err },
+			DeferSync:     func(sync func() error) { deferredSync = sync }})
 		// The claim's outcome comes first, whatever the write's: a refused
 		// claim is the answer, as if it had run before the write.
 		if wait(); claimed.err != nil {
@@ -678,7 +680,16 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	if !claimed.alreadyVerified {
 		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize}
 	}
-	h.publish(w, r, in, d, size, verify)
+	// The write's last sync (the directory's, for the rename) runs while
+	// publication's first round trips do; nothing commits before it
+	// returned (FinalizeRequest.BeforeCommit).
+	var durable func() error
+	if deferredSync != nil {
+		synced := make(chan error, 1)
+		go func() { synced <- deferredSync() }()
+		durable = sync.OnceValue(func() error { return <-synced })
+	}
+	h.publish(w, r, in, d, size, verify, durable)
 }
 
 // claimFunc records what must precede d's bytes at its key (the intent's
@@ -720,11 +731,19 @@ func (h *ociHandler) objectKey(d blobplane.Digest, backend string) placement.Key
 // job and answers 202 with the operation. verify, when set, is the
 // placement's verification still to record: at the home Finalize records
 // it in its own transaction (one synchronous commit for the close),
-// elsewhere it is recorded first.
-func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification) {
+// elsewhere it is recorded first. durable, when set, waits for the bytes'
+// last sync: at the home Finalize calls it before its commit, elsewhere
+// it is waited for first.
+func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error) {
 	ctx := r.Context()
 	home, ok := h.Home.Home(in.Repository)
 	if !ok {
+		if durable != nil {
+			if err := durable(); err != nil {
+				h.fail(w, r, err, ociUploadInvalid)
+				return
+			}
+		}
 		if verify != nil {
 			if _, err := h.Store.VerifyPlacement(ctx, verify.Key, verify.Digest, verify.Size, verify.Epoch); err != nil {
 				h.fail(w, r, err, ociUploadInvalid)
@@ -742,7 +761,7 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 	if _, err := h.Store.Finalize(fctx, store.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
-		Targets: h.Targets, Replication: h.Replication, Verify: verify,
+		Targets: h.Targets, Replication: h.Replication, Verify: verify, BeforeCommit: durable,
 	}); err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
 		return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -458,6 +459,14 @@ type FinalizeRequest struct {
 	Verify *Verification
 	// Replication enqueues the jobs; required only when there are targets.
 	Replication ReplicationEnqueuer
+	// BeforeCommit, when set, is what must hold before anything Finalize
+	// records can commit: the durability of the bytes Verify confirms (a
+	// filesystem write's directory sync, backend.WriteRequest.DeferSync),
+	// which then overlaps the transaction's first round trips. Finalize
+	// calls it once, before its COMMIT or before the verification it
+	// records alone after a refusal; its error aborts both and is
+	// returned.
+	BeforeCommit func() error
 }
 
 // Outcome is the stored acknowledgement of a publication.
@@ -507,13 +516,27 @@ type Verification struct {
 // verification itself (e.g. digest_mismatch) is then what Finalize
 // returns, as a separate VerifyPlacement before it would have.
 //
-// Statements: BEGIN, FinalizeContext (the intent's lock and everything
-// the checks read), [the verification,] EnsureBlobUnderLease, Publish
-// (reference, admission and outcome), [replication,] COMMIT.
+// Round trips: one for BEGIN, FinalizeContext (the intent's lock and
+// everything the checks read), [the verification,] EnsureBlobUnderLease
+// (finalizeTx pipelines them); Publish (reference, admission and
+// outcome); [replication;] [req.BeforeCommit;] COMMIT.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+	if before := req.BeforeCommit; before != nil {
+		var once sync.Once
+		var berr error
+		req.BeforeCommit = func() error {
+			once.Do(func() { berr = before() })
+			return berr
+		}
+	}
 	out, verified, err := s.finalize(ctx, req)
 	if v := req.Verify; v != nil && !verified {
+		if req.BeforeCommit != nil {
+			if berr := req.BeforeCommit(); berr != nil {
+				return Outcome{}, berr
+			}
+		}
 		if _, verr := s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch); verr != nil {
 			return Outcome{}, verr
 		}
@@ -718,6 +741,11 @@ func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.U
 	}
 	if err := fn(tx, fc, pv, blob, blobErr); err != nil {
 		return err
+	}
+	if req.BeforeCommit != nil {
+		if err := req.BeforeCommit(); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }

@@ -863,3 +863,100 @@ func TestOpenAndStage(t *testing.T) {
 		t.Fatalf("finalize: %+v, %v", out, err)
 	}
 }
+
+// FinalizeRequest.BeforeCommit (the bytes' durability, run alongside the
+// first round trips) holds the commit: nothing Finalize records is
+// visible until it returned, its error leaves everything as it was, and
+// a refusal's standalone verification waits for it too.
+func TestFinalizeBeforeCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	refs := func(u *uploads, d blobplane.Digest) int {
+		return u.count(t, `SELECT count(*) FROM blob_references WHERE digest = $1`, string(d))
+	}
+	state := func(u *uploads, k placement.Key) placement.State {
+		t.Helper()
+		p, err := u.s.Placement(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.State
+	}
+	t.Run("holds the commit", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		in, req := u.closing(t, "durable first")
+		entered, release := make(chan struct{}), make(chan struct{})
+		calls := 0
+		req.BeforeCommit = func() error {
+			calls++
+			close(entered)
+			<-release
+			return nil
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := u.s.Finalize(ctx, req)
+			done <- err
+		}()
+		select {
+		case <-entered:
+		case err := <-done:
+			t.Fatalf("Finalize returned (%v) without calling BeforeCommit", err)
+		}
+		// Every statement has run; none of it is committed.
+		if n := refs(u, req.Digest); n != 0 {
+			t.Fatalf("%d references before the bytes were durable", n)
+		}
+		if got := state(u, req.Verify.Key); got != placement.Pending {
+			t.Fatalf("placement %s before the bytes were durable", got)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if calls != 1 || refs(u, req.Digest) != 1 || state(u, req.Verify.Key) != placement.Verified {
+			t.Fatalf("after: %d calls, %d references, %s", calls, refs(u, req.Digest), state(u, req.Verify.Key))
+		}
+		if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentAdmitted {
+			t.Fatalf("intent: %+v, %v", got, err)
+		}
+	})
+	t.Run("its error records nothing", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		in, req := u.closing(t, "never durable")
+		lost := errors.New("fsync: input/output error")
+		calls := 0
+		req.BeforeCommit = func() error { calls++; return lost }
+		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, lost) {
+			t.Fatalf("finalize: %v, want the sync's error", err)
+		}
+		if calls != 1 || refs(u, req.Digest) != 0 || state(u, req.Verify.Key) != placement.Pending {
+			t.Fatalf("after: %d calls, %d references, %s", calls, refs(u, req.Digest), state(u, req.Verify.Key))
+		}
+		if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending {
+			t.Fatalf("intent: %+v, %v", got, err)
+		}
+	})
+	t.Run("a refusal verifies after it", func(t *testing.T) {
+		t.Parallel()
+		u := setupUploads(t)
+		_, req := u.closing(t, "refused but durable")
+		req.Epoch++ // not the lease's: refused by the fence
+		calls := 0
+		req.BeforeCommit = func() error {
+			calls++
+			if got := state(u, req.Verify.Key); got != placement.Pending {
+				t.Errorf("placement %s before the bytes were durable", got)
+			}
+			return nil
+		}
+		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
+			t.Fatalf("finalize at a wrong epoch: %v", err)
+		}
+		if calls != 1 || state(u, req.Verify.Key) != placement.Verified {
+			t.Fatalf("after: %d calls, %s", calls, state(u, req.Verify.Key))
+		}
+	})
+}

@@ -562,6 +562,28 @@ func testBeforeVisible(t *testing.T, h Harness) {
 		t.Fatalf("object after the hook allowed it: %v, %v", obj, err)
 	}
 	requireBytes(t, "object after the hook allowed it", body, blob.Content)
+
+	// DeferSync: a deferred sync, when the backend has one, is handed
+	// over once, succeeds, and the object is readable before and after.
+	other := NewBlob(14, 40_000)
+	req = other.Identity()
+	var syncs []func() error
+	req.DeferSync = func(sync func() error) { syncs = append(syncs, sync) }
+	MustWrite(t, b, req)
+	if len(syncs) > 1 {
+		t.Fatalf("DeferSync called %d times", len(syncs))
+	}
+	if _, body, err := ReadAll(ctx, b, other.Digest, backend.ReadOptions{}); err != nil || !bytes.Equal(body, other.Content) {
+		t.Fatalf("object before its deferred sync: %v", err)
+	}
+	for _, sync := range syncs {
+		if err := sync(); err != nil {
+			t.Fatalf("deferred sync: %v", err)
+		}
+	}
+	if _, body, err := ReadAll(ctx, b, other.Digest, backend.ReadOptions{}); err != nil || !bytes.Equal(body, other.Content) {
+		t.Fatalf("object after its deferred sync: %v", err)
+	}
 }
 
 func testStaging(t *testing.T, h Harness) {

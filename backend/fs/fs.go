@@ -122,7 +122,7 @@ func ObjectPath(d blobplane.Digest) string {
 
 // Write implements backend.Backend: temp file in the target directory →
 // payload and header → fsync → req.BeforeVisible → rename over the object
-// → fsync the directory. The temp file is removed on any failure, so nothing appears at
+// → fsync the directory (or hand that to req.DeferSync). The temp file is removed on any failure, so nothing appears at
 // the content-addressed location unless the digest matched (S2). Two writers
 // of one digest each rename a complete file; the last rename wins and
 // readers holding the old file keep reading it whole (S7).
@@ -193,6 +193,19 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	}
 	committed = true
 	// The rename is durable only once the directory is.
+	if req.DeferSync != nil {
+		d, err := leaf.Open(".")
+		if err != nil {
+			return backend.Info{}, classify(op, err)
+		}
+		req.DeferSync(func() error {
+			if err := syncClose(d); err != nil {
+				return classify(op, err)
+			}
+			return nil
+		})
+		return backend.Info{Digest: req.Digest, Repr: repr}, nil
+	}
 	if err := syncRoot(leaf); err != nil {
 		return backend.Info{}, classify(op, err)
 	}

@@ -267,3 +267,28 @@ func TestKilledWriterHelper(t *testing.T) {
 	_, err = b.Write(t.Context(), req)
 	t.Fatalf("helper write returned: %v", err)
 }
+
+// The filesystem backend defers its directory sync when asked: exactly
+// one handed over, and Write returns with the object in place.
+func TestWriteDefersDirectorySync(t *testing.T) {
+	t.Parallel()
+	b, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	blob := backendtest.NewBlob(21, 4096)
+	req := blob.Identity()
+	var syncs []func() error
+	req.DeferSync = func(sync func() error) { syncs = append(syncs, sync) }
+	backendtest.MustWrite(t, b, req)
+	if len(syncs) != 1 {
+		t.Fatalf("%d deferred syncs, want 1", len(syncs))
+	}
+	if _, err := b.Stat(t.Context(), blob.Digest); err != nil {
+		t.Fatalf("object before its deferred sync: %v", err)
+	}
+	if err := syncs[0](); err != nil {
+		t.Fatal(err)
+	}
+}
