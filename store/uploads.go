@@ -518,8 +518,9 @@ type Verification struct {
 //
 // Round trips: one for BEGIN, FinalizeContext (the intent's lock and
 // everything the checks read), [the verification,] EnsureBlobUnderLease
-// (finalizeTx pipelines them); Publish (reference, admission and
-// outcome); [replication;] [req.BeforeCommit;] COMMIT.
+// and Publish (reference, admission and outcome), which finalizeTx
+// pipelines and the checks then decide on; [replication;]
+// [req.BeforeCommit;] COMMIT.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
 	if before := req.BeforeCommit; before != nil {
@@ -555,7 +556,8 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 	if err := s.ensurePlacements(ctx); err != nil {
 		return Outcome{}, false, err
 	}
-	err = s.finalizeTx(ctx, req, id, func(tx pgx.Tx, fc dbsqlc.FinalizeContextRow, pv pipelinedVerify, b dbsqlc.Blob, blobErr error) error {
+	err = s.finalizeTx(ctx, req, id, func(tx pgx.Tx, a finalizeAnswers) error {
+		fc, pv, b := a.fc, a.verify, a.blob
 		verified = false
 		if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
 			o, _, err := s.outcome(ctx, tx, id)
@@ -608,15 +610,11 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		if intent.State == IntentAbandoned {
 			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
 		}
-		targets := req.Targets
-		if targets == nil {
-			targets = fc.ReplicationTargets
-		}
 
 		// The lease under FOR SHARE, so a transfer cannot slip in before
 		// this commit, and the blob state row (EnsureBlobUnderLease,
 		// pipelined by finalizeTx).
-		if err := blobErr; errors.Is(err, pgx.ErrNoRows) {
+		if err := a.blobErr; errors.Is(err, pgx.ErrNoRows) {
 			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
 		} else if err != nil {
 			return err
@@ -637,7 +635,17 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		if b.SizeBytes != req.Size {
 			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
 		}
-		if len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
+		// Publish wrote the reference, the outcome and the transition to
+		// admitted; with the replication work this one commit is the
+		// spec's commit boundary. Its stored outcome names the targets.
+		if a.publishErr != nil {
+			return errors.Join(a.publishErr, fmt.Errorf("admit intent %s", op))
+		}
+		stored, err := decodeOutcome(id, a.publish.Result, a.publish.PublishedAt)
+		if err != nil {
+			return err
+		}
+		if targets := stored.ReplicationTargets; len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
 			if req.Replication == nil {
 				return &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: ErrNoEnqueuer.Error(), Err: ErrNoEnqueuer}
 			}
@@ -647,25 +655,7 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 				return err
 			}
 		}
-		// One commit writes the reference, the replication work, the
-		// outcome and the transition to admitted (the spec's commit
-		// boundary); Publish fills in whether the reference was new.
-		out = Outcome{
-			OperationID: op, Repository: intent.Repository, Digest: req.Digest, Size: req.Size,
-			Partition: req.Partition, Epoch: req.Epoch, ReplicationTargets: append([]string{}, targets...),
-		}
-		result, err := json.Marshal(out)
-		if err != nil {
-			return err
-		}
-		row, err := s.q.Publish(ctx, tx, dbsqlc.PublishParams{
-			OperationID: id, Repository: intent.Repository, Digest: string(req.Digest), SizeBytes: req.Size, Result: result,
-		})
-		if err != nil {
-			return errors.Join(err, fmt.Errorf("admit intent %s", op))
-		}
-		out.NewReference = row.NewReference
-		out.PublishedAt = row.PublishedAt.Time
+		out = stored
 		return nil
 	})
 	if err != nil {
@@ -676,6 +666,16 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		return Outcome{}, false, dbErr("finalize "+op, err)
 	}
 	return out, verified, nil
+}
+
+// finalizeAnswers are the answers to the statements finalizeTx pipelines.
+type finalizeAnswers struct {
+	fc         dbsqlc.FinalizeContextRow
+	verify     pipelinedVerify
+	blob       dbsqlc.Blob // EnsureBlobUnderLease; blobErr pgx.ErrNoRows: the lease moved
+	blobErr    error
+	publish    dbsqlc.PublishRow // pgx.ErrNoRows: the intent was not pending, or no blob row
+	publishErr error
 }
 
 // pipelinedVerify is the answer of the verification finalizeTx pipelines
@@ -689,15 +689,18 @@ type pipelinedVerify struct {
 
 // finalizeTx runs fn in Finalize's transaction and commits when fn
 // returns nil. Its first round trip carries BEGIN, FinalizeContext (the
-// intent's lock), req.Verify's common case (pending -> verified) and
-// EnsureBlobUnderLease, in that order, the order the checks would take
-// the locks in; fn decides on their answers, and every write it refuses
-// is rolled back with the transaction. fn then sends the rest (Publish),
-// and the commit is the last round trip: three for a close instead of
-// six (docs/performance.md).
-func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.UUID,
-	fn func(tx pgx.Tx, fc dbsqlc.FinalizeContextRow, pv pipelinedVerify, b dbsqlc.Blob, blobErr error) error,
-) error {
+// intent's lock), req.Verify's common case (pending -> verified),
+// EnsureBlobUnderLease and Publish, in that order, the order the checks
+// would take the locks in; fn decides on their answers, and every write
+// it refuses is rolled back with the transaction. The commit is the
+// second round trip (docs/performance.md).
+func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.UUID, fn func(tx pgx.Tx, a finalizeAnswers) error) error {
+	// Publish's outcome, less what the statement fills in (repository,
+	// replication targets, new_reference) and the publication time.
+	result, err := json.Marshal(Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
+	if err != nil {
+		return err
+	}
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
 	var fc dbsqlc.FinalizeContextRow
@@ -726,6 +729,13 @@ func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.U
 			Digest: string(req.Digest), SizeBytes: req.Size, PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch),
 		})
 	}, &blob, &blobErr)
+	var pub dbsqlc.PublishRow
+	var pubErr error
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.PublishRow, error) {
+		return s.q.Publish(ctx, db, dbsqlc.PublishParams{
+			OperationID: id, Digest: string(req.Digest), SizeBytes: req.Size, Result: result, Targets: req.Targets,
+		})
+	}, &pub, &pubErr)
 	br := s.pool.SendBatch(ctx, &b)
 	tx := br.Tx()
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
@@ -739,7 +749,7 @@ func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.U
 	if pv.done {
 		pv.row, pv.err = placementFromRow(vrow), vErr
 	}
-	if err := fn(tx, fc, pv, blob, blobErr); err != nil {
+	if err := fn(tx, finalizeAnswers{fc: fc, verify: pv, blob: blob, blobErr: blobErr, publish: pub, publishErr: pubErr}); err != nil {
 		return err
 	}
 	if req.BeforeCommit != nil {

@@ -300,10 +300,7 @@ SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_
        EXISTS (
            SELECT 1 FROM placements p
            WHERE p.digest = $1::text AND p.state = 'verified' AND p.size_bytes = $2::bigint
-       ) AS verified,
-       ARRAY(
-           SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> i.ingress_datacenter ORDER BY n.datacenter
-       )::text[] AS replication_targets
+       ) AS verified
 FROM intents i
 LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
 LEFT JOIN leases l ON l.partition_id = $3::text
@@ -326,7 +323,6 @@ type FinalizeContextRow struct {
 	LeaseEpoch         pgtype.Int8
 	PrincipalGrants    []string
 	Verified           bool
-	ReplicationTargets []string
 }
 
 // Everything Finalize validates, in one statement (one round trip), first
@@ -334,8 +330,7 @@ type FinalizeContextRow struct {
 // abandonment decide on this row, S5); its stored outcome if it published;
 // the partition's lease; the grants the intent's principal holds now (its
 // own and those of its valid tokens, as PrincipalGrants); whether a
-// verified placement of the content exists; the default replication
-// targets (as ReplicationTargets). The lease is re-checked under FOR
+// verified placement of the content exists. The lease is re-checked under FOR
 // SHARE when the blob row is taken (EnsureBlobUnderLease). After a wait
 // for the intent's lock the joined rows are those of the statement's
 // snapshot: an intent found admitted reads its outcome afresh.
@@ -368,7 +363,6 @@ func (q *Queries) FinalizeContext(ctx context.Context, db DBTX, arg FinalizeCont
 		&i.LeaseEpoch,
 		&i.PrincipalGrants,
 		&i.Verified,
-		&i.ReplicationTargets,
 	)
 	return i, err
 }
@@ -560,50 +554,65 @@ func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UU
 }
 
 const publish = `-- name: Publish :one
-WITH ref AS (
+WITH intent AS (
+    SELECT p.operation_id, p.repository FROM intents p
+    WHERE p.operation_id = $5 AND p.state = 'pending'
+      AND EXISTS (SELECT 1 FROM blobs b WHERE b.digest = $1::text)
+), ref AS (
     INSERT INTO blob_references (repository, digest, operation_id)
-    VALUES ($1::text, $2::text, $5)
+    SELECT intent.repository, $1::text, intent.operation_id FROM intent
     ON CONFLICT (repository, digest) DO NOTHING
     RETURNING 1
 ), admitted AS (
-    UPDATE intents SET state = 'admitted', updated_at = now()
-    WHERE operation_id = $5 AND state = 'pending'
-    RETURNING operation_id
+    UPDATE intents i SET state = 'admitted', updated_at = now()
+    FROM intent WHERE i.operation_id = intent.operation_id
+    RETURNING i.operation_id, i.repository, i.ingress_datacenter
 )
 INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
-SELECT a.operation_id, $1::text, $2::text, $3::bigint,
-       $4::jsonb || jsonb_build_object('new_reference', EXISTS (SELECT 1 FROM ref))
+SELECT a.operation_id, a.repository, $1::text, $2::bigint,
+       $3::jsonb || jsonb_build_object(
+           'repository', a.repository,
+           'replication_targets', to_jsonb(coalesce($4::text[], ARRAY(
+               SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
+           )::text[])),
+           'new_reference', EXISTS (SELECT 1 FROM ref))
 FROM admitted a
-RETURNING published_at, (result ->> 'new_reference')::boolean AS new_reference
+RETURNING result, published_at
 `
 
 type PublishParams struct {
-	Repository  string
 	Digest      string
 	SizeBytes   int64
 	Result      []byte
+	Targets     []string
 	OperationID pgtype.UUID
 }
 
 type PublishRow struct {
-	PublishedAt  pgtype.Timestamptz
-	NewReference bool
+	Result      []byte
+	PublishedAt pgtype.Timestamptz
 }
 
-// Finalize's last writes, in one statement: the reference, the intent's
-// transition to admitted and the stored outcome, whose new_reference
-// says whether the reference was new. The outcome is inserted only for
-// an intent that was pending (FROM admitted): no row back otherwise.
+// Finalize's writes in one statement, pipelined with its reads
+// (store.finalizeTx) and decided on afterwards: when the intent is
+// pending and the blob row exists (EnsureBlobUnderLease made it, unless
+// the lease moved), the reference, the transition to admitted and the stored
+// outcome, into which go the repository, the replication targets
+// (@targets, or the default policy: every registered datacenter other
+// than the ingress, read by this statement, whose answer is what Finalize
+// enqueues) and whether the reference was new. No row back: the intent
+// was not pending or there is no blob row, and nothing was written. Finalize validates after it
+// and rolls the transaction back on a refusal.
 func (q *Queries) Publish(ctx context.Context, db DBTX, arg PublishParams) (PublishRow, error) {
 	row := db.QueryRow(ctx, publish,
-		arg.Repository,
 		arg.Digest,
 		arg.SizeBytes,
 		arg.Result,
+		arg.Targets,
 		arg.OperationID,
 	)
 	var i PublishRow
-	err := row.Scan(&i.PublishedAt, &i.NewReference)
+	err := row.Scan(&i.Result, &i.PublishedAt)
 	return i, err
 }
 
