@@ -170,7 +170,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if _, err := f.Write(header(backend.Representation{})); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	repr, err := backend.Encode(ctx, f, req, backend.StoredCodec(b.policy, req.Codec))
+	repr, err := backend.Encode(ctx, &writeback{f: f, off: HeaderSize}, req, backend.StoredCodec(b.policy, req.Codec))
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}

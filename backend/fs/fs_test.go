@@ -292,3 +292,20 @@ func TestWriteDefersDirectorySync(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A write larger than the writeback chunk (its pages written out while the
+// body still streams) stores exactly the body.
+func TestWriteLargerThanWritebackChunk(t *testing.T) {
+	t.Parallel()
+	b, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	blob := backendtest.NewBlob(22, 20<<20+12345)
+	backendtest.MustWrite(t, b, blob.Identity())
+	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
+	if err != nil || !bytes.Equal(body, blob.Content) {
+		t.Fatalf("read back: %d bytes, %v", len(body), err)
+	}
+}
