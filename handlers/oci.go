@@ -681,7 +681,7 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize}
 	}
 	// The write's last sync (the directory's, for the rename) runs while
-	// publication's first round trips do; nothing commits before it
+	// publication's first round trip does; nothing commits before it
 	// returned (FinalizeRequest.BeforeCommit).
 	var durable func() error
 	if deferredSync != nil {

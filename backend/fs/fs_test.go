@@ -272,11 +272,7 @@ func TestKilledWriterHelper(t *testing.T) {
 // one handed over, and Write returns with the object in place.
 func TestWriteDefersDirectorySync(t *testing.T) {
 	t.Parallel()
-	b, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := newFS(t, backend.StoreAsSubmitted)
 	blob := backendtest.NewBlob(21, 4096)
 	req := blob.Identity()
 	var syncs []func() error
@@ -297,11 +293,7 @@ func TestWriteDefersDirectorySync(t *testing.T) {
 // body still streams) stores exactly the body.
 func TestWriteLargerThanWritebackChunk(t *testing.T) {
 	t.Parallel()
-	b, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := newFS(t, backend.StoreAsSubmitted)
 	blob := backendtest.NewBlob(22, 20<<20+12345)
 	backendtest.MustWrite(t, b, blob.Identity())
 	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
