@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -344,5 +347,41 @@ func TestReport(t *testing.T) {
 	slices.Sort(paths)
 	if want := filepath.Join(dir, "20261130T080100Z-quick-interrupted.json"); len(paths) != 2 || paths[0] != want {
 		t.Errorf("interrupted run wrote %v, want %s and its .md", paths, want)
+	}
+}
+
+// PutOne sends the OCI single-request push; a registry that answers it
+// with a session (202) gets the body in a PUT, and every later upload
+// as POST+PUT without trying again.
+func TestPutOneFallsBackToSessions(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		calls = append(calls, fmt.Sprintf("%s digest=%t body=%d", r.Method, r.URL.Query().Has("digest"), len(body)))
+		mu.Unlock()
+		switch r.Method {
+		case http.MethodPost:
+			w.Header().Set("Location", "/v2/bench/blobs/uploads/s1")
+			w.WriteHeader(http.StatusAccepted)
+		case http.MethodPut:
+			w.WriteHeader(http.StatusCreated)
+		}
+	}))
+	defer srv.Close()
+	c := &ociClient{base: srv.URL, repo: "bench/blobs", hc: srv.Client()}
+	content, d := smallBlob(make([]byte, 4<<20), smallSize, 7)
+	for range 2 {
+		if err := c.PutOne(t.Context(), d, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{
+		"POST digest=true body=4096", "PUT digest=true body=4096", // the single request, answered with a session
+		"POST digest=false body=0", "PUT digest=true body=4096", // from then on POST+PUT
+	}
+	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -92,7 +92,8 @@ func TestQuick(t *testing.T) {
 	}
 
 	want := map[string][]string{
-		"large": o.systems, "put4k-1": o.systems, "put4k-16": o.systems, "head-16": o.systems, "get4k-16": o.systems,
+		"large": o.systems, "put4k-1": o.systems, "put4k-16": o.systems, "one4k-1": o.systems, "one4k-16": o.systems,
+		"head-16": o.systems, "get4k-16": o.systems,
 		"routing-16": {sysBlobplane}, "sweep": {sysBlobplane},
 	}
 	for _, tb := range rep.Tables {
