@@ -56,10 +56,16 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 // stdout and writes the report under o.out. A system failing a workload
 // still leaves a report (with the failure in it), and run then fails.
 func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
-	rep, err := bench(ctx, o, stderr)
+	rep, stopAll, err := bench(ctx, o, stderr)
 	if rep == nil {
 		return err
 	}
+	// The report first: stopping the servers and removing their data (many
+	// GB of small files) can take minutes on a disk that discards.
+	defer func() {
+		fmt.Fprintln(stderr, "bench: stopping the systems and removing their data")
+		err = errors.Join(err, stopAll())
+	}()
 	fmt.Fprint(stdout, rep.Markdown())
 	paths, werr := rep.write(o.out)
 	if werr != nil {
@@ -81,15 +87,21 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	return err
 }
 
-// bench starts every system, runs the suite and stops everything again.
-// The report is nil only when nothing was measured.
-func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err error) {
+// bench starts every system and runs the suite. The report is nil only
+// when nothing was measured, and then everything is already stopped;
+// otherwise the caller stops everything with stopAll once the report is
+// written.
+func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, stopAll func() error, err error) {
 	var cl cleanups
-	defer func() { err = errors.Join(err, cl.run()) }()
+	defer func() {
+		if rep == nil {
+			err = errors.Join(err, cl.run())
+		}
+	}()
 
 	tmp, err := os.MkdirTemp("", "blobplane-bench-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cl.add(func() error { return os.RemoveAll(tmp) })
 
@@ -111,7 +123,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 			bins[sys], err = findTool(ctx, o.registryBin, "BLOBPLANE_REGISTRY_BIN", "Distribution registry", "--registry-bin", []string{"scripts/tool.sh", "registry"}, progress)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 
@@ -127,7 +139,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 	for _, name := range o.systems {
 		dir := filepath.Join(tmp, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		fmt.Fprintf(progress, "bench: starting %s\n", name)
 		var t target
@@ -135,7 +147,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 		case sysRaw:
 			srv, err := startRaw(dir)
 			if err != nil {
-				return nil, fmt.Errorf("raw pipeline: %w", err)
+				return nil, nil, fmt.Errorf("raw pipeline: %w", err)
 			}
 			cl.add(srv.Close)
 			c := &rawClient{base: srv.URL(), hc: newHTTPClient()}
@@ -144,7 +156,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 		case sysBlobplane:
 			dbURL, drop, err := createDatabase(ctx, o.databaseURL)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			cl.add(func() error {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -152,19 +164,19 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 				return drop(ctx)
 			})
 			if s.bp, err = startBlobplane(ctx, bins[name], dbURL, dir, &cl); err != nil {
-				return nil, fmt.Errorf("blobplane: %w", err)
+				return nil, nil, fmt.Errorf("blobplane: %w", err)
 			}
 			t = s.bp
 		case sysMinio:
 			m, err := startMinio(ctx, bins[name], dir, &cl)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			t = m
 		case sysDistribution:
 			c, err := startRegistry(ctx, bins[name], dir, &cl)
 			if err != nil {
-				return nil, fmt.Errorf("distribution: %w", err)
+				return nil, nil, fmt.Errorf("distribution: %w", err)
 			}
 			t = c
 		}
@@ -175,7 +187,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, err
 	r.Finished = time.Now()
 	r.Machine.LoadEnd = loadAvg()
 	r.Interrupted = ctx.Err() != nil
-	return r, ctx.Err()
+	return r, cl.run, ctx.Err()
 }
 
 // findTool returns the peer binary: the flag (or its environment
