@@ -326,13 +326,13 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		// appear at d's key.
 		k := h.objectKey(d, h.Backend)
 		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
-			func(ctx context.Context) (store.Intent, bool, string, error) {
+			func(ctx context.Context) claimResult {
 				in, staged, err := h.Store.OpenAndStage(ctx, n, k)
 				if err != nil || staged {
-					return in, false, ociNameUnknown, err
+					return claimResult{in: in, fallback: ociNameUnknown, err: err}
 				}
 				already, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
-				return in, already, ociUploadInvalid, err
+				return claimResult{in: in, alreadyVerified: already, fallback: ociUploadInvalid, err: err}
 			})
 		return
 	}
@@ -623,7 +623,7 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	var info backend.Info
 	var err error
 	if body == nil {
-		claimed = runClaim(ctx, claim)
+		claimed = claim(ctx)
 		if claimed.err != nil {
 			h.fail(w, r, claimed.err, claimed.fallback)
 			return
@@ -634,14 +634,8 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		// The claim completes even if the client goes away mid-body: the
 		// session is left as a claim made before the write would leave it.
 		result := make(chan claimResult, 1)
-		go func() { result <- runClaim(context.WithoutCancel(ctx), claim) }()
-		var waited bool
-		wait := func() claimResult {
-			if !waited {
-				claimed, waited = <-result, true
-			}
-			return claimed
-		}
+		go func() { result <- claim(context.WithoutCancel(ctx)) }()
+		wait := sync.OnceValue(func() claimResult { return <-result })
 		// Both writes hash while they stream: the bytes must prove the
 		// digest even when a verified copy exists (S8). An existing
 		// object is the same content under the same key: one stored copy.
@@ -650,7 +644,7 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 			DeferSync:     func(sync func() error) { deferredSync = sync }})
 		// The claim's outcome comes first, whatever the write's: a refused
 		// claim is the answer, as if it had run before the write.
-		if wait(); claimed.err != nil {
+		if claimed = wait(); claimed.err != nil {
 			h.fail(w, r, claimed.err, claimed.fallback)
 			return
 		}
@@ -693,12 +687,11 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 }
 
 // claimFunc records what must precede d's bytes at its key (the intent's
-// claim and the placement's stage, S6) and returns the intent, whether
-// the placement is verified already, and the OCI code its error falls
-// back to.
-type claimFunc func(ctx context.Context) (in store.Intent, alreadyVerified bool, fallback string, err error)
+// claim and the placement's stage, S6).
+type claimFunc func(ctx context.Context) claimResult
 
-// claimResult is a claimFunc's answer.
+// claimResult is a claimFunc's answer: the intent, whether the placement
+// is verified already, and the OCI code its error falls back to.
 type claimResult struct {
 	in              store.Intent
 	alreadyVerified bool
@@ -706,17 +699,11 @@ type claimResult struct {
 	err             error
 }
 
-func runClaim(ctx context.Context, claim claimFunc) claimResult {
-	var c claimResult
-	c.in, c.alreadyVerified, c.fallback, c.err = claim(ctx)
-	return c
-}
-
 // claimStage is the claim of a close on the existing session in.
 func (h *ociHandler) claimStage(in store.Intent, d blobplane.Digest, size int64) claimFunc {
-	return func(ctx context.Context) (store.Intent, bool, string, error) {
+	return func(ctx context.Context) claimResult {
 		already, err := h.Store.ClaimAndStage(ctx, in.OperationID, h.objectKey(d, in.Backend), size)
-		return in, already, ociUploadInvalid, err
+		return claimResult{in: in, alreadyVerified: already, fallback: ociUploadInvalid, err: err}
 	}
 }
 

@@ -209,10 +209,7 @@ func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) 
 	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, n.ExpectedSize, 0, arg.OperationID))
 	}, &stage, &stageErr)
-	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
-		if createErr != nil && createErr != errNotAnswered {
-			return Intent{}, false, createIntentErr(n, createErr)
-		}
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil { // the first statement's error, the batch undone
 		return Intent{}, false, createIntentErr(n, err)
 	}
 	if err := errors.Join(createErr, lockErr); err != nil {
