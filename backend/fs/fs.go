@@ -68,6 +68,12 @@ type Backend struct {
 	// uploadLocks serialise appends, promotion and abort of one staged
 	// upload within this process (striped by upload id).
 	uploadLocks [64]sync.Mutex
+	// durable: the fan-out directories this process synced into their
+	// parents (dirs.go).
+	durable fanout
+	// syncHook, when set (tests), runs before every directory fsync with
+	// the directory's path relative to the root; an error fails the sync.
+	syncHook func(dir string) error
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -84,20 +90,27 @@ func Open(dir string, policy backend.StorePolicy) (*Backend, error) {
 	default:
 		return nil, backend.Invalid(op, "store policy %q: want as-submitted, zstd or identity", policy)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirDurable(dir); err != nil {
 		return nil, classify(op, err)
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, classify(op, err)
 	}
+	b := &Backend{root: root, dir: dir, policy: policy}
 	for _, d := range []string{objectsDir, stagingDir} {
 		if err := root.MkdirAll(d, 0o755); err != nil {
 			_ = root.Close()
 			return nil, classify(op, err)
 		}
 	}
-	return &Backend{root: root, dir: dir, policy: policy}, nil
+	// Their entries in the root are durable before anything is stored
+	// under them (created now or by a process that has not synced yet).
+	if err := b.syncDir("."); err != nil {
+		_ = root.Close()
+		return nil, classify(op, err)
+	}
+	return b, nil
 }
 
 // Dir returns the directory the backend is rooted at.
@@ -122,8 +135,10 @@ func ObjectPath(d blobplane.Digest) string {
 
 // Write implements backend.Backend: temp file in the target directory →
 // payload and header → fsync → req.BeforeVisible → rename over the object
-// → fsync the directory (or hand that to req.DeferSync). The temp file is removed on any failure, so nothing appears at
-// the content-addressed location unless the digest matched (S2). Two writers
+// → fsync the directory, and the first time this process writes below a
+// fan-out directory, its parents too (dirs.go); or hand those syncs to
+// req.DeferSync. The temp file is removed on any failure, so nothing
+// appears at the content-addressed location unless the digest matched (S2). Two writers
 // of one digest each rename a complete file; the last rename wins and
 // readers holding the old file keep reading it whole (S7).
 func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.Info, error) {
@@ -134,18 +149,11 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if _, err := backend.ParseCodec(string(req.Codec)); err != nil {
 		return backend.Info{}, err
 	}
-	dir, file := location(req.Digest)
-	// The leaf directory: one mkdir that creates it or finds it (every
-	// directory above it exists but in a new tree), not a walk that tries
-	// each level.
-	if err := b.root.Mkdir(dir, 0o755); errors.Is(err, iofs.ErrNotExist) {
-		err = b.root.MkdirAll(dir, 0o755)
-		if err != nil {
-			return backend.Info{}, classify(op, err)
-		}
-	} else if err != nil && !errors.Is(err, iofs.ErrExist) {
+	dir, parents, err := b.leafDir(req.Digest.Hex())
+	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
+	file := req.Digest.Hex()
 	// Every step below is relative to the object's directory, opened once
 	// (not re-walked from the root for each of create, rename and sync).
 	leaf, err := b.root.OpenRoot(dir)
@@ -192,50 +200,25 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, classify(op, err)
 	}
 	committed = true
-	// The rename is durable only once the directory is.
+	// The rename is durable only once the directory is, and the
+	// directory's own entries up the tree (dirs.go).
+	d, err := leaf.Open(".")
+	if err != nil {
+		return backend.Info{}, classify(op, err)
+	}
 	if req.DeferSync != nil {
-		d, err := leaf.Open(".")
-		if err != nil {
-			return backend.Info{}, classify(op, err)
-		}
 		req.DeferSync(func() error {
-			if err := syncClose(d); err != nil {
+			if err := b.syncLeaf(d, file, parents); err != nil {
 				return classify(op, err)
 			}
 			return nil
 		})
 		return backend.Info{Digest: req.Digest, Repr: repr}, nil
 	}
-	if err := syncRoot(leaf); err != nil {
+	if err := b.syncLeaf(d, file, parents); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
 	return backend.Info{Digest: req.Digest, Repr: repr}, nil
-}
-
-func (b *Backend) syncDir(dir string) error {
-	d, err := b.root.Open(dir)
-	if err != nil {
-		return err
-	}
-	return syncClose(d)
-}
-
-// syncRoot fsyncs the directory r is rooted at.
-func syncRoot(r *os.Root) error {
-	d, err := r.Open(".")
-	if err != nil {
-		return err
-	}
-	return syncClose(d)
-}
-
-// syncClose fsyncs and closes d, reporting the first error.
-func syncClose(d *os.File) error {
-	err := d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // open opens an object and reads its header, from the same file handle that

@@ -1,0 +1,180 @@
+package fs
+
+import (
+	"errors"
+	iofs "io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// A new object's name is durable only once every directory on its path is
+// an entry its parent has synced: fsync of the leaf directory makes the
+// rename durable, not the leaf's own entry in sha256/ab, nor ab's in
+// sha256 (on a filesystem without a journal that orders them, a crash can
+// lose a directory created just before the object, and the object with
+// it). fanout tracks which fan-out directories this process has synced
+// into their parents, so each costs one extra sync per process and
+// directory, not one per write. A directory found existing proves
+// nothing: a concurrent writer (in this process or another) may have just
+// created it and not yet synced its parent.
+type fanout struct {
+	l1   [256 / 64]atomic.Uint64   // sha256/<ab>: its entry in sha256 is durable
+	leaf [65536 / 64]atomic.Uint64 // sha256/<ab>/<cd>: its entry in sha256/<ab> is durable
+}
+
+func has(bits []atomic.Uint64, i int) bool { return bits[i/64].Load()&(1<<(i%64)) != 0 }
+func set(bits []atomic.Uint64, i int)      { bits[i/64].Or(1 << (i % 64)) }
+
+// fanoutIndex parses the first four hex digits of a validated digest's hex
+// into its first-level (ab) and leaf (abcd) directory indices.
+func fanoutIndex(h string) (l1, leaf int) {
+	n := 0
+	for i := 0; i < 4; i++ {
+		c := h[i]
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		default:
+			n = n<<4 | int(c-'a'+10)
+		}
+	}
+	return n >> 8, n
+}
+
+// leafDir makes the leaf directory of the object named h exist and returns
+// it with the parent directories that must be synced, besides the leaf
+// itself, before an entry in the leaf is durable (none once this process
+// has synced them).
+func (b *Backend) leafDir(h string) (dir string, parents []string, err error) {
+	l1, leaf := fanoutIndex(h)
+	dir = path.Join(objectsDir, h[0:2], h[2:4])
+	if has(b.durable.leaf[:], leaf) {
+		return dir, nil, nil
+	}
+	// One mkdir that creates the leaf or finds it (every level above it
+	// exists but in a new tree), not a walk that tries each level.
+	if err := b.root.Mkdir(dir, 0o755); errors.Is(err, iofs.ErrNotExist) {
+		if err := b.root.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, err
+		}
+	} else if err != nil && !errors.Is(err, iofs.ErrExist) {
+		return "", nil, err
+	}
+	parents = []string{path.Join(objectsDir, h[0:2])}
+	if !has(b.durable.l1[:], l1) {
+		parents = append(parents, objectsDir)
+	}
+	return dir, parents, nil
+}
+
+// syncLeaf fsyncs the leaf directory d (and closes it) and, at the same
+// time, the parents leafDir returned for the object named h; then it
+// records them as durable. The first error wins; nothing is recorded on
+// an error, so the next write syncs them again.
+func (b *Backend) syncLeaf(d *os.File, h string, parents []string) error {
+	errs := make([]error, len(parents)+1)
+	var wg sync.WaitGroup
+	for i, p := range parents {
+		wg.Go(func() { errs[i+1] = b.syncDir(p) })
+	}
+	errs[0] = b.syncFile(path.Join(objectsDir, h[0:2], h[2:4]), d)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if len(parents) > 0 {
+		l1, leaf := fanoutIndex(h)
+		if len(parents) == 2 {
+			set(b.durable.l1[:], l1)
+		}
+		set(b.durable.leaf[:], leaf)
+	}
+	return nil
+}
+
+// syncDir fsyncs dir, relative to the root.
+func (b *Backend) syncDir(dir string) error {
+	d, err := b.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	return b.syncFile(dir, d)
+}
+
+// syncFile fsyncs and closes d, the directory or file at name (relative to
+// the root), reporting the first error.
+func (b *Backend) syncFile(name string, d *os.File) error {
+	var err error
+	if b.syncHook != nil {
+		err = b.syncHook(name)
+	}
+	if err == nil {
+		err = d.Sync()
+	}
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// mkdirDurable is os.MkdirAll(dir) that also syncs the parent of every
+// directory it created, so a new root survives a crash with its contents.
+func mkdirDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	missing := dir
+	for {
+		if _, err := os.Stat(missing); err == nil {
+			break
+		} else if !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+		parent := filepath.Dir(missing)
+		if parent == missing {
+			break
+		}
+		missing = parent
+	}
+	if missing == dir {
+		return nil // it exists
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// missing is the deepest existing ancestor: sync it and every created
+	// directory but the last, each holding the next one's entry.
+	for p := missing; ; p = filepath.Join(p, firstElem(dir, p)) {
+		if err := syncPath(p); err != nil {
+			return err
+		}
+		if filepath.Dir(dir) == p {
+			return nil
+		}
+	}
+}
+
+// firstElem is the path element of dir right below its ancestor p.
+func firstElem(dir, p string) string {
+	rel, _ := filepath.Rel(p, dir)
+	for {
+		parent := filepath.Dir(rel)
+		if parent == "." {
+			return rel
+		}
+		rel = parent
+	}
+}
+
+func syncPath(p string) error {
+	d, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

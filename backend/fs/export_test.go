@@ -1,0 +1,5 @@
+package fs
+
+// SetSyncHook makes b call hook before every directory fsync with the
+// directory's path relative to the root; an error from hook fails the sync.
+func SetSyncHook(b *Backend, hook func(dir string) error) { b.syncHook = hook }
