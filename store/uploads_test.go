@@ -575,6 +575,40 @@ func TestFormerHomeCannotPublish(t *testing.T) {
 	})
 }
 
+// Spec: "A former home cannot publish work after an authority transfer
+// advances the epoch", from the other side: a publication that passed the
+// fence holds it until its commit, so a transfer (or any other lease
+// write) waits for it, and the publication lands under the epoch it was
+// fenced with, before the new one exists.
+func TestTransferWaitsForFencedPublication(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, req := u.admitted(t, "fenced")
+	fenced, release := make(chan struct{}), make(chan struct{})
+	req.BeforeCommit = func() error { close(fenced); <-release; return nil } // after the fence, before COMMIT
+	var out store.Outcome
+	var finErr, forceErr error
+	var forced authority.LeaseRecord
+	var fin, force sync.WaitGroup
+	fin.Go(func() { out, finErr = u.s.Finalize(ctx, req) })
+	<-fenced
+	force.Go(func() { forced, forceErr = u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill") })
+	pgtest.WaitForLockWaiters(t, u.pool, 1) // the transfer waits for the publication
+	close(release)
+	fin.Wait()
+	force.Wait()
+	if finErr != nil || out.Epoch != u.lease.Epoch {
+		t.Fatalf("fenced publication: %+v, %v; want published under epoch %d", out, finErr, u.lease.Epoch)
+	}
+	if forceErr != nil || forced.Epoch <= u.lease.Epoch {
+		t.Fatalf("transfer after the publication: %+v, %v", forced, forceErr)
+	}
+	if u.outcomes(t) != 1 || u.references(t) != 1 {
+		t.Fatal("the fenced publication did not land")
+	}
+}
+
 // A close's claim and stage commit together or not at all: a refused
 // claim stages nothing, and a verified key keeps the claim and reports
 // alreadyVerified instead of failing.
