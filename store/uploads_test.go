@@ -585,8 +585,10 @@ func TestTransferWaitsForFencedPublication(t *testing.T) {
 	ctx := context.Background()
 	u := setupUploads(t)
 	_, req := u.admitted(t, "fenced")
-	fenced, release := make(chan struct{}), make(chan struct{})
-	req.BeforeCommit = func() error { close(fenced); <-release; return nil } // after the fence, before COMMIT
+	fenced, hold := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release() // also when the test fails while holding
+	req.BeforeCommit = func() error { close(fenced); <-hold; return nil } // after the fence, before COMMIT
 	var out store.Outcome
 	var finErr, forceErr error
 	var forced authority.LeaseRecord
@@ -595,7 +597,7 @@ func TestTransferWaitsForFencedPublication(t *testing.T) {
 	<-fenced
 	force.Go(func() { forced, forceErr = u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill") })
 	pgtest.WaitForLockWaiters(t, u.pool, 1) // the transfer waits for the publication
-	close(release)
+	release()
 	fin.Wait()
 	force.Wait()
 	if finErr != nil || out.Epoch != u.lease.Epoch {
