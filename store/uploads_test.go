@@ -587,8 +587,9 @@ func TestTransferWaitsForFencedPublication(t *testing.T) {
 	_, req := u.admitted(t, "fenced")
 	fenced, hold := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(hold) })
-	defer release()                                                       // also when the test fails while holding
-	req.BeforeCommit = func() error { close(fenced); <-hold; return nil } // after the fence, before COMMIT
+	defer release() // also when the test fails while holding
+	// Held after the fence, before COMMIT:
+	req.BeforeCommit = func() error { close(fenced); <-hold; return nil }
 	var out store.Outcome
 	var finErr, forceErr error
 	var forced authority.LeaseRecord
