@@ -32,7 +32,6 @@ type syncRecorder struct {
 	mu    sync.Mutex
 	dirs  []string
 	fail  string // the next sync of this directory fails
-	calls int
 }
 
 func (r *syncRecorder) hook(dir string) error {
