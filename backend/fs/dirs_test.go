@@ -29,9 +29,9 @@ func blobWhere(t *testing.T, ok func(hex string) bool) (blobplane.Digest, []byte
 }
 
 type syncRecorder struct {
-	mu    sync.Mutex
-	dirs  []string
-	fail  string // the next sync of this directory fails
+	mu   sync.Mutex
+	dirs []string
+	fail string // the next sync of this directory fails
 }
 
 func (r *syncRecorder) hook(dir string) error {
