@@ -55,6 +55,19 @@ func (r *syncRecorder) take() []string {
 	return d
 }
 
+// openRecorded opens a backend on root that records its directory syncs.
+func openRecorded(t *testing.T, root string) (*fs.Backend, *syncRecorder) {
+	t.Helper()
+	b, err := fs.Open(root, backend.StoreAsSubmitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	rec := &syncRecorder{}
+	fs.SetSyncHook(b, rec.hook)
+	return b, rec
+}
+
 func write(t *testing.T, b backend.Backend, d blobplane.Digest, content []byte) error {
 	t.Helper()
 	_, err := b.Write(t.Context(), backend.WriteRequest{Digest: d, Size: int64(len(content)), Body: strings.NewReader(string(content))})
@@ -69,13 +82,7 @@ func write(t *testing.T, b backend.Backend, d blobplane.Digest, content []byte) 
 func TestWriteSyncsNewFanoutDirectories(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	b, err := fs.Open(root, backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	rec := &syncRecorder{}
-	fs.SetSyncHook(b, rec.hook)
+	b, rec := openRecorded(t, root)
 
 	a, ac := blobWhere(t, func(string) bool { return true })
 	ab, cd := a.Hex()[0:2], a.Hex()[2:4]
@@ -109,7 +116,7 @@ func TestWriteSyncsNewFanoutDirectories(t *testing.T) {
 	other, oc := blobWhere(t, func(h string) bool { return h[0:2] != ab })
 	rec.fail = "sha256/" + other.Hex()[0:2]
 	var deferred func() error
-	_, err = b.Write(t.Context(), backend.WriteRequest{Digest: other, Size: int64(len(oc)), Body: strings.NewReader(string(oc)),
+	_, err := b.Write(t.Context(), backend.WriteRequest{Digest: other, Size: int64(len(oc)), Body: strings.NewReader(string(oc)),
 		DeferSync: func(sync func() error) { deferred = sync }})
 	if err != nil {
 		t.Fatal(err)
@@ -127,13 +134,7 @@ func TestWriteSyncsNewFanoutDirectories(t *testing.T) {
 
 	// Another process (here: another Backend on the same root) does not
 	// know whether the directories it finds were synced.
-	b2, err := fs.Open(root, backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b2.Close()
-	rec2 := &syncRecorder{}
-	fs.SetSyncHook(b2, rec2.hook)
+	b2, rec2 := openRecorded(t, root)
 	third, tc := blobWhere(t, func(h string) bool { return h[0:4] == ab+cd && h != a.Hex() && h != sameLeaf.Hex() })
 	if err := write(t, b2, third, tc); err != nil {
 		t.Fatal(err)
