@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -141,5 +143,25 @@ func TestWriteSyncsNewFanoutDirectories(t *testing.T) {
 	}
 	if got, want := rec2.take(), []string{"sha256", "sha256/" + ab, leaf}; !slices.Equal(got, want) {
 		t.Fatalf("another process's first write synced %v, want %v", got, want)
+	}
+}
+
+// Open creates a missing root with its missing parents (syncing each
+// new directory's parent) and stores into it.
+func TestOpenCreatesNestedRoot(t *testing.T) {
+	t.Parallel()
+	for _, rel := range []string{"a", "a/b/c"} {
+		root := filepath.Join(t.TempDir(), rel)
+		b, rec := openRecorded(t, root)
+		if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+			t.Fatalf("Open(%s): root %v, %v", rel, fi, err)
+		}
+		d, content := blobWhere(t, func(string) bool { return true })
+		if err := write(t, b, d, content); err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.take(); len(got) != 3 {
+			t.Fatalf("first write into a new root synced %v, want the leaf and its two parents", got)
+		}
 	}
 }
