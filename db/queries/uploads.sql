@@ -68,13 +68,6 @@ RETURNING *;
 UPDATE intents SET state = 'admitted', updated_at = now()
 WHERE operation_id = @operation_id AND state = 'pending';
 
--- name: LeaseHeldForShare :one
--- The authority fence inside the publishing transaction: the lease row is
--- share-locked, so a claim of a higher epoch waits for this commit.
-SELECT epoch FROM leases
-WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
-FOR SHARE;
-
 -- name: FinalizeContext :one
 -- Everything Finalize validates, in one statement (one round trip), first
 -- in its transaction: the intent, locked FOR UPDATE (a publication and an

@@ -506,27 +506,6 @@ func (q *Queries) InsertReference(ctx context.Context, db DBTX, arg InsertRefere
 	return result.RowsAffected(), nil
 }
 
-const leaseHeldForShare = `-- name: LeaseHeldForShare :one
-SELECT epoch FROM leases
-WHERE partition_id = $1 AND owner_node = $2 AND epoch = $3
-FOR SHARE
-`
-
-type LeaseHeldForShareParams struct {
-	PartitionID string
-	Node        string
-	Epoch       int64
-}
-
-// The authority fence inside the publishing transaction: the lease row is
-// share-locked, so a claim of a higher epoch waits for this commit.
-func (q *Queries) LeaseHeldForShare(ctx context.Context, db DBTX, arg LeaseHeldForShareParams) (int64, error) {
-	row := db.QueryRow(ctx, leaseHeldForShare, arg.PartitionID, arg.Node, arg.Epoch)
-	var epoch int64
-	err := row.Scan(&epoch)
-	return epoch, err
-}
-
 const lockIntent = `-- name: LockIntent :one
 SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = $1 FOR UPDATE
 `
