@@ -6,8 +6,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/blobplane/blobplane"
 )
 
 // A new object's name is durable only once every directory on its path is
@@ -44,50 +47,50 @@ func fanoutIndex(h string) (l1, leaf int) {
 	return n >> 8, n
 }
 
-// leafDir makes the leaf directory of the object named h exist and returns
-// it with the parent directories that must be synced, besides the leaf
-// itself, before an entry in the leaf is durable (none once this process
-// has synced them).
-func (b *Backend) leafDir(h string) (dir string, parents []string, err error) {
-	l1, leaf := fanoutIndex(h)
-	dir = path.Join(objectsDir, h[0:2], h[2:4])
+// leafDir makes the leaf directory of d's object exist and returns it,
+// the object's file name, and the parent directories that must be synced,
+// besides the leaf itself, before an entry in the leaf is durable (none
+// once this process has synced them).
+func (b *Backend) leafDir(d blobplane.Digest) (dir, file string, parents []string, err error) {
+	dir, file = location(d)
+	l1, leaf := fanoutIndex(file)
 	if has(b.durable.leaf[:], leaf) {
-		return dir, nil, nil
+		return dir, file, nil, nil
 	}
 	// One mkdir that creates the leaf or finds it (every level above it
 	// exists but in a new tree), not a walk that tries each level.
 	if err := b.root.Mkdir(dir, 0o755); errors.Is(err, iofs.ErrNotExist) {
 		if err := b.root.MkdirAll(dir, 0o755); err != nil {
-			return "", nil, err
+			return "", "", nil, err
 		}
 	} else if err != nil && !errors.Is(err, iofs.ErrExist) {
-		return "", nil, err
+		return "", "", nil, err
 	}
-	parents = []string{path.Join(objectsDir, h[0:2])}
+	parents = []string{path.Dir(dir)}
 	if !has(b.durable.l1[:], l1) {
 		parents = append(parents, objectsDir)
 	}
-	return dir, parents, nil
+	return dir, file, parents, nil
 }
 
-// syncLeaf fsyncs the leaf directory d (and closes it) and, at the same
-// time, the parents leafDir returned for the object named h; then it
-// records them as durable. The first error wins; nothing is recorded on
-// an error, so the next write syncs them again.
-func (b *Backend) syncLeaf(d *os.File, h string, parents []string) error {
+// syncLeaf fsyncs the leaf directory d at dir (and closes it) and, at the
+// same time, the parents leafDir returned with it for the object file;
+// then it records them as durable. It reports every sync's error;
+// nothing is recorded on an error, so the next write syncs them again.
+func (b *Backend) syncLeaf(d *os.File, dir, file string, parents []string) error {
 	errs := make([]error, len(parents)+1)
 	var wg sync.WaitGroup
 	for i, p := range parents {
 		wg.Go(func() { errs[i+1] = b.syncDir(p) })
 	}
-	errs[0] = b.syncFile(path.Join(objectsDir, h[0:2], h[2:4]), d)
+	errs[0] = b.syncFile(dir, d)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	if len(parents) > 0 {
-		l1, leaf := fanoutIndex(h)
-		if len(parents) == 2 {
+		l1, leaf := fanoutIndex(file)
+		if slices.Contains(parents, objectsDir) {
 			set(b.durable.l1[:], l1)
 		}
 		set(b.durable.leaf[:], leaf)
@@ -104,16 +107,21 @@ func (b *Backend) syncDir(dir string) error {
 	return b.syncFile(dir, d)
 }
 
-// syncFile fsyncs and closes d, the directory or file at name (relative to
-// the root), reporting the first error.
+// syncFile fsyncs and closes d, the directory at name (relative to the
+// root), after the test hook.
 func (b *Backend) syncFile(name string, d *os.File) error {
-	var err error
 	if b.syncHook != nil {
-		err = b.syncHook(name)
+		if err := b.syncHook(name); err != nil {
+			_ = d.Close()
+			return err
+		}
 	}
-	if err == nil {
-		err = d.Sync()
-	}
+	return syncClose(d)
+}
+
+// syncClose fsyncs and closes d, reporting the first error.
+func syncClose(d *os.File) error {
+	err := d.Sync()
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
@@ -123,58 +131,32 @@ func (b *Backend) syncFile(name string, d *os.File) error {
 // mkdirDurable is os.MkdirAll(dir) that also syncs the parent of every
 // directory it created, so a new root survives a crash with its contents.
 func mkdirDurable(dir string) error {
-	dir = filepath.Clean(dir)
-	missing := dir
-	for {
-		if _, err := os.Stat(missing); err == nil {
+	var missing []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil {
 			break
 		} else if !errors.Is(err, iofs.ErrNotExist) {
 			return err
 		}
-		parent := filepath.Dir(missing)
-		if parent == missing {
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
 			break
 		}
-		missing = parent
 	}
-	if missing == dir {
-		return nil // it exists
+	if len(missing) == 0 {
+		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	// missing is the deepest existing ancestor: sync it and every created
-	// directory but the last, each holding the next one's entry.
-	for p := missing; ; p = filepath.Join(p, firstElem(dir, p)) {
-		if err := syncPath(p); err != nil {
+	for _, p := range missing {
+		d, err := os.Open(filepath.Dir(p))
+		if err != nil {
 			return err
 		}
-		if filepath.Dir(dir) == p {
-			return nil
+		if err := syncClose(d); err != nil {
+			return err
 		}
 	}
-}
-
-// firstElem is the path element of dir right below its ancestor p.
-func firstElem(dir, p string) string {
-	rel, _ := filepath.Rel(p, dir)
-	for {
-		parent := filepath.Dir(rel)
-		if parent == "." {
-			return rel
-		}
-		rel = parent
-	}
-}
-
-func syncPath(p string) error {
-	d, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return nil
 }

@@ -138,9 +138,9 @@ func ObjectPath(d blobplane.Digest) string {
 // → fsync the directory, and the first time this process writes below a
 // fan-out directory, its parents too (dirs.go); or hand those syncs to
 // req.DeferSync. The temp file is removed on any failure, so nothing
-// appears at the content-addressed location unless the digest matched (S2). Two writers
-// of one digest each rename a complete file; the last rename wins and
-// readers holding the old file keep reading it whole (S7).
+// appears at the content-addressed location unless the digest matched
+// (S2). Two writers of one digest each rename a complete file; the last
+// rename wins and readers holding the old file keep reading it whole (S7).
 func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.Info, error) {
 	const op = "fs.Write"
 	if err := backend.ValidDigest(op, req.Digest); err != nil {
@@ -149,11 +149,10 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if _, err := backend.ParseCodec(string(req.Codec)); err != nil {
 		return backend.Info{}, err
 	}
-	dir, parents, err := b.leafDir(req.Digest.Hex())
+	dir, file, parents, err := b.leafDir(req.Digest)
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	file := req.Digest.Hex()
 	// Every step below is relative to the object's directory, opened once
 	// (not re-walked from the root for each of create, rename and sync).
 	leaf, err := b.root.OpenRoot(dir)
@@ -208,14 +207,14 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	}
 	if req.DeferSync != nil {
 		req.DeferSync(func() error {
-			if err := b.syncLeaf(d, file, parents); err != nil {
+			if err := b.syncLeaf(d, dir, file, parents); err != nil {
 				return classify(op, err)
 			}
 			return nil
 		})
 		return backend.Info{Digest: req.Digest, Repr: repr}, nil
 	}
-	if err := b.syncLeaf(d, file, parents); err != nil {
+	if err := b.syncLeaf(d, dir, file, parents); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
 	return backend.Info{Digest: req.Digest, Repr: repr}, nil
