@@ -154,14 +154,14 @@ type WriteRequest struct {
 	// that far; its error aborts the write (nothing becomes visible) and
 	// Write returns it unchanged. It is what must precede the object's
 	// appearance (an upload's claim, S6). The filesystem backend calls it
-	// after the bytes are verified and synced to a private temp file, so
-	// the caller's work overlaps the write; S3 calls it before sending
-	// anything.
+	// after the bytes are verified and written to a private temp file,
+	// while that file's fsync runs, so the caller's work overlaps the
+	// write and the sync; S3 calls it before sending anything.
 	BeforeVisible func() error
-	// DeferSync, when set, lets Write return before its last sync (the
-	// filesystem backend's directory fsync that makes the rename
-	// durable): the backend passes that sync to DeferSync instead of
-	// running it. The caller must then call it exactly once, and treat
+	// DeferSync, when set, lets Write return before its last syncs (the
+	// filesystem backend's wait for the object file's fsync and the
+	// directory fsync that makes its name durable): the backend passes
+	// that step to DeferSync instead of running it. The caller must then call it exactly once, and treat
 	// the object as stored durably only after it returned nil (nothing
 	// that says so may commit before). A backend with no such step (S3)
 	// never calls DeferSync.

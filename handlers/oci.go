@@ -674,9 +674,9 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	if !claimed.alreadyVerified {
 		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize}
 	}
-	// The write's last sync (the directory's, for the rename) runs while
-	// publication's first round trip does; nothing commits before it
-	// returned (FinalizeRequest.BeforeCommit).
+	// The write's last syncs (the object file's and its directory's) run
+	// while publication's first round trip does; nothing commits before
+	// they returned (FinalizeRequest.BeforeCommit).
 	var durable func() error
 	if deferredSync != nil {
 		synced := make(chan error, 1)

@@ -119,6 +119,18 @@ func (b *Backend) syncFile(name string, d *os.File) error {
 	return syncClose(d)
 }
 
+// syncObject fsyncs and closes f, a new object file at name (relative to
+// the root), after the test hook.
+func (b *Backend) syncObject(name string, f *os.File) error {
+	if b.objectSyncHook != nil {
+		if err := b.objectSyncHook(name); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	return syncClose(f)
+}
+
 // syncClose fsyncs and closes d, reporting the first error.
 func syncClose(d *os.File) error {
 	err := d.Sync()

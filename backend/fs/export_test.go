@@ -3,3 +3,8 @@ package fs
 // SetSyncHook makes b call hook before every directory fsync with the
 // directory's path relative to the root; an error from hook fails the sync.
 func SetSyncHook(b *Backend, hook func(dir string) error) { b.syncHook = hook }
+
+// SetObjectSyncHook makes b call hook before the fsync of each new object
+// file, with the file's temp path relative to the root; an error from
+// hook fails the sync.
+func SetObjectSyncHook(b *Backend, hook func(name string) error) { b.objectSyncHook = hook }

@@ -74,6 +74,9 @@ type Backend struct {
 	// syncHook, when set (tests), runs before every directory fsync with
 	// the directory's path relative to the root; an error fails the sync.
 	syncHook func(dir string) error
+	// objectSyncHook, when set (tests), runs before the fsync of each new
+	// object file (its temp path); an error fails the sync.
+	objectSyncHook func(name string) error
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -134,13 +137,23 @@ func ObjectPath(d blobplane.Digest) string {
 }
 
 // Write implements backend.Backend: temp file in the target directory →
-// payload and header → fsync → req.BeforeVisible → rename over the object
-// → fsync the directory, and the first time this process writes below a
-// fan-out directory, its parents too (dirs.go); or hand those syncs to
-// req.DeferSync. The temp file is removed on any failure, so nothing
-// appears at the content-addressed location unless the digest matched
-// (S2). Two writers of one digest each rename a complete file; the last
-// rename wins and readers holding the old file keep reading it whole (S7).
+// payload and header → fsync, running while req.BeforeVisible completes
+// and the file is linked at the object's name → fsync of the directory
+// (and, the first time this process writes below a fan-out directory, of
+// its parents: dirs.go); or hand the wait for those syncs to
+// req.DeferSync. The temp file is removed on any failure before it is
+// linked, so nothing appears at the content-addressed location unless
+// the digest matched (S2).
+//
+// The new file takes the name only if no file holds it
+// (RENAME_NOREPLACE), before its own fsync is done, so the two syncs
+// overlap: until both returned nothing may reference the object, and a
+// crash before then can leave an incomplete file under the name. That is
+// why a file found at the name proves nothing: a write that finds one
+// waits for its own file's fsync and renames over it, and only then syncs
+// the directory (the replacing rename is of a complete, durable file).
+// Two writers of one digest each publish a complete file; the last rename
+// wins and readers holding the old file keep reading it whole (S7).
 func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.Info, error) {
 	const op = "fs.Write"
 	if err := backend.ValidDigest(op, req.Digest); err != nil {
@@ -165,12 +178,19 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	committed := false
+	// fileSynced is the temp file's fsync and close, once started.
+	var fileSynced func() error
+	linked := false
 	defer func() {
-		if !committed {
-			_ = f.Close()
-			_ = leaf.Remove(tmp)
+		if linked {
+			return
 		}
+		if fileSynced != nil {
+			_ = fileSynced()
+		} else {
+			_ = f.Close()
+		}
+		_ = leaf.Remove(tmp)
 	}()
 
 	// Reserve the header; the representation is known only at the end.
@@ -184,38 +204,46 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if _, err := f.WriteAt(header(repr), 0); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if err := f.Sync(); err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	if err := f.Close(); err != nil {
-		return backend.Info{}, classify(op, err)
-	}
+	synced := make(chan error, 1)
+	go func() { synced <- b.syncObject(path.Join(dir, tmp), f) }()
+	fileSynced = sync.OnceValue(func() error { return <-synced })
 	if req.BeforeVisible != nil {
 		if err := req.BeforeVisible(); err != nil {
 			return backend.Info{}, err
 		}
 	}
-	if err := leaf.Rename(tmp, file); err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	committed = true
-	// The rename is durable only once the directory is, and the
-	// directory's own entries up the tree (dirs.go).
 	d, err := leaf.Open(".")
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
+	if linked, err = renameNoReplace(d, tmp, file); err != nil {
+		_ = d.Close()
+		return backend.Info{}, classify(op, err)
+	}
+	if !linked {
+		// The name is taken (or the filesystem cannot say so atomically):
+		// replace it, but only with a file that is durable already.
+		if err := fileSynced(); err != nil {
+			_ = d.Close()
+			return backend.Info{}, classify(op, err)
+		}
+		if err := leaf.Rename(tmp, file); err != nil {
+			_ = d.Close()
+			return backend.Info{}, classify(op, err)
+		}
+		linked = true
+	}
+	// The object is durable once its file is and its name is: the
+	// directory's fsync, and the directory's own entries up the tree.
+	durable := func() error {
+		return classify(op, errors.Join(fileSynced(), b.syncLeaf(d, dir, file, parents)))
+	}
 	if req.DeferSync != nil {
-		req.DeferSync(func() error {
-			if err := b.syncLeaf(d, dir, file, parents); err != nil {
-				return classify(op, err)
-			}
-			return nil
-		})
+		req.DeferSync(durable)
 		return backend.Info{Digest: req.Digest, Repr: repr}, nil
 	}
-	if err := b.syncLeaf(d, dir, file, parents); err != nil {
-		return backend.Info{}, classify(op, err)
+	if err := durable(); err != nil {
+		return backend.Info{}, err
 	}
 	return backend.Info{Digest: req.Digest, Repr: repr}, nil
 }
