@@ -298,14 +298,20 @@ func (s *Store) claimRefused(ctx context.Context, op string, id pgtype.UUID, d b
 	return s.notPending(ctx, "record intent content", id)
 }
 
-// ClaimAndStage is a close's first step, in one transaction (one commit):
-// RecordIntentContent of k's digest and size on the intent op, then
-// StagePlacement of k. So the claim precedes any byte written at k (S6).
-// alreadyVerified reports that k is verified already: the stage is
-// refused, the claim stands, and the caller still writes the bytes to
-// prove them (S8) but has nothing to verify. Errors: those of
-// RecordIntentContent and of StagePlacement (other than the refusal of a
-// verified row); on error nothing is recorded.
+// ClaimAndStage is a close's first step: RecordIntentContent of k's
+// digest and size on the intent op, then StagePlacement of k. So the
+// claim precedes any byte written at k (S6). When k has no row yet (the
+// common case) both are one implicit transaction in one round trip, and
+// on error nothing is recorded. When k has a row (or the digest is at its
+// bound), the claim commits first and k is re-staged in a second
+// transaction under the digest's stage lock; if that fails, the claim
+// stands (a claim with nothing staged, as a monolithic upload's intent
+// has before its close), so a retried close of the same content stages
+// it and a close of other content is refused. alreadyVerified reports
+// that k is verified already: the stage is refused, the claim stands, and
+// the caller still writes the bytes to prove them (S8) but has nothing to
+// verify. Errors: those of RecordIntentContent and of StagePlacement
+// (other than the refusal of a verified row).
 func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (alreadyVerified bool, err error) {
 	id, err := parseOpID(op)
 	if err != nil {
@@ -320,18 +326,17 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	if err := s.ensurePlacements(ctx); err != nil {
 		return false, err
 	}
-	// Like CreateIntent's, this commit does not wait for its WAL flush:
+	// Like CreateIntent's, these commits do not wait for their WAL flush:
 	// the close's next commit (Finalize recording the verification, or
 	// VerifyPlacement away from the home) is synchronous and flushes the
-	// WAL past it. A crash before then loses the claim and the stage
-	// together; bytes already written at k are then either another
-	// upload's (owned, kept) or an orphan for the inventory.
+	// WAL past them. A crash before then loses the claim and the stage;
+	// bytes already written at k are then either another upload's (owned,
+	// kept) or an orphan for the inventory.
 	//
-	// One round trip sends BEGIN, the setting, the claim with the digest's
-	// stage lock, and the common stage (an insert that happens only if the
-	// claim did, after the lock); the commit is the second.
+	// One round trip, one implicit transaction (a single Sync): the
+	// setting, the claim with the digest's stage lock, and the common
+	// stage, an insert that happens only if the claim did, after the lock.
 	var b pgx.Batch
-	b.BeginTx(pgx.TxOptions{})
 	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	var claimErr, stageErr error
 	var claimed pgtype.UUID
@@ -344,35 +349,41 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, size, 0, id))
 	}, &staged, &stageErr)
-	br := s.pool.SendBatch(ctx, &b)
-	tx := br.Tx()
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if err := br.Close(); err != nil {
+	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil { // the first error, the batch undone
 		return false, placementErr("claim and stage", err)
 	}
 	switch {
 	case errors.Is(claimErr, pgx.ErrNoRows):
-		_ = tx.Rollback(ctx)
 		return false, s.claimRefused(ctx, op, id, k.Digest, size)
 	case claimErr != nil:
 		return false, placementErr("claim and stage", claimErr)
 	case errors.Is(stageErr, pgx.ErrNoRows):
-		// k has a row already (or the digest is at its bound): re-stage
-		// it under the lock the claim took, in the same transaction.
-		_, err = s.restageLockedTx(ctx, tx, k, size, 0)
+		return s.restageClaimed(ctx, k, size)
+	case stageErr != nil:
+		return false, placementErr("claim and stage", stageErr)
+	}
+	return false, nil
+}
+
+// restageClaimed re-stages k, which has a row already (or whose digest is
+// at its bound), for a close whose claim committed: under the digest's
+// stage lock, in a transaction of its own. A verified row is not an
+// error: alreadyVerified.
+func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64) (alreadyVerified bool, err error) {
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"}, func(tx pgx.Tx) error {
+		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
+			return err
+		}
+		_, err := s.restageLockedTx(ctx, tx, k, size, 0)
 		if err != nil && !errors.Is(err, ErrPlacementLimit) && blobplane.ErrorCode(err) == blobplane.CodeConflict {
 			cur, gerr := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 			if gerr == nil && placement.State(cur.State) == placement.Verified {
 				alreadyVerified, err = true, nil
 			}
 		}
-		if err != nil {
-			return false, placementErr("claim and stage", err)
-		}
-	case stageErr != nil:
-		return false, placementErr("claim and stage", stageErr)
-	}
-	if err := tx.Commit(ctx); err != nil {
+		return err
+	})
+	if err != nil {
 		return false, placementErr("claim and stage", err)
 	}
 	return alreadyVerified, nil

@@ -612,9 +612,9 @@ func TestTransferWaitsForFencedPublication(t *testing.T) {
 	}
 }
 
-// A close's claim and stage commit together or not at all: a refused
-// claim stages nothing, and a verified key keeps the claim and reports
-// alreadyVerified instead of failing.
+// A close's claim decides its stage: a refused claim stages nothing, a
+// verified key keeps the claim and reports alreadyVerified instead of
+// failing, and a refused re-stage of a key with a row keeps the claim.
 func TestClaimAndStageIsOneDecision(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -673,6 +673,29 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 	}
 	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Verified {
 		t.Fatalf("verified placement after a second close: %+v, %v", p, err)
+	}
+
+	// A key with a row is re-staged after the claim committed: a refused
+	// re-stage (here a row held under a higher epoch) leaves the claim,
+	// which a retried close of the same content keeps and other content
+	// cannot take.
+	d2, size2 := contentOf([]byte("re-staged under a higher epoch"))
+	k2 := placement.Key{Digest: d2, Backend: "fs", Datacenter: upDC, Location: d2.Hex()}
+	if _, err := u.s.StagePlacement(ctx, k2, size2, 7); err != nil {
+		t.Fatal(err)
+	}
+	third := open("", store.SizeUnknown)
+	if _, err := u.s.ClaimAndStage(ctx, third.OperationID, k2, size2); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		t.Fatalf("re-stage of a row at a higher epoch: %v, want stale_epoch", err)
+	}
+	if got, err := u.s.GetIntent(ctx, third.OperationID); err != nil || got.ExpectedDigest != d2 || got.ExpectedSize != size2 || got.State != store.IntentPending {
+		t.Fatalf("claim after a refused re-stage: %+v, %v", got, err)
+	}
+	if p, err := u.s.Placement(ctx, k2); err != nil || p.State != placement.Pending || p.Epoch != 7 {
+		t.Fatalf("refused re-stage changed the row: %+v, %v", p, err)
+	}
+	if _, err := u.s.ClaimAndStage(ctx, third.OperationID, k, size); !errors.Is(err, store.ErrContentIdentity) {
+		t.Fatalf("close of other content after the claim: %v, want a content identity refusal", err)
 	}
 }
 
