@@ -8,3 +8,7 @@ func SetSyncHook(b *Backend, hook func(dir string) error) { b.syncHook = hook }
 // file, with the file's temp path relative to the root; an error from
 // hook fails the sync.
 func SetObjectSyncHook(b *Backend, hook func(name string) error) { b.objectSyncHook = hook }
+
+// SetSyncBeforeLink makes every write of b wait for its file's fsync
+// before the rename (the path of a name found taken), to measure against.
+func SetSyncBeforeLink(b *Backend, on bool) { b.syncBeforeLink = on }

@@ -77,6 +77,9 @@ type Backend struct {
 	// objectSyncHook, when set (tests), runs before the fsync of each new
 	// object file (its temp path); an error fails the sync.
 	objectSyncHook func(name string) error
+	// syncBeforeLink, when set (benchmarks), makes every write take the
+	// path of a taken name: its file's fsync, then the rename.
+	syncBeforeLink bool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -216,9 +219,11 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if linked, err = renameNoReplace(d, tmp, file); err != nil {
-		_ = d.Close()
-		return backend.Info{}, classify(op, err)
+	if !b.syncBeforeLink {
+		if linked, err = renameNoReplace(d, tmp, file); err != nil {
+			_ = d.Close()
+			return backend.Info{}, classify(op, err)
+		}
 	}
 	if !linked {
 		// The name is taken (or the filesystem cannot say so atomically):
