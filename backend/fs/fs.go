@@ -239,9 +239,11 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		linked = true
 	}
 	// The object is durable once its file is and its name is: the
-	// directory's fsync, and the directory's own entries up the tree.
+	// directory's fsync (while the file's may still run), and the
+	// directory's own entries up the tree.
 	durable := func() error {
-		return classify(op, errors.Join(fileSynced(), b.syncLeaf(d, dir, file, parents)))
+		leafErr := b.syncLeaf(d, dir, file, parents)
+		return classify(op, errors.Join(fileSynced(), leafErr))
 	}
 	if req.DeferSync != nil {
 		req.DeferSync(durable)

@@ -24,9 +24,10 @@ func inode(t *testing.T, p string) uint64 {
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
-// A new object's file fsync overlaps the caller's BeforeVisible and the
-// link at its name: the name is taken (RENAME_NOREPLACE) while the file's
-// sync is still running, and the deferred sync returns only after it.
+// A new object's file fsync overlaps the caller's BeforeVisible, the link
+// at its name and the directory's sync: the name is taken
+// (RENAME_NOREPLACE) and the directory synced while the file's sync is
+// still running, and the deferred sync returns only after it.
 func TestWriteLinksNewNameBeforeFileSync(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -38,6 +39,14 @@ func TestWriteLinksNewNameBeforeFileSync(t *testing.T) {
 		return nil
 	})
 	blob := backendtest.NewBlob(31, 4096)
+	leaf := filepath.Dir(fs.ObjectPath(blob.Digest))
+	leafSynced := make(chan struct{}, 1)
+	fs.SetSyncHook(b, func(dir string) error {
+		if dir == leaf {
+			leafSynced <- struct{}{}
+		}
+		return nil
+	})
 	req := blob.Identity()
 	var synced string
 	req.BeforeVisible = func() error {
@@ -60,8 +69,8 @@ func TestWriteLinksNewNameBeforeFileSync(t *testing.T) {
 		close(release)
 		t.Fatal("Write waited for its file's fsync before linking the name")
 	}
-	if dir := filepath.Dir(fs.ObjectPath(blob.Digest)); filepath.Dir(synced) != dir || !strings.HasPrefix(filepath.Base(synced), ".tmp-") {
-		t.Fatalf("synced %q, want a temp file in %s", synced, dir)
+	if filepath.Dir(synced) != leaf || !strings.HasPrefix(filepath.Base(synced), ".tmp-") {
+		t.Fatalf("synced %q, want a temp file in %s", synced, leaf)
 	}
 	// Held in its fsync, the file is at its name already.
 	if _, err := os.Stat(filepath.Join(root, fs.ObjectPath(blob.Digest))); err != nil {
@@ -69,6 +78,14 @@ func TestWriteLinksNewNameBeforeFileSync(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- deferred() }()
+	select {
+	case <-leafSynced: // the directory's sync, while the file's is held
+	case err := <-done:
+		t.Fatalf("deferred sync returned (%v) while the file's fsync is held", err)
+	case <-time.After(time.Minute): // a failure detector, as above
+		close(release)
+		t.Fatal("the directory's sync waited for the file's")
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("deferred sync returned (%v) while the file's fsync is held", err)
