@@ -110,20 +110,14 @@ func (b *Backend) syncDir(dir string) error {
 // syncFile fsyncs and closes d, the directory at name (relative to the
 // root), after the test hook.
 func (b *Backend) syncFile(name string, d *os.File) error {
-	if b.syncHook != nil {
-		if err := b.syncHook(name); err != nil {
-			_ = d.Close()
-			return err
-		}
-	}
-	return syncClose(d)
+	return syncHooked(b.syncHook, name, d)
 }
 
-// syncObject fsyncs and closes f, a new object file at name (relative to
-// the root), after the test hook.
-func (b *Backend) syncObject(name string, f *os.File) error {
-	if b.objectSyncHook != nil {
-		if err := b.objectSyncHook(name); err != nil {
+// syncHooked fsyncs and closes f, at name relative to the root, after
+// hook (a test's, when not nil), whose error fails the sync.
+func syncHooked(hook func(name string) error, name string, f *os.File) error {
+	if hook != nil {
+		if err := hook(name); err != nil {
 			_ = f.Close()
 			return err
 		}

@@ -208,7 +208,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, classify(op, err)
 	}
 	synced := make(chan error, 1)
-	go func() { synced <- b.syncObject(path.Join(dir, tmp), f) }()
+	go func() { synced <- syncHooked(b.objectSyncHook, path.Join(dir, tmp), f) }()
 	fileSynced = sync.OnceValue(func() error { return <-synced })
 	if req.BeforeVisible != nil {
 		if err := req.BeforeVisible(); err != nil {
