@@ -469,11 +469,11 @@ type FinalizeRequest struct {
 	Replication ReplicationEnqueuer
 	// BeforeCommit, when set, is what must hold before anything Finalize
 	// records can commit: the durability of the bytes Verify confirms (a
-	// filesystem write's file and directory syncs, backend.WriteRequest.DeferSync),
-	// which then overlaps the transaction's first round trip. Finalize
-	// calls it once, before its COMMIT or before the verification it
-	// records alone after a refusal; its error aborts both and is
-	// returned.
+	// filesystem write's file and directory syncs,
+	// backend.WriteRequest.DeferSync), which then overlaps the
+	// transaction's first round trip. Finalize calls it once, before its
+	// COMMIT or before the verification it records alone after a refusal;
+	// its error aborts both and is returned.
 	BeforeCommit func() error
 }
 
