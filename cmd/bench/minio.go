@@ -50,7 +50,7 @@ func startMinio(ctx context.Context, bin, dir string, cleanup *cleanups) (*minio
 		if err != nil {
 			return "", err
 		}
-		if err := p.waitReady(ctx, "http://"+addr+"/minio/health/live", 60*time.Second); err != nil {
+		if err := p.waitReady(ctx, "http://"+addr+"/minio/health/cluster", 60*time.Second); err != nil {
 			p.stop()
 			return "", err
 		}

@@ -172,8 +172,12 @@ func start(ctx context.Context, bin string) (*Server, error) {
 	return s, nil
 }
 
-// waitLive polls the liveness endpoint until it answers 200, the process
-// exits, or the deadline passes.
+// waitLive polls the cluster health endpoint until it answers 200, the
+// process exits, or the deadline passes. Not the liveness endpoint: that
+// answers 200 as soon as the HTTP server is up, while S3 calls still fail
+// with 503 XMinioServerNotInitialized until the object layer is; the
+// cluster check answers 200 only once it is (for one drive: once the
+// drive is usable).
 func (s *Server) waitLive(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -182,7 +186,7 @@ func (s *Server) waitLive(ctx context.Context, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/minio/health/live", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/minio/health/cluster", nil)
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -191,9 +195,9 @@ func (s *Server) waitLive(ctx context.Context, timeout time.Duration) error {
 		}
 		select {
 		case <-s.exited:
-			return fmt.Errorf("minio exited before it was live:\n%s", s.logText())
+			return fmt.Errorf("minio exited before it was ready:\n%s", s.logText())
 		case <-ctx.Done():
-			return fmt.Errorf("minio not live at %s after %s:\n%s", s.Endpoint, timeout, s.logText())
+			return fmt.Errorf("minio not ready at %s after %s:\n%s", s.Endpoint, timeout, s.logText())
 		case <-tick.C:
 		}
 	}
