@@ -220,23 +220,19 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, classify(op, err)
 	}
 	if !b.syncBeforeLink {
-		if linked, err = renameNoReplace(d, tmp, file); err != nil {
-			_ = d.Close()
-			return backend.Info{}, classify(op, err)
-		}
+		linked, err = renameNoReplace(d, tmp, file)
 	}
-	if !linked {
+	if err == nil && !linked {
 		// The name is taken (or the filesystem cannot say so atomically):
 		// replace it, but only with a file that is durable already.
-		if err := fileSynced(); err != nil {
-			_ = d.Close()
-			return backend.Info{}, classify(op, err)
+		if err = fileSynced(); err == nil {
+			err = leaf.Rename(tmp, file)
+			linked = err == nil
 		}
-		if err := leaf.Rename(tmp, file); err != nil {
-			_ = d.Close()
-			return backend.Info{}, classify(op, err)
-		}
-		linked = true
+	}
+	if err != nil {
+		_ = d.Close()
+		return backend.Info{}, classify(op, err)
 	}
 	// The object is durable once its file is and its name is: the
 	// directory's fsync (while the file's may still run), and the
