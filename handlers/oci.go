@@ -42,6 +42,11 @@ type UploadStore interface {
 	// written at k; alreadyVerified: k was verified already. Errors:
 	// not_found, conflict, digest_mismatch, stale_epoch.
 	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (alreadyVerified bool, err error)
+	// ClaimSessionAndStage is ClaimAndStage of a pending session of
+	// repository on k's backend that staged nothing, read and claimed in
+	// one round trip; claimed false: nothing recorded, the session is
+	// something else. Errors: those of ClaimAndStage's stage.
+	ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in store.Intent, claimed, alreadyVerified bool, err error)
 	// OpenAndStage creates an intent declaring k's content (its claim)
 	// and stages k, in one transaction: a single-request upload's first
 	// step; staged false leaves the stage to ClaimAndStage. Errors: those
@@ -429,6 +434,25 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 	if err != nil {
 		h.fail(w, r, err, ociDigestInvalid)
 		return
+	}
+	if size := r.ContentLength; size > 0 && size <= h.MaxBlobSize {
+		// The common close, the whole blob in this PUT of a session that
+		// staged nothing: the session's read and its claim (with the
+		// stage) are one round trip, before the body is read. Any other
+		// session is left untouched and takes the checked path below.
+		if be, ok := h.Backends[h.Backend]; ok {
+			in, claimed, already, err := h.Store.ClaimSessionAndStage(r.Context(), id, name, h.objectKey(d, h.Backend), size)
+			if err != nil {
+				h.fail(w, r, err, ociUploadInvalid)
+				return
+			}
+			if claimed {
+				h.close(w, r, be, in, d, size, r.Body, func(context.Context) claimResult {
+					return claimResult{in: in, alreadyVerified: already}
+				})
+				return
+			}
+		}
 	}
 	in, be, ok := h.session(w, r, name, id)
 	if !ok {

@@ -50,6 +50,42 @@ func TestOCIWholeBodyPutStreamsOnce(t *testing.T) {
 	}
 }
 
+// A whole-body PUT claims the session in the same round trip that reads
+// it, before reading the body; a session it cannot close that way (here
+// another repository's) is left untouched, and the checked path answers
+// as before: unknown to this repository, nothing stored or staged. The
+// session still closes at its own repository.
+func TestOCIWholeBodyPutOfAnotherRepositorysSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := ociSetup(t, 0)
+	const content = "closed at the wrong repository"
+	d := ociDigest(content)
+	a := e.do(t, "POST", "/v2/team/other/blobs/uploads/", "", e.writer, nil)
+	loc, id := a.header.Get("Location"), a.header.Get("Docker-Upload-UUID")
+	if a.status != 202 {
+		t.Fatalf("open: %+v", a)
+	}
+	if a := e.do(t, "PUT", "/v2/team/app/blobs/uploads/"+id+"?digest="+d, content, e.writer, nil); a.status != 404 || ociCode(t, a) != "BLOB_UPLOAD_UNKNOWN" {
+		t.Fatalf("close at another repository: %+v", a)
+	}
+	if in, err := e.st.GetIntent(ctx, id); err != nil || in.State != store.IntentPending || in.ExpectedDigest != "" || in.ReceivedBytes != 0 {
+		t.Fatalf("session after a close at another repository: %+v, %v", in, err)
+	}
+	if ps, err := e.st.Placements(ctx, blobplane.Digest(d)); err != nil || len(ps) != 0 {
+		t.Fatalf("placements after a close at another repository: %+v, %v", ps, err)
+	}
+	if n := e.be.calls.Load(); n != 0 {
+		t.Fatalf("%d backend calls, want none", n)
+	}
+	if a := e.do(t, "PUT", loc+"?digest="+d, content, e.writer, nil); a.status != 201 {
+		t.Fatalf("close at its own repository: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/team/other/blobs/"+d, "", e.reader, nil); a.status != 200 || a.body != content {
+		t.Fatalf("read back: %+v", a)
+	}
+}
+
 // A whole-body PUT whose bytes are not the claimed digest stores nothing
 // at the claimed key, verifies nothing, and ends the session.
 func TestOCIWholeBodyPutMismatch(t *testing.T) {

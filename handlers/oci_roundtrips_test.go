@@ -137,13 +137,13 @@ func TestOCIHotPathStatements(t *testing.T) {
 
 	counter.reset()
 	d1 := upload()
-	// POST: CreateIntent. PUT: GetIntent; ClaimAndStage (one round trip,
-	// one implicit transaction: its setting, claim+stage lock, stage);
-	// Finalize (one round trip: BEGIN, FinalizeContext,
-	// VerifyPendingPlacement, EnsureBlobUnderLease, Publish; then COMMIT).
-	// The token comes from the cache.
-	if n, rt := counter.statements.Load(), counter.roundTrips.Load(); n != 11 || rt != 5 {
-		t.Errorf("a 4 KiB POST+PUT sent %d statements in %d round trips, want 11 in 5", n, rt)
+	// POST: CreateIntent. PUT: ClaimSessionAndStage (the session's read
+	// and its claim in one round trip, one implicit transaction: its
+	// setting, claim+stage lock, stage); Finalize (one round trip: BEGIN,
+	// FinalizeContext, VerifyPendingPlacement, EnsureBlobUnderLease,
+	// Publish; then COMMIT). The token comes from the cache.
+	if n, rt := counter.statements.Load(), counter.roundTrips.Load(); n != 10 || rt != 4 {
+		t.Errorf("a 4 KiB POST+PUT sent %d statements in %d round trips, want 10 in 4", n, rt)
 	}
 	// The single-request upload (POST ?digest= with the body):
 	// OpenAndStage (one round trip: the intent with its claim, the stage

@@ -317,14 +317,47 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	if err != nil {
 		return false, err
 	}
+	_, claimed, alreadyVerified, err := s.claimAndStage(ctx, id, k, size, "")
+	if err == nil && !claimed {
+		err = s.claimRefused(ctx, op, id, k.Digest, size)
+	}
+	return alreadyVerified, err
+}
+
+// ClaimSessionAndStage is ClaimAndStage for an OCI PUT that closes the
+// upload session op of repository with its body, before it read the
+// session: it claims only a pending session of repository on k's backend
+// with nothing staged yet whose declared content (if any) is k's digest
+// and size, and returns it. claimed is false, and nothing is recorded,
+// when the session is anything else (unknown, another repository's,
+// another backend's, staged, closed, declaring other content): the caller
+// then reads the session and takes the path that explains or handles it.
+// So the PUT's session read and its claim are one round trip. Errors:
+// those of ClaimAndStage's stage.
+func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in Intent, claimed, alreadyVerified bool, err error) {
+	id, err := parseOpID(op)
+	if err != nil || repository == "" {
+		return Intent{}, false, false, nil
+	}
+	row, claimed, alreadyVerified, err := s.claimAndStage(ctx, id, k, size, repository)
+	if err != nil || !claimed {
+		return Intent{}, false, false, err
+	}
+	return intentFromRow(dbsqlc.Intent(row)), true, alreadyVerified, nil
+}
+
+// claimAndStage is ClaimAndStage of the intent id, and with repository
+// set ClaimSessionAndStage's; claimed is false when the claim touched no
+// row (nothing is recorded then).
+func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed, alreadyVerified bool, err error) {
 	if err := checkTransition(k, 0); err != nil {
-		return false, err
+		return row, false, false, err
 	}
 	if size < 0 {
-		return false, blobplane.Errorf(blobplane.CodeInvalid, "size %d: must be >= 0", size)
+		return row, false, false, blobplane.Errorf(blobplane.CodeInvalid, "size %d: must be >= 0", size)
 	}
 	if err := s.ensurePlacements(ctx); err != nil {
-		return false, err
+		return row, false, false, err
 	}
 	// Like CreateIntent's, these commits do not wait for their WAL flush:
 	// the close's next commit (Finalize recording the verification, or
@@ -339,30 +372,31 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 	var b pgx.Batch
 	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	var claimErr, stageErr error
-	var claimed pgtype.UUID
 	var staged dbsqlc.Placement
-	queueRow(&b, func(db dbsqlc.DBTX) (pgtype.UUID, error) {
+	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.ClaimIntentContentRow, error) {
 		return s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{
 			LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
+			SessionRepository: optText(repository), SessionBackend: optText(k.Backend),
 		})
-	}, &claimed, &claimErr)
+	}, &row, &claimErr)
 	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, size, 0, id))
 	}, &staged, &stageErr)
 	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil { // the first error, the batch undone
-		return false, placementErr("claim and stage", err)
+		return row, false, false, placementErr("claim and stage", err)
 	}
 	switch {
 	case errors.Is(claimErr, pgx.ErrNoRows):
-		return false, s.claimRefused(ctx, op, id, k.Digest, size)
+		return row, false, false, nil
 	case claimErr != nil:
-		return false, placementErr("claim and stage", claimErr)
+		return row, false, false, placementErr("claim and stage", claimErr)
 	case errors.Is(stageErr, pgx.ErrNoRows):
-		return s.restageClaimed(ctx, k, size)
+		alreadyVerified, err = s.restageClaimed(ctx, k, size)
+		return row, true, alreadyVerified, err
 	case stageErr != nil:
-		return false, placementErr("claim and stage", stageErr)
+		return row, false, false, placementErr("claim and stage", stageErr)
 	}
-	return false, nil
+	return row, true, false, nil
 }
 
 // restageClaimed re-stages k, which has a row already (or whose digest is

@@ -1020,3 +1020,133 @@ func TestFinalizeBeforeCommit(t *testing.T) {
 		}
 	})
 }
+
+// ClaimSessionAndStage (the OCI PUT's session read and claim in one round
+// trip) claims only a pending session of the repository on the key's
+// backend with nothing staged and no other content declared; any other
+// session it leaves exactly as it was, for the checked path to explain.
+// A staging that commits while the claim waits on the session's row wins:
+// the claim re-checks its guard on the committed row.
+func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	if err := u.s.CreateRepository(ctx, "team/other"); err != nil {
+		t.Fatal(err)
+	}
+	d, size := contentOf([]byte("a session closed by its PUT"))
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+	placements := func() int {
+		if u.count(t, `SELECT count(*) FROM pg_tables WHERE tablename = 'placements'`) == 0 {
+			return 0 // the ledger is created by the first store call that needs it
+		}
+		return u.count(t, `SELECT count(*) FROM placements WHERE digest = $1`, string(d))
+	}
+	row := func(op string) string {
+		t.Helper()
+		var s string
+		if err := u.pool.QueryRow(ctx, `SELECT i::text FROM intents i WHERE operation_id = $1`, op).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	declines := func(name, op, repo string, k placement.Key) {
+		t.Helper()
+		var before string
+		if len(op) == 36 && op[8] == '-' {
+			if err := u.pool.QueryRow(ctx, `SELECT coalesce((SELECT i::text FROM intents i WHERE operation_id = $1::text::uuid), '')`, op).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+		}
+		in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, op, repo, k, size)
+		if err != nil || claimed || already || in != (store.Intent{}) {
+			t.Fatalf("%s: claimed %v, already %v, %+v, %v; want declined", name, claimed, already, in, err)
+		}
+		if before != "" && row(op) != before {
+			t.Fatalf("%s: the declined claim changed the session: %s, was %s", name, row(op), before)
+		}
+		if n := placements(); n != 0 {
+			t.Fatalf("%s: a declined claim staged %d placements", name, n)
+		}
+	}
+
+	declines("malformed id", "not-an-id", upRepo, k)
+	declines("unknown id", "00000000-0000-4000-8000-000000000000", upRepo, k)
+	other := u.open(t, "team/other")
+	declines("another repository's session", other.OperationID, upRepo, k)
+	s3 := k
+	s3.Backend = "s3"
+	declines("a session on another backend", u.open(t, upRepo).OperationID, upRepo, s3)
+	staged := u.open(t, upRepo)
+	if _, err := u.s.ExtendIntent(ctx, staged.OperationID, "0123456789abcdef0123456789abcdef", 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	declines("a session with staged chunks", staged.OperationID, upRepo, k)
+	gone := u.open(t, upRepo)
+	if _, err := u.s.AbandonIntent(ctx, gone.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	declines("an abandoned session", gone.OperationID, upRepo, k)
+	liar, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size + 1,
+		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	declines("a session declaring other content", liar.OperationID, upRepo, k)
+
+	// Race: a staging of the session commits while the claim waits on its
+	// row; the claim then declines.
+	raced := u.open(t, upRepo)
+	tx, err := u.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, `UPDATE intents SET staged_location = 'fedcba9876543210fedcba9876543210' WHERE operation_id = $1`, raced.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		claimed bool
+		err     error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		_, claimed, _, err := u.s.ClaimSessionAndStage(ctx, raced.OperationID, upRepo, k, size)
+		done <- answer{claimed, err}
+	}()
+	pgtest.WaitForLockWaiters(t, u.pool, 1)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-done; a.err != nil || a.claimed {
+		t.Fatalf("claim racing a committed staging: claimed %v, %v; want declined", a.claimed, a.err)
+	}
+	if n := placements(); n != 0 {
+		t.Fatalf("the raced claim staged %d placements", n)
+	}
+
+	// The session it can close: claimed and staged, returned as claimed.
+	fresh := u.open(t, upRepo)
+	in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, fresh.OperationID, upRepo, k, size)
+	if err != nil || !claimed || already {
+		t.Fatalf("unstaged session: claimed %v, already %v, %v", claimed, already, err)
+	}
+	if in.OperationID != fresh.OperationID || in.Repository != upRepo || in.Principal != upPrincipal || in.Backend != "fs" ||
+		in.ExpectedDigest != d || in.ExpectedSize != size || in.ReceivedBytes != size || in.State != store.IntentPending || in.StagedLocation != "" {
+		t.Fatalf("claimed session: %+v", in)
+	}
+	if got, err := u.s.GetIntent(ctx, fresh.OperationID); err != nil || got.ExpectedDigest != d || got.ExpectedSize != size {
+		t.Fatalf("claim: %+v, %v", got, err)
+	}
+	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Pending || p.Size != size {
+		t.Fatalf("stage: %+v, %v", p, err)
+	}
+	// Verified content: claimed, nothing to stage, alreadyVerified.
+	if _, err := u.s.VerifyPlacement(ctx, k, d, size, 0); err != nil {
+		t.Fatal(err)
+	}
+	second := u.open(t, upRepo)
+	if in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, second.OperationID, upRepo, k, size); err != nil || !claimed || !already || in.ExpectedDigest != d {
+		t.Fatalf("session closing verified content: claimed %v, already %v, %+v, %v", claimed, already, in, err)
+	}
+}

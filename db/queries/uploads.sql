@@ -35,17 +35,22 @@ RETURNING *;
 -- name: ClaimIntentContent :one
 -- RecordIntentContent, then the stage lock of the digest
 -- (LockPlacementDigest) for the rest of the transaction, in one round
--- trip: ClaimAndStage's first statement. No row back: not claimed, and
--- no lock taken.
+-- trip: ClaimAndStage's first statement. With @session_repository set
+-- it claims only a session the OCI PUT could close with its body
+-- unread: of that repository, on @session_backend, nothing staged yet
+-- (ClaimSessionAndStage). No row back: not claimed, and no lock taken.
 WITH claimed AS (
     UPDATE intents
     SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
     WHERE operation_id = @operation_id AND state = 'pending'
       AND coalesce(expected_digest, @digest::text) = @digest::text
       AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
-    RETURNING operation_id
+      AND (sqlc.narg(session_repository)::text IS NULL
+           OR (repository = sqlc.narg(session_repository)::text AND backend = sqlc.narg(session_backend)::text AND staged_location IS NULL))
+    RETURNING *
 )
-SELECT c.operation_id
+SELECT c.operation_id, c.repository, c.principal, c.expected_digest, c.expected_size, c.ingress_datacenter, c.backend,
+       c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at
 FROM claimed c, LATERAL pg_advisory_xact_lock(@lock_class::int4, hashtext(@digest::text)) AS stage_lock;
 
 -- name: RecordIntentContent :one

@@ -60,33 +60,74 @@ WITH claimed AS (
     WHERE operation_id = $4 AND state = 'pending'
       AND coalesce(expected_digest, $2::text) = $2::text
       AND coalesce(expected_size, $3::bigint) = $3::bigint
-    RETURNING operation_id
+      AND ($5::text IS NULL
+           OR (repository = $5::text AND backend = $6::text AND staged_location IS NULL))
+    RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
 )
-SELECT c.operation_id
+SELECT c.operation_id, c.repository, c.principal, c.expected_digest, c.expected_size, c.ingress_datacenter, c.backend,
+       c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at
 FROM claimed c, LATERAL pg_advisory_xact_lock($1::int4, hashtext($2::text)) AS stage_lock
 `
 
 type ClaimIntentContentParams struct {
-	LockClass   int32
-	Digest      string
-	SizeBytes   int64
-	OperationID pgtype.UUID
+	LockClass         int32
+	Digest            string
+	SizeBytes         int64
+	OperationID       pgtype.UUID
+	SessionRepository pgtype.Text
+	SessionBackend    pgtype.Text
+}
+
+type ClaimIntentContentRow struct {
+	OperationID       pgtype.UUID
+	Repository        string
+	Principal         string
+	ExpectedDigest    pgtype.Text
+	ExpectedSize      pgtype.Int8
+	IngressDatacenter string
+	Backend           string
+	StagedLocation    pgtype.Text
+	State             string
+	ReceivedBytes     int64
+	CreatedAt         pgtype.Timestamptz
+	UpdatedAt         pgtype.Timestamptz
+	ExpiresAt         pgtype.Timestamptz
+	StagedDeletedAt   pgtype.Timestamptz
 }
 
 // RecordIntentContent, then the stage lock of the digest
 // (LockPlacementDigest) for the rest of the transaction, in one round
-// trip: ClaimAndStage's first statement. No row back: not claimed, and
-// no lock taken.
-func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimIntentContentParams) (pgtype.UUID, error) {
+// trip: ClaimAndStage's first statement. With @session_repository set
+// it claims only a session the OCI PUT could close with its body
+// unread: of that repository, on @session_backend, nothing staged yet
+// (ClaimSessionAndStage). No row back: not claimed, and no lock taken.
+func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimIntentContentParams) (ClaimIntentContentRow, error) {
 	row := db.QueryRow(ctx, claimIntentContent,
 		arg.LockClass,
 		arg.Digest,
 		arg.SizeBytes,
 		arg.OperationID,
+		arg.SessionRepository,
+		arg.SessionBackend,
 	)
-	var operation_id pgtype.UUID
-	err := row.Scan(&operation_id)
-	return operation_id, err
+	var i ClaimIntentContentRow
+	err := row.Scan(
+		&i.OperationID,
+		&i.Repository,
+		&i.Principal,
+		&i.ExpectedDigest,
+		&i.ExpectedSize,
+		&i.IngressDatacenter,
+		&i.Backend,
+		&i.StagedLocation,
+		&i.State,
+		&i.ReceivedBytes,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.StagedDeletedAt,
+	)
+	return i, err
 }
 
 const createIntent = `-- name: CreateIntent :one
