@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
@@ -26,4 +28,26 @@ func (s *Store) BatchThenForTest(ctx context.Context, n NewIntent, then string) 
 	b.Queue(then)
 	err = s.pool.SendBatch(ctx, &b).Close()
 	return arg.OperationID.String(), err
+}
+
+// MigrateToForTest applies (up or down) Blobplane's goose migrations until
+// the schema is at version: what a test of one migration's conversion
+// needs to build the schema before it.
+func MigrateToForTest(ctx context.Context, pool *pgxpool.Pool, version int64) error {
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	p, err := gooseProvider(sqlDB)
+	if err != nil {
+		return err
+	}
+	cur, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if cur > version {
+		_, err = p.DownTo(ctx, version)
+	} else {
+		_, err = p.UpTo(ctx, version)
+	}
+	return err
 }

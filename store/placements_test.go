@@ -138,7 +138,7 @@ func TestPlacementLedgerCommented(t *testing.T) {
 	if nCols != 13 || nViewCols != 8 {
 		t.Fatalf("placements has %d columns, placement_summary %d: update this test and the comments", nCols, nViewCols)
 	}
-	for _, c := range []string{"placements_digest_canonical", "placements_reason_iff_failed", "placements_revoke_reason_iff_revoked", "placements_pkey"} {
+	for _, c := range []string{"sha256_digest_canonical", "placements_reason_iff_failed", "placements_revoke_reason_iff_revoked", "placements_pkey"} {
 		var ok bool
 		if err := d.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = $1)`, c).Scan(&ok); err != nil || !ok {
 			t.Fatalf("constraint %s missing (%v)", c, err)

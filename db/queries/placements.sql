@@ -63,12 +63,12 @@ RETURNING *;
 -- ClaimIntentContent in one transaction (store.ClaimAndStage), this is
 -- true exactly when the claim succeeded and took the lock.
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
-SELECT @digest, @backend, @datacenter, @location, 'pending', @size_bytes, @epoch, 1, now(), now()
-WHERE (SELECT count(*) FROM placements WHERE digest = @digest) < @max_per_digest::bigint
+SELECT @digest::text, @backend::text, @datacenter::text, @location::text, 'pending', @size_bytes, @epoch, 1, now(), now()
+WHERE (SELECT count(*) FROM placements WHERE digest = @digest::text) < @max_per_digest::bigint
   AND (sqlc.narg(claimed_by)::uuid IS NULL OR EXISTS (
       SELECT 1 FROM intents
       WHERE operation_id = sqlc.narg(claimed_by)::uuid AND state = 'pending'
-        AND expected_digest = @digest AND expected_size = @size_bytes))
+        AND expected_digest = @digest::text AND expected_size = @size_bytes))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
 RETURNING *;
 

@@ -8,11 +8,14 @@
 -- sqlc generates from it too (sqlc.yaml), so every statement must be
 -- idempotent and plain DDL.
 
+-- The digest, backend, datacenter and location columns take their shape
+-- from the domains of migration 00013 (checked once per assigned value,
+-- not re-planned per statement like a table CHECK).
 CREATE TABLE IF NOT EXISTS placements (
-    digest        text        NOT NULL CONSTRAINT placements_digest_canonical CHECK (digest ~ '^sha256:[0-9a-f]{64}$'),
-    backend       text        NOT NULL CONSTRAINT placements_backend_label CHECK (backend ~ '^[a-z0-9][a-z0-9_-]{0,31}$'),
-    datacenter    text        NOT NULL CONSTRAINT placements_datacenter_label CHECK (datacenter ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'),
-    location      text        NOT NULL CONSTRAINT placements_location_shape CHECK (octet_length(location) BETWEEN 1 AND 1024 AND location !~ '[[:cntrl:]]'),
+    digest        sha256_digest   NOT NULL,
+    backend       backend_label   NOT NULL,
+    datacenter    dc_label        NOT NULL,
+    location      object_location NOT NULL,
     state         text        NOT NULL CONSTRAINT placements_state_known CHECK (state IN ('pending', 'verified', 'failed', 'revoked')),
     reason        text        CONSTRAINT placements_reason_known CHECK (reason IN ('source_unavailable', 'digest_mismatch', 'backend_refused')),
     revoke_reason text        CONSTRAINT placements_revoke_reason_known CHECK (revoke_reason IN ('reclamation', 'administrative')),

@@ -131,12 +131,12 @@ func (q *Queries) GetPlacementIfChanged(ctx context.Context, db DBTX, arg GetPla
 
 const insertPlacementIfAbsent = `-- name: InsertPlacementIfAbsent :one
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
-SELECT $1, $2, $3, $4, 'pending', $5, $6, 1, now(), now()
-WHERE (SELECT count(*) FROM placements WHERE digest = $1) < $7::bigint
+SELECT $1::text, $2::text, $3::text, $4::text, 'pending', $5, $6, 1, now(), now()
+WHERE (SELECT count(*) FROM placements WHERE digest = $1::text) < $7::bigint
   AND ($8::uuid IS NULL OR EXISTS (
       SELECT 1 FROM intents
       WHERE operation_id = $8::uuid AND state = 'pending'
-        AND expected_digest = $1 AND expected_size = $5))
+        AND expected_digest = $1::text AND expected_size = $5))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
 `
