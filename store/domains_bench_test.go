@@ -1,0 +1,75 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/blobplane/blobplane/internal/pgtest"
+)
+
+// BenchmarkLabelDomains measures what migration 00013 saves Postgres per
+// upload on the intents table: an upload's intent insert and its update
+// to admitted, on a copy of intents with the domains (as migrated) and on
+// a copy with the table CHECKs it had before, in alternating rounds on one
+// connection (commits asynchronous: CPU, not the WAL flush). It reports
+// the time of each and the ratio; docs/performance.md, item 23.
+func BenchmarkLabelDomains(b *testing.B) {
+	ctx := context.Background()
+	d := pgtest.New(b)
+	if _, err := d.Pool.Exec(ctx, `
+		CREATE TABLE intents_domains (LIKE intents INCLUDING ALL);
+		CREATE TABLE intents_checks (LIKE intents INCLUDING ALL);
+		ALTER TABLE intents_checks
+		    ALTER COLUMN principal TYPE text, ALTER COLUMN expected_digest TYPE text, ALTER COLUMN ingress_datacenter TYPE text,
+		    ALTER COLUMN backend TYPE text, ALTER COLUMN staged_location TYPE text,
+		    ADD CHECK (principal ~ '^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$'),
+		    ADD CHECK (expected_digest ~ '^sha256:[0-9a-f]{64}$'),
+		    ADD CHECK (ingress_datacenter ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'),
+		    ADD CHECK (backend ~ '^[a-z0-9][a-z0-9_-]{0,31}$'),
+		    ADD CHECK (octet_length(staged_location) BETWEEN 1 AND 1024 AND staged_location !~ '[[:cntrl:]]')`); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := d.Pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		b.Fatal(err)
+	}
+	upload := func(table string, i int) {
+		var id [16]byte
+		err := conn.QueryRow(ctx, `INSERT INTO `+table+` (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at)
+			VALUES ('team/app', 'alice', $1, 4096, 'eu-1', 'fs', now() + interval '1 hour') RETURNING operation_id`,
+			fmt.Sprintf("sha256:%064x", uint64(i))).Scan(&id)
+		if err == nil {
+			_, err = conn.Exec(ctx, `UPDATE `+table+` SET state = 'admitted', updated_at = now() WHERE operation_id = $1 AND state = 'pending'`, id)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	upload("intents_domains", 0) // prepare both statements on both tables
+	upload("intents_checks", 0)
+	const round = 50
+	var domains, checks time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i += round {
+		n := min(round, b.N-i)
+		start := time.Now()
+		for j := range n {
+			upload("intents_checks", i+j)
+		}
+		checks += time.Since(start)
+		start = time.Now()
+		for j := range n {
+			upload("intents_domains", i+j)
+		}
+		domains += time.Since(start)
+	}
+	b.ReportMetric(float64(domains.Microseconds())/float64(b.N), "µs/upload-domains")
+	b.ReportMetric(float64(checks.Microseconds())/float64(b.N), "µs/upload-checks")
+	b.ReportMetric(float64(checks)/float64(domains), "checks/domains")
+}
