@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -1148,5 +1149,56 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 	second := u.open(t, upRepo)
 	if in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, second.OperationID, upRepo, k, size); err != nil || !claimed || !already || in.ExpectedDigest != d {
 		t.Fatalf("session closing verified content: claimed %v, already %v, %+v, %v", claimed, already, in, err)
+	}
+}
+
+// Finalize counts the grants of the principal's valid tokens beside its
+// own, and no others: not a revoked token's, not another principal's
+// (FinalizeContext reads them in two index lookups; LoadPrincipal reads
+// the same set with PrincipalGrants).
+func TestFinalizeCountsTheGrantsOfValidTokens(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	if err := u.s.RevokePrincipalGrants(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := u.s.CreateToken(ctx, "bob", grants(t, "team/*:write")); err != nil {
+		t.Fatal(err)
+	}
+	held := func(want ...string) {
+		t.Helper()
+		p, err := u.s.LoadPrincipal(ctx, upPrincipal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]string, len(p.Grants))
+		for i, g := range p.Grants {
+			got[i] = g.String()
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Fatalf("%s holds %v, want %v", upPrincipal, got, want)
+		}
+	}
+	held()
+	_, req := u.admitted(t, "published through a token's grant")
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrWriteRevoked) {
+		t.Fatalf("with only another principal's token: %v, want ErrWriteRevoked", err)
+	}
+	_, id, err := u.s.CreateToken(ctx, upPrincipal, grants(t, "team/app:read", "team/app:write"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held("team/app:read", "team/app:write")
+	if _, err := u.s.Finalize(ctx, req); err != nil {
+		t.Fatalf("with its own token's grant: %v", err)
+	}
+	_, req2 := u.admitted(t, "refused after the token's revocation")
+	if err := u.s.RevokeToken(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	held()
+	if _, err := u.s.Finalize(ctx, req2); !errors.Is(err, store.ErrWriteRevoked) {
+		t.Fatalf("after the token's revocation: %v, want ErrWriteRevoked", err)
 	}
 }
