@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
@@ -50,4 +52,64 @@ func MigrateToForTest(ctx context.Context, pool *pgxpool.Pool, version int64) er
 		_, err = p.UpTo(ctx, version)
 	}
 	return err
+}
+
+// HotStatementForTest is one statement of a hot path as sqlc sends it.
+type HotStatementForTest struct {
+	Name string
+	SQL  string
+	Args []any
+}
+
+// HotStatementsForTest records, without sending them, the statements an
+// upload, a read and an authentication send per request, with the
+// arguments given: what TestHotStatementsUseIndexes explains.
+func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, d blobplane.Digest) []HotStatementForTest {
+	ctx := context.Background()
+	var id pgtype.UUID
+	_ = id.Scan(op)
+	k := placement.Key{Digest: d, Backend: "fs", Datacenter: "eu-1", Location: "sha256/" + d.Hex()}
+	var out []HotStatementForTest
+	rec := func(name string, call func(dbsqlc.DBTX)) {
+		var r recorder
+		call(&r)
+		out = append(out, HotStatementForTest{Name: name, SQL: r.sql, Args: r.args})
+	}
+	rec("TokenForAuth", func(db dbsqlc.DBTX) { _, _ = s.q.TokenForAuth(ctx, db, tokenID) })
+	rec("PrincipalGrants", func(db dbsqlc.DBTX) { _, _ = s.q.PrincipalGrants(ctx, db, principal) })
+	rec("CreateIntent", func(db dbsqlc.DBTX) {
+		_, _ = s.q.CreateIntent(ctx, db, dbsqlc.CreateIntentParams{Repository: repository, Principal: principal,
+			ExpectedDigest: pgtype.Text{String: string(d), Valid: true}, ExpectedSize: pgtype.Int8{Int64: 4096, Valid: true},
+			IngressDatacenter: "eu-1", Backend: "fs", TtlSeconds: 3600})
+	})
+	rec("GetIntent", func(db dbsqlc.DBTX) { _, _ = s.q.GetIntent(ctx, db, id) })
+	rec("ClaimIntentContent", func(db dbsqlc.DBTX) {
+		_, _ = s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{LockClass: placementDigestLockClass, Digest: string(d),
+			SizeBytes: 4096, OperationID: id, SessionRepository: optText(repository), SessionBackend: optText("fs")})
+	})
+	rec("InsertPlacementIfAbsent", func(db dbsqlc.DBTX) {
+		_, _ = s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, 4096, 0, id))
+	})
+	rec("FinalizeContext", func(db dbsqlc.DBTX) {
+		_, _ = s.q.FinalizeContext(ctx, db, dbsqlc.FinalizeContextParams{OperationID: id, PartitionID: "p-0001", Digest: string(d), SizeBytes: 4096})
+	})
+	rec("VerifyPendingPlacement", func(db dbsqlc.DBTX) {
+		_, _ = s.q.VerifyPendingPlacement(ctx, db, dbsqlc.VerifyPendingPlacementParams{Digest: string(d), Backend: k.Backend,
+			Datacenter: k.Datacenter, Location: k.Location, SizeBytes: 4096})
+	})
+	rec("EnsureBlobUnderLease", func(db dbsqlc.DBTX) {
+		_, _ = s.q.EnsureBlobUnderLease(ctx, db, dbsqlc.EnsureBlobUnderLeaseParams{Digest: string(d), SizeBytes: 4096,
+			PartitionID: "p-0001", Node: "node-a", Epoch: 1})
+	})
+	rec("Publish", func(db dbsqlc.DBTX) {
+		_, _ = s.q.Publish(ctx, db, dbsqlc.PublishParams{OperationID: id, Digest: string(d), SizeBytes: 4096, Result: []byte(`{}`)})
+	})
+	rec("GetReferencedBlob", func(db dbsqlc.DBTX) {
+		_, _ = s.q.GetReferencedBlob(ctx, db, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
+	})
+	rec("ListPlacements", func(db dbsqlc.DBTX) { _, _ = s.q.ListPlacements(ctx, db, string(d)) })
+	rec("DeleteReference", func(db dbsqlc.DBTX) {
+		_, _ = s.q.DeleteReference(ctx, db, dbsqlc.DeleteReferenceParams{Repository: repository, Digest: string(d)})
+	})
+	return out
 }
