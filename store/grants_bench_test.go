@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
@@ -18,16 +21,7 @@ import (
 func BenchmarkPrincipalGrants(b *testing.B) {
 	ctx := context.Background()
 	d := pgtest.New(b)
-	if _, err := d.Pool.Exec(ctx, `
-		INSERT INTO principals (name) SELECT 'p' || g FROM generate_series(1, 20000) g;
-		INSERT INTO tokens (id, principal, secret_sha256)
-		    SELECT translate(lpad(to_hex(g), 16, '0'), '0123456789abcdef', 'abcdefghijklmnop'), 'p' || (g % 20000 + 1), sha256(g::text::bytea)
-		    FROM generate_series(1, 60000) g;
-		INSERT INTO grants (token_id, pattern, permission) SELECT id, 'team/*', 'write' FROM tokens;
-		INSERT INTO grants (principal, pattern, permission) SELECT name, 'team/app', 'read' FROM principals;
-		ANALYZE principals; ANALYZE tokens; ANALYZE grants;`); err != nil {
-		b.Fatal(err)
-	}
+	seedGrants(b, d.Pool, 20000, 60000)
 	s := store.New(d.Pool, nil)
 	const before = `SELECT (g.pattern || ':' || g.permission)::text FROM grants g
 		LEFT JOIN tokens t ON t.id = g.token_id
@@ -76,4 +70,21 @@ func BenchmarkPrincipalGrants(b *testing.B) {
 	b.ReportMetric(float64(lookups.Microseconds())/float64(b.N), "µs/read-lookups")
 	b.ReportMetric(float64(joins.Microseconds())/float64(b.N), "µs/read-or-join")
 	b.ReportMetric(float64(joins)/float64(lookups), "or-join/lookups")
+}
+
+// seedGrants fills a store with principals p1..pN, each holding
+// team/app:read, and tokens spread over them, each holding team/*:write:
+// principals + tokens grants in all, analyzed.
+func seedGrants(tb testing.TB, pool *pgxpool.Pool, principals, tokens int) {
+	tb.Helper()
+	if _, err := pool.Exec(context.Background(), fmt.Sprintf(`
+		INSERT INTO principals (name) SELECT 'p' || g FROM generate_series(1, %[1]d) g;
+		INSERT INTO tokens (id, principal, secret_sha256)
+		    SELECT translate(lpad(to_hex(g), 16, '0'), '0123456789abcdef', 'abcdefghijklmnop'), 'p' || (g %% %[1]d + 1), sha256(g::text::bytea)
+		    FROM generate_series(1, %[2]d) g;
+		INSERT INTO grants (token_id, pattern, permission) SELECT id, 'team/*', 'write' FROM tokens;
+		INSERT INTO grants (principal, pattern, permission) SELECT name, 'team/app', 'read' FROM principals;
+		ANALYZE principals; ANALYZE tokens; ANALYZE grants;`, principals, tokens)); err != nil {
+		tb.Fatal(err)
+	}
 }

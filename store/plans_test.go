@@ -29,14 +29,9 @@ func TestHotStatementsUseIndexes(t *testing.T) {
 	if _, err := s.StagePlacement(ctx, placement.Key{Digest: blobplane.Digest("sha256:" + strings.Repeat("0", 64)), Backend: "fs", Datacenter: "eu-1", Location: "x"}, 1, 0); err != nil {
 		t.Fatal(err)
 	}
+	seedGrants(t, d.Pool, 5000, 20000)
 	if _, err := d.Pool.Exec(ctx, `
 		INSERT INTO repositories (name) SELECT 'r' || g || '/app' FROM generate_series(1, 2000) g;
-		INSERT INTO principals (name) SELECT 'p' || g FROM generate_series(1, 5000) g;
-		INSERT INTO tokens (id, principal, secret_sha256)
-		    SELECT translate(lpad(to_hex(g), 16, '0'), '0123456789abcdef', 'abcdefghijklmnop'), 'p' || (g % 5000 + 1), sha256(g::text::bytea)
-		    FROM generate_series(1, 20000) g;
-		INSERT INTO grants (token_id, pattern, permission) SELECT id, 'team/*', 'write' FROM tokens;
-		INSERT INTO grants (principal, pattern, permission) SELECT name, 'team/app', 'read' FROM principals;
 		INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, state, expires_at)
 		    SELECT 'r' || (g % 2000 + 1) || '/app', 'p' || (g % 5000 + 1), 'sha256:' || md5(g::text) || md5((-g)::text), 4096,
 		           'eu-1', 'fs', 'admitted', now() + interval '1 hour'
