@@ -1094,6 +1094,25 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	declines("a session declaring other content", liar.OperationID, upRepo, k)
+	// Sessions that declared this very content (a POST ?digest= without
+	// the body), declined for another reason: the stage, which follows
+	// the claim in the same transaction, must not happen either.
+	declared := func(repo string) store.Intent {
+		t.Helper()
+		in, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+			IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	declines("another repository's session declaring this content", declared("team/other").OperationID, upRepo, k)
+	declines("a session declaring this content on another backend", declared(upRepo).OperationID, upRepo, s3)
+	stagedDeclared := declared(upRepo)
+	if _, err := u.s.ExtendIntent(ctx, stagedDeclared.OperationID, "0123456789abcdef0123456789abcdef", 3, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	declines("a staged session declaring this content", stagedDeclared.OperationID, upRepo, k)
 
 	// Race: a staging of the session commits while the claim waits on its
 	// row; the claim then declines.

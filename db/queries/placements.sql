@@ -59,16 +59,21 @@ RETURNING *;
 -- digest's stage lock (LockPlacementDigest) from an earlier statement, so
 -- this statement's snapshot sees every stage committed before the lock:
 -- the count and the insert are one decision. With @claimed_by, only when
--- that pending intent claims the digest and size: pipelined after
--- ClaimIntentContent in one transaction (store.ClaimAndStage), this is
--- true exactly when the claim succeeded and took the lock.
+-- that pending intent claims the digest and size in a row version this
+-- transaction wrote (xmin): pipelined after the claim in one transaction
+-- (ClaimIntentContent in store.ClaimAndStage and ClaimSessionAndStage,
+-- CreateIntent in store.OpenAndStage), this is true exactly when the
+-- claim succeeded and took the lock. An intent that claimed the content
+-- earlier does not count: a claim that declined it (ClaimSessionAndStage's
+-- guards) stages nothing.
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
 SELECT @digest::text, @backend::text, @datacenter::text, @location::text, 'pending', @size_bytes, @epoch, 1, now(), now()
 WHERE (SELECT count(*) FROM placements WHERE digest = @digest::text) < @max_per_digest::bigint
   AND (sqlc.narg(claimed_by)::uuid IS NULL OR EXISTS (
       SELECT 1 FROM intents
       WHERE operation_id = sqlc.narg(claimed_by)::uuid AND state = 'pending'
-        AND expected_digest = @digest::text AND expected_size = @size_bytes))
+        AND expected_digest = @digest::text AND expected_size = @size_bytes
+        AND xmin = pg_current_xact_id_if_assigned()::xid))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
 RETURNING *;
 

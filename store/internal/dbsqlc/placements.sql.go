@@ -136,7 +136,8 @@ WHERE (SELECT count(*) FROM placements WHERE digest = $1::text) < $7::bigint
   AND ($8::uuid IS NULL OR EXISTS (
       SELECT 1 FROM intents
       WHERE operation_id = $8::uuid AND state = 'pending'
-        AND expected_digest = $1::text AND expected_size = $5))
+        AND expected_digest = $1::text AND expected_size = $5
+        AND xmin = pg_current_xact_id_if_assigned()::xid))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
 `
@@ -159,9 +160,13 @@ type InsertPlacementIfAbsentParams struct {
 // digest's stage lock (LockPlacementDigest) from an earlier statement, so
 // this statement's snapshot sees every stage committed before the lock:
 // the count and the insert are one decision. With @claimed_by, only when
-// that pending intent claims the digest and size: pipelined after
-// ClaimIntentContent in one transaction (store.ClaimAndStage), this is
-// true exactly when the claim succeeded and took the lock.
+// that pending intent claims the digest and size in a row version this
+// transaction wrote (xmin): pipelined after the claim in one transaction
+// (ClaimIntentContent in store.ClaimAndStage and ClaimSessionAndStage,
+// CreateIntent in store.OpenAndStage), this is true exactly when the
+// claim succeeded and took the lock. An intent that claimed the content
+// earlier does not count: a claim that declined it (ClaimSessionAndStage's
+// guards) stages nothing.
 func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg InsertPlacementIfAbsentParams) (Placement, error) {
 	row := db.QueryRow(ctx, insertPlacementIfAbsent,
 		arg.Digest,
