@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -49,24 +48,13 @@ func BenchmarkPrincipalGrants(b *testing.B) {
 	if n := orJoin(); n != len(p.Grants) || n != 4 {
 		b.Fatalf("the OR join found %d grants, LoadPrincipal %d, want 4 each", n, len(p.Grants))
 	}
-	const round = 10
-	var lookups, joins time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i += round {
-		n := min(round, b.N-i)
-		start := time.Now()
-		for range n {
-			orJoin()
-		}
-		joins += time.Since(start)
-		start = time.Now()
-		for range n {
+	joins, lookups := alternateRounds(b, 10,
+		func(int) { orJoin() },
+		func(int) {
 			if _, err := s.LoadPrincipal(ctx, "p42"); err != nil {
 				b.Fatal(err)
 			}
-		}
-		lookups += time.Since(start)
-	}
+		})
 	b.ReportMetric(float64(lookups.Microseconds())/float64(b.N), "µs/read-lookups")
 	b.ReportMetric(float64(joins.Microseconds())/float64(b.N), "µs/read-or-join")
 	b.ReportMetric(float64(joins)/float64(lookups), "or-join/lookups")
