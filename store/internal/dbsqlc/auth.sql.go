@@ -130,25 +130,11 @@ func (q *Queries) PrincipalExists(ctx context.Context, db DBTX, name string) (bo
 }
 
 const principalGrants = `-- name: PrincipalGrants :many
-SELECT x.grant_text FROM (
-    SELECT g.id, (g.pattern || ':' || g.permission)::text AS grant_text
-    FROM grants g WHERE g.principal = $1::text
-    UNION ALL
-    SELECT g.id, (g.pattern || ':' || g.permission)::text
-    FROM tokens t JOIN grants g ON g.token_id = t.id
-    WHERE t.principal = $1::text AND t.revoked_at IS NULL
-) x
-ORDER BY x.id
+SELECT grant_text::text FROM principal_grants WHERE principal = $1::text ORDER BY grant_id
 `
 
-// Every grant a principal holds now: its own and those of its valid tokens.
-// A grant belongs to a principal or to a token, never both
-// (grants_check), so the two halves are disjoint. They are two index
-// lookups (grants_principal_idx; tokens_principal_idx, then
-// grants_token_idx): written as one join with an OR across the two
-// tables, the planner scans both tables whole, which cost 53 ms per call
-// with 80,000 grants (docs/performance.md, item 24). FinalizeContext
-// reads the same set the same way.
+// Every grant a principal holds now: its own and those of its valid tokens
+// (the view principal_grants, two index lookups).
 func (q *Queries) PrincipalGrants(ctx context.Context, db DBTX, principal string) ([]string, error) {
 	rows, err := db.Query(ctx, principalGrants, principal)
 	if err != nil {

@@ -292,6 +292,16 @@ type Principal struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+// The grants each principal holds now: its own and those of its unrevoked tokens, one row per grant. Query it with WHERE principal = ...; see docs/auth.md.
+type PrincipalGrant struct {
+	// The principal holding the grant (directly, or through one of its tokens).
+	Principal pgtype.Text
+	// grants.id of the grant: the order grants were given in.
+	GrantID int64
+	// The grant as pattern:permission, e.g. team/*:write.
+	GrantText string
+}
+
 // Named namespaces of references (team/app), the partition key of the authority runtime. Names follow the OCI distribution name grammar (checked here and in auth.ValidRepository).
 type Repository struct {
 	// Repository name: lowercase path components [a-z0-9]+ joined by ., _, __ or dashes, separated by /; at most 255 characters.

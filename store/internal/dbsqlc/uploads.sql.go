@@ -333,16 +333,7 @@ SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        l.owner_node AS lease_owner, l.epoch AS lease_epoch,
        ARRAY(
-           -- Two index lookups (PrincipalGrants says why not one OR).
-           SELECT x.grant_text FROM (
-               SELECT g.id, (g.pattern || ':' || g.permission)::text AS grant_text
-               FROM grants g WHERE g.principal = i.principal
-               UNION ALL
-               SELECT g.id, (g.pattern || ':' || g.permission)::text
-               FROM tokens t JOIN grants g ON g.token_id = t.id
-               WHERE t.principal = i.principal AND t.revoked_at IS NULL
-           ) x
-           ORDER BY x.id
+           SELECT pg.grant_text FROM principal_grants pg WHERE pg.principal = i.principal ORDER BY pg.grant_id
        )::text[] AS principal_grants,
        EXISTS (
            SELECT 1 FROM placements p
