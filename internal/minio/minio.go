@@ -159,7 +159,7 @@ func start(ctx context.Context, bin string) (*Server, error) {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	if err := s.waitLive(ctx, 60*time.Second); err != nil {
+	if err := s.waitReady(ctx, 60*time.Second); err != nil {
 		_ = s.Stop()
 		return nil, err
 	}
@@ -172,13 +172,13 @@ func start(ctx context.Context, bin string) (*Server, error) {
 	return s, nil
 }
 
-// waitLive polls the cluster health endpoint until it answers 200, the
+// waitReady polls the cluster health endpoint until it answers 200, the
 // process exits, or the deadline passes. Not the liveness endpoint: that
 // answers 200 as soon as the HTTP server is up, while S3 calls still fail
 // with 503 XMinioServerNotInitialized until the object layer is; the
 // cluster check answers 200 only once it is (for one drive: once the
 // drive is usable).
-func (s *Server) waitLive(ctx context.Context, timeout time.Duration) error {
+func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
