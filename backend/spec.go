@@ -27,6 +27,20 @@ const (
 	StoreIdentity StorePolicy = "identity"
 )
 
+// SyncMode says how a filesystem backend makes a new object durable, set
+// with ?sync= in its spec (docs/backends.md).
+type SyncMode string
+
+// Sync modes. The zero value picks SyncFilesystem where the kernel reports
+// its errors (Linux 5.8 and later) and SyncFile elsewhere.
+const (
+	// SyncFile fsyncs each object's file and its directory.
+	SyncFile SyncMode = "file"
+	// SyncFilesystem makes the objects of concurrent writes durable
+	// together with one syncfs(2) of the backend's filesystem.
+	SyncFilesystem SyncMode = "filesystem"
+)
+
 // Backend kinds.
 const (
 	KindFilesystem = "filesystem"
@@ -40,6 +54,9 @@ type Spec struct {
 	Store StorePolicy
 	// Path is the filesystem root (KindFilesystem).
 	Path string
+	// Sync is how a filesystem backend makes objects durable; "" picks
+	// (KindFilesystem).
+	Sync SyncMode
 	// S3 is the bucket configuration (KindS3).
 	S3 S3Config
 }
@@ -71,6 +88,9 @@ func (s Spec) String() string {
 	}
 	switch s.Kind {
 	case KindFilesystem:
+		if s.Sync != "" {
+			q.Set("sync", string(s.Sync))
+		}
 		if len(q) > 0 {
 			return fmt.Sprintf("%s=filesystem:%s?%s", s.Name, s.Path, q.Encode())
 		}
@@ -104,7 +124,7 @@ func (s Spec) String() string {
 
 // ParseSpecs parses a comma-separated list of named backends:
 //
-//	name=filesystem:<path>[?store=as-submitted|zstd|identity]
+//	name=filesystem:<path>[?store=as-submitted|zstd|identity][&sync=file|filesystem]
 //	name=s3://<bucket>[/<prefix>]?endpoint=<url>&region=<r>&path_style=true
 //	       [&access_key_id=<id>&secret_access_key=<secret>][&part_size=<bytes>][&store=...]
 //
@@ -158,6 +178,12 @@ func ParseSpec(entry string) (Spec, error) {
 		}
 		if err := spec.takeStore(q); err != nil {
 			return Spec{}, err
+		}
+		switch m := SyncMode(take(q, "sync")); m {
+		case "", SyncFile, SyncFilesystem:
+			spec.Sync = m
+		default:
+			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: sync %q: want file or filesystem", truncate(string(m)))
 		}
 		if err := noneLeft("filesystem", q); err != nil {
 			return Spec{}, err

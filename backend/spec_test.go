@@ -46,6 +46,7 @@ func TestParseSpecsErrors(t *testing.T) {
 		"a=filesystem:":                               "empty path",
 		"a=filesystem:/x?store=lz4":                   `store "lz4"`,
 		"a=filesystem:/x?colour=red":                  `unknown option "colour"`,
+		"a=filesystem:/x?sync=always":                 `sync "always": want file or filesystem`,
 		"a=s3://B?region=x":                           `bucket "B"`,
 		"a=s3://bucket?endpoint=127.0.0.1:9000":       "endpoint",
 		"a=s3://bucket?path_style=maybe":              "path_style",
@@ -65,6 +66,26 @@ func TestParseSpecsErrors(t *testing.T) {
 		if strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("error leaks a secret: %v", err)
 		}
+	}
+}
+
+func TestParseSyncMode(t *testing.T) {
+	for in, want := range map[string]backend.SyncMode{
+		"fs=filesystem:/x":                            "",
+		"fs=filesystem:/x?sync=file":                  backend.SyncFile,
+		"fs=filesystem:/x?store=zstd&sync=filesystem": backend.SyncFilesystem,
+	} {
+		spec, err := backend.ParseSpec(in)
+		if err != nil || spec.Sync != want {
+			t.Errorf("ParseSpec(%q): sync %q, %v; want %q", in, spec.Sync, err, want)
+			continue
+		}
+		if back, err := backend.ParseSpec(spec.String()); err != nil || back != spec {
+			t.Errorf("String() of %q = %q, which parses to %+v, %v", in, spec.String(), back, err)
+		}
+	}
+	if _, err := backend.ParseSpec("s3=s3://bucket?sync=file"); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), `unknown option "sync"`) {
+		t.Errorf("sync on an s3 backend: %v", err)
 	}
 }
 

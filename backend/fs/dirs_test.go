@@ -57,10 +57,11 @@ func (r *syncRecorder) take() []string {
 	return d
 }
 
-// openRecorded opens a backend on root that records its directory syncs.
+// openRecorded opens a backend on root that fsyncs each file and
+// directory (backend.SyncFile) and records its directory syncs.
 func openRecorded(t *testing.T, root string) (*fs.Backend, *syncRecorder) {
 	t.Helper()
-	b, err := fs.Open(root, backend.StoreAsSubmitted)
+	b, err := fs.OpenWith(root, fs.Options{Sync: backend.SyncFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ const (
 
 func init() {
 	backend.Register(backend.KindFilesystem, func(_ context.Context, spec backend.Spec) (backend.Backend, error) {
-		return Open(spec.Path, spec.Store)
+		return OpenWith(spec.Path, Options{Store: spec.Store, Sync: spec.Sync})
 	})
 }
 
@@ -80,14 +80,43 @@ type Backend struct {
 	// syncBeforeLink, when set (benchmarks), makes every write take the
 	// path of a taken name: its file's fsync, then the rename.
 	syncBeforeLink bool
+	// mode is how writes become durable; group is the syncer of
+	// backend.SyncFilesystem (nil in backend.SyncFile), closeGroup
+	// closes its descriptor.
+	mode       backend.SyncMode
+	group      *groupSyncer
+	closeGroup func() error
+	// groupSyncHook, when set (tests), runs before every syncfs; an error
+	// fails it.
+	groupSyncHook func() error
+}
+
+// groupMax is the largest write made durable by the group sync: a larger
+// one fsyncs its own file (most of it is on disk already, see writeback)
+// rather than a whole filesystem's dirty pages.
+const groupMax = writebackChunk
+
+// Options configure Open.
+type Options struct {
+	// Store is the store policy; "" means backend.StoreAsSubmitted.
+	Store backend.StorePolicy
+	// Sync is how writes become durable; "" picks (backend.SyncMode).
+	Sync backend.SyncMode
 }
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Open opens (creating if needed) a filesystem backend rooted at dir.
-// policy "" means backend.StoreAsSubmitted.
+// Open opens (creating if needed) a filesystem backend rooted at dir, with
+// the sync mode this system supports best. policy "" means
+// backend.StoreAsSubmitted.
 func Open(dir string, policy backend.StorePolicy) (*Backend, error) {
+	return OpenWith(dir, Options{Store: policy})
+}
+
+// OpenWith is Open with options.
+func OpenWith(dir string, o Options) (*Backend, error) {
 	const op = "fs.Open"
+	policy := o.Store
 	if policy == "" {
 		policy = backend.StoreAsSubmitted
 	}
@@ -96,6 +125,10 @@ func Open(dir string, policy backend.StorePolicy) (*Backend, error) {
 	default:
 		return nil, backend.Invalid(op, "store policy %q: want as-submitted, zstd or identity", policy)
 	}
+	mode, err := pickSyncMode(o.Sync)
+	if err != nil {
+		return nil, err
+	}
 	if err := mkdirDurable(dir); err != nil {
 		return nil, classify(op, err)
 	}
@@ -103,27 +136,49 @@ func Open(dir string, policy backend.StorePolicy) (*Backend, error) {
 	if err != nil {
 		return nil, classify(op, err)
 	}
-	b := &Backend{root: root, dir: dir, policy: policy}
+	b := &Backend{root: root, dir: dir, policy: policy, mode: mode}
+	if mode == backend.SyncFilesystem {
+		syncfs, closeSyncfs, err := openSyncfs(root, func() error {
+			if b.groupSyncHook != nil {
+				return b.groupSyncHook()
+			}
+			return nil
+		})
+		if err != nil {
+			_ = root.Close()
+			return nil, classify(op, err)
+		}
+		b.group, b.closeGroup = newGroupSyncer(syncfs), closeSyncfs
+	}
 	for _, d := range []string{objectsDir, stagingDir} {
 		if err := root.MkdirAll(d, 0o755); err != nil {
-			_ = root.Close()
+			_ = b.Close()
 			return nil, classify(op, err)
 		}
 	}
 	// Their entries in the root are durable before anything is stored
 	// under them (created now or by a process that has not synced yet).
 	if err := b.syncDir("."); err != nil {
-		_ = root.Close()
+		_ = b.Close()
 		return nil, classify(op, err)
 	}
 	return b, nil
 }
 
+// SyncMode reports how b makes writes durable.
+func (b *Backend) SyncMode() backend.SyncMode { return b.mode }
+
 // Dir returns the directory the backend is rooted at.
 func (b *Backend) Dir() string { return b.dir }
 
-// Close releases the root directory handle.
-func (b *Backend) Close() error { return b.root.Close() }
+// Close releases the root directory handle (and the group sync's).
+func (b *Backend) Close() error {
+	var err error
+	if b.closeGroup != nil {
+		err = b.closeGroup()
+	}
+	return errors.Join(err, b.root.Close())
+}
 
 // location derives an object's directory and file name from a validated
 // digest: sha256/ab/cd, <hex>.
@@ -144,9 +199,12 @@ func ObjectPath(d blobplane.Digest) string {
 // and the file is linked at the object's name → fsync of the directory
 // (and, the first time this process writes below a fan-out directory, of
 // its parents: dirs.go); or hand the wait for those syncs to
-// req.DeferSync. The temp file is removed on any failure before it is
-// linked, so nothing appears at the content-addressed location unless
-// the digest matched (S2).
+// req.DeferSync. In backend.SyncFilesystem a write of up to groupMax
+// bytes syncs nothing itself: after the link it waits for the group
+// sync (groupsync.go), which makes file, name and directories durable at
+// once. The temp file is removed on any failure before it is linked, so
+// nothing appears at the content-addressed location unless the digest
+// matched (S2).
 //
 // The new file takes the name only if no file holds it
 // (RENAME_NOREPLACE), before its own fsync is done, so the two syncs
@@ -181,15 +239,16 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	// fileSynced is the temp file's fsync and close, once started.
-	var fileSynced func() error
+	// fileDone is the temp file's fsync (backend.SyncFile) and close,
+	// once started.
+	var fileDone func() error
 	linked := false
 	defer func() {
 		if linked {
 			return
 		}
-		if fileSynced != nil {
-			_ = fileSynced()
+		if fileDone != nil {
+			_ = fileDone()
 		} else {
 			_ = f.Close()
 		}
@@ -200,16 +259,32 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if _, err := f.Write(header(backend.Representation{})); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	repr, err := backend.Encode(ctx, &writeback{f: f, off: HeaderSize}, req, backend.StoredCodec(b.policy, req.Codec))
+	w := &writeback{f: f, off: HeaderSize}
+	repr, err := backend.Encode(ctx, w, req, backend.StoredCodec(b.policy, req.Codec))
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
 	if _, err := f.WriteAt(header(repr), 0); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	synced := make(chan error, 1)
-	go func() { synced <- syncHooked(b.objectSyncHook, path.Join(dir, tmp), f) }()
-	fileSynced = sync.OnceValue(func() error { return <-synced })
+	// A small write in backend.SyncFilesystem becomes durable with the
+	// group sync after the link (file, name and new directories at
+	// once); any other fsyncs its file now, while the rest happens.
+	group := b.group
+	if group != nil && (w.off > HeaderSize+groupMax || group.failed() != nil) {
+		group = nil
+	}
+	// fileDurable returns when the file's bytes are durable.
+	var fileDurable func() error
+	if group == nil {
+		synced := make(chan error, 1)
+		go func() { synced <- syncHooked(b.objectSyncHook, path.Join(dir, tmp), f) }()
+		fileDone = sync.OnceValue(func() error { return <-synced })
+		fileDurable = fileDone
+	} else {
+		fileDone = sync.OnceValue(f.Close)
+		fileDurable = func() error { return errors.Join(fileDone(), group.Sync()) }
+	}
 	if req.BeforeVisible != nil {
 		if err := req.BeforeVisible(); err != nil {
 			return backend.Info{}, err
@@ -225,7 +300,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err == nil && !linked {
 		// The name is taken (or the filesystem cannot say so atomically):
 		// replace it, but only with a file that is durable already.
-		if err = fileSynced(); err == nil {
+		if err = fileDurable(); err == nil {
 			err = leaf.Rename(tmp, file)
 			linked = err == nil
 		}
@@ -234,12 +309,16 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		_ = d.Close()
 		return backend.Info{}, classify(op, err)
 	}
-	// The object is durable once its file is and its name is: the
-	// directory's fsync (while the file's may still run), and the
-	// directory's own entries up the tree.
+	// The object is durable once its file is and its name is: the group
+	// sync; or the directory's fsync (while the file's may still run),
+	// and the directory's own entries up the tree.
 	durable := func() error {
+		if group != nil {
+			_ = d.Close()
+			return classify(op, fileDurable())
+		}
 		leafErr := b.syncLeaf(d, dir, file, parents)
-		return classify(op, errors.Join(fileSynced(), leafErr))
+		return classify(op, errors.Join(fileDone(), leafErr))
 	}
 	if req.DeferSync != nil {
 		req.DeferSync(durable)

@@ -25,18 +25,31 @@ func newFS(t *testing.T, policy backend.StorePolicy) backend.Backend {
 	return b
 }
 
-func reopenFS(t *testing.T, old backend.Backend) backend.Backend {
-	t.Helper()
-	b, err := fs.Open(old.(*fs.Backend).Dir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
+// harness opens backends in one sync mode ("" picks, as Open does).
+func harness(mode backend.SyncMode) backendtest.Harness {
+	open := func(t *testing.T, dir string, policy backend.StorePolicy) backend.Backend {
+		t.Helper()
+		b, err := fs.OpenWith(dir, fs.Options{Store: policy, Sync: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+	return backendtest.Harness{
+		New: func(t *testing.T, policy backend.StorePolicy) backend.Backend { return open(t, t.TempDir(), policy) },
+		Reopen: func(t *testing.T, old backend.Backend) backend.Backend {
+			return open(t, old.(*fs.Backend).Dir(), backend.StoreAsSubmitted)
+		},
+	}
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, backendtest.Harness{New: newFS, Reopen: reopenFS})
+	for _, mode := range []backend.SyncMode{backend.SyncFile, backend.SyncFilesystem} {
+		t.Run("sync="+string(mode), func(t *testing.T) {
+			backendtest.Run(t, harness(mode))
+		})
+	}
 }
 
 func TestOpenViaSpec(t *testing.T) {
