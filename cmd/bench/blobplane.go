@@ -39,6 +39,28 @@ type blobplane struct {
 
 var _ target = (*blobplane)(nil)
 
+// serverPIDs lists the processes serving Blobplane: the api and the
+// Postgres backends connected to the bench database (cpuMeter). A server
+// that is not on this machine cannot be measured: an error.
+func (b *blobplane) serverPIDs(ctx context.Context) ([]int, error) {
+	rows, err := b.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	out := []int{b.api.cmd.Process.Pid}
+	for _, pid := range pids {
+		if !isLocalProc(int(pid), "postgres") {
+			return nil, fmt.Errorf("Postgres backend %d is not a local postgres process (a remote server?)", pid)
+		}
+		out = append(out, int(pid))
+	}
+	return out, nil
+}
+
 // buildBlobplane compiles api, worker and controller into dir.
 func buildBlobplane(ctx context.Context, dir string) error {
 	_, err := runTool(ctx, "go", []string{"build", "-o", dir + string(filepath.Separator),

@@ -14,6 +14,10 @@ type loadResult struct {
 	Ops       int
 	Elapsed   time.Duration
 	Latencies []time.Duration // one per op, sorted
+	// ServerCPU is the CPU the system's servers used during the run,
+	// when HasCPU (cpu.go).
+	ServerCPU time.Duration
+	HasCPU    bool
 }
 
 // OpsPerSec is completed ops over the wall time of the whole run.

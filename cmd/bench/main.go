@@ -143,6 +143,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 		}
 		fmt.Fprintf(progress, "bench: starting %s\n", name)
 		var t target
+		var cpu cpuMeter
 		switch name {
 		case sysRaw:
 			srv, err := startRaw(dir)
@@ -166,21 +167,21 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 			if s.bp, err = startBlobplane(ctx, bins[name], dbURL, dir, &cl); err != nil {
 				return nil, nil, fmt.Errorf("blobplane: %w", err)
 			}
-			t = s.bp
+			t, cpu = s.bp, s.bp.serverPIDs
 		case sysMinio:
 			m, err := startMinio(ctx, bins[name], dir, &cl)
 			if err != nil {
 				return nil, nil, err
 			}
-			t = m
+			t, cpu = m, pidMeter(m.pid)
 		case sysDistribution:
-			c, err := startRegistry(ctx, bins[name], dir, &cl)
+			c, pid, err := startRegistry(ctx, bins[name], dir, &cl)
 			if err != nil {
 				return nil, nil, fmt.Errorf("distribution: %w", err)
 			}
-			t = c
+			t, cpu = c, pidMeter(pid)
 		}
-		s.systems = append(s.systems, system{name: name, t: t})
+		s.systems = append(s.systems, system{name: name, t: t, cpu: cpu})
 	}
 
 	r.Tables = s.tables(ctx)

@@ -26,6 +26,7 @@ import (
 type minioTarget struct {
 	client *s3.Client
 	bucket string
+	pid    int // the server's
 }
 
 var _ target = (*minioTarget)(nil)
@@ -38,6 +39,7 @@ func startMinio(ctx context.Context, bin, dir string, cleanup *cleanups) (*minio
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	user, secret := "bench", "bench-"+hex.EncodeToString(b)
+	var pid int
 	endpoint, err := retryPort(func(port int) (string, error) {
 		console, err := freePort()
 		if err != nil {
@@ -55,6 +57,7 @@ func startMinio(ctx context.Context, bin, dir string, cleanup *cleanups) (*minio
 			return "", err
 		}
 		cleanup.add(func() error { p.stop(); return nil })
+		pid = p.cmd.Process.Pid
 		return "http://" + addr, nil
 	})
 	if err != nil {
@@ -62,7 +65,7 @@ func startMinio(ctx context.Context, bin, dir string, cleanup *cleanups) (*minio
 	}
 	hc := newHTTPClient()
 	cleanup.add(func() error { hc.CloseIdleConnections(); return nil })
-	m := &minioTarget{bucket: minioBucket, client: s3.New(s3.Options{
+	m := &minioTarget{bucket: minioBucket, pid: pid, client: s3.New(s3.Options{
 		Region:                     "us-east-1",
 		BaseEndpoint:               aws.String(endpoint),
 		UsePathStyle:               true,

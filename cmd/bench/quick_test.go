@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,26 @@ func TestQuick(t *testing.T) {
 		}
 		if headlines == 0 {
 			t.Errorf("%s: no headline figure", tb.ID)
+		}
+		// Every timed load measures its servers' CPU (Linux: /proc); the
+		// raw pipeline has no server of its own.
+		if timed := tb.ID != "large" && tb.ID != "sweep"; timed && runtime.GOOS == "linux" {
+			var cpu *Row
+			for _, r := range tb.Rows {
+				if r.Figure == cpuFigure {
+					cpu = r
+				}
+			}
+			for _, sys := range systems {
+				if sys == sysRaw {
+					continue
+				}
+				if cpu == nil {
+					t.Errorf("%s: no %q row", tb.ID, cpuFigure)
+				} else if s := cpu.Summary[sys]; s.N != o.reps || s.Min <= 0 {
+					t.Errorf("%s %s %s: %+v, want %d nonzero samples", tb.ID, cpuFigure, sys, s, o.reps)
+				}
+			}
 		}
 		if !strings.Contains(string(md), "### "+tb.Title) {
 			t.Errorf("latest.md lacks the table %q", tb.Title)

@@ -31,12 +31,14 @@ http:
 `
 
 // startRegistry starts bin serving dir on a free loopback port and returns
-// its OCI client. cleanup (set even on error) stops it.
-func startRegistry(ctx context.Context, bin, dir string, cleanup *cleanups) (*ociClient, error) {
+// its OCI client and the server's pid. cleanup (set even on error) stops
+// it.
+func startRegistry(ctx context.Context, bin, dir string, cleanup *cleanups) (*ociClient, int, error) {
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	var pid int
 	base, err := retryPort(func(port int) (string, error) {
 		addr := "127.0.0.1:" + strconv.Itoa(port)
 		cfg := filepath.Join(dir, "config.yml")
@@ -52,12 +54,13 @@ func startRegistry(ctx context.Context, bin, dir string, cleanup *cleanups) (*oc
 			return "", err
 		}
 		cleanup.add(func() error { p.stop(); return nil })
+		pid = p.cmd.Process.Pid
 		return "http://" + addr, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c := &ociClient{base: base, repo: "bench/blobs", hc: newHTTPClient()}
 	cleanup.add(func() error { c.hc.CloseIdleConnections(); return nil })
-	return c, nil
+	return c, pid, nil
 }

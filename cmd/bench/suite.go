@@ -19,6 +19,7 @@ const smallSize = 4 << 10
 type system struct {
 	name string
 	t    target
+	cpu  cpuMeter // nil: no server processes of its own (the raw pipeline)
 }
 
 // suite runs the workloads against systems that are already up.
@@ -165,7 +166,7 @@ func (s *suite) large(ctx context.Context, t *Table, sys system, rep int) error 
 // clients for the run's duration.
 func (s *suite) smallPuts(clients, tag int) func(ctx context.Context, t *Table, sys system, rep int) error {
 	return func(ctx context.Context, t *Table, sys system, rep int) error {
-		res, err := runLoad(ctx, clients, s.o.duration, func(ctx context.Context, i int) error {
+		res, err := s.load(ctx, sys, clients, func(ctx context.Context, i int) error {
 			b, d := smallBlob(s.block, smallSize, seedOf(tag, rep, i))
 			return sys.t.Put(ctx, d, bytes.NewReader(b), smallSize)
 		})
@@ -181,7 +182,7 @@ func (s *suite) smallPuts(clients, tag int) func(ctx context.Context, t *Table, 
 // it has one (onePut), with the blobs of its own seeds.
 func (s *suite) onePuts(clients, tag int) func(ctx context.Context, t *Table, sys system, rep int) error {
 	return func(ctx context.Context, t *Table, sys system, rep int) error {
-		res, err := runLoad(ctx, clients, s.o.duration, func(ctx context.Context, i int) error {
+		res, err := s.load(ctx, sys, clients, func(ctx context.Context, i int) error {
 			b, d := smallBlob(s.block, smallSize, seedOf(tag, rep, i))
 			if p, ok := sys.t.(onePut); ok {
 				return p.PutOne(ctx, d, b)
@@ -196,14 +197,45 @@ func (s *suite) onePuts(clients, tag int) func(ctx context.Context, t *Table, sy
 	}
 }
 
-// record adds a load's ops/s (the headline) and p50/p99 latency.
+// load is runLoad for the run's duration against sys, with the CPU its
+// servers used meanwhile (when it has a meter and it answers).
+func (s *suite) load(ctx context.Context, sys system, clients int, op func(ctx context.Context, i int) error) (loadResult, error) {
+	var before map[int]time.Duration
+	if sys.cpu != nil {
+		if pids, err := sys.cpu(ctx); err == nil {
+			before = cpuTimes(pids)
+		} else {
+			s.logf("%s: server CPU not measured: %v", sys.name, err)
+		}
+	}
+	res, err := runLoad(ctx, clients, s.o.duration, op)
+	if err != nil || before == nil {
+		return res, err
+	}
+	if pids, err := sys.cpu(ctx); err == nil {
+		res.ServerCPU, res.HasCPU = cpuUsed(before, cpuTimes(pids)), true
+	}
+	return res, nil
+}
+
+// record adds a load's ops/s (the headline), p50/p99 latency and the
+// servers' CPU per op.
 func (s *suite) record(t *Table, sys system, rep int, figure string, res loadResult) {
 	p50, p99 := percentile(res.Latencies, 50), percentile(res.Latencies, 99)
 	t.add(sys.name, figure, true, res.OpsPerSec())
 	t.add(sys.name, "p50 ms", false, ms(p50))
 	t.add(sys.name, "p99 ms", false, ms(p99))
-	s.logf("%s rep %d %s: %.0f %s (%d ops), p50 %.2f ms, p99 %.2f ms", t.ID, rep+1, sys.name, res.OpsPerSec(), figure, res.Ops, ms(p50), ms(p99))
+	cpu := ""
+	if res.HasCPU && res.Ops > 0 {
+		perOp := ms(res.ServerCPU) / float64(res.Ops)
+		t.add(sys.name, cpuFigure, false, perOp)
+		cpu = fmt.Sprintf(", server CPU %.3f ms/op", perOp)
+	}
+	s.logf("%s rep %d %s: %.0f %s (%d ops), p50 %.2f ms, p99 %.2f ms%s", t.ID, rep+1, sys.name, res.OpsPerSec(), figure, res.Ops, ms(p50), ms(p99), cpu)
 }
+
+// cpuFigure is the row of the servers' CPU time per op (cpu.go).
+const cpuFigure = "server CPU ms/op"
 
 // preload stores the blobs HEAD, GET and routing read: the same blobs in
 // every system, 8 at a time, untimed.
@@ -245,7 +277,7 @@ func (s *suite) reads(figure string, get bool) func(ctx context.Context, t *Tabl
 		if err := s.preloadErr[sys.name]; err != nil {
 			return err
 		}
-		res, err := runLoad(ctx, 16, s.o.duration, func(ctx context.Context, i int) error {
+		res, err := s.load(ctx, sys, 16, func(ctx context.Context, i int) error {
 			b := s.preloaded[i%len(s.preloaded)]
 			if !get {
 				return sys.t.Head(ctx, b.digest, smallSize)
@@ -273,7 +305,7 @@ func (s *suite) routing(ctx context.Context, t *Table, sys system, rep int) erro
 	if err := s.preloadErr[sys.name]; err != nil {
 		return err
 	}
-	res, err := runLoad(ctx, 16, s.o.duration, func(ctx context.Context, i int) error {
+	res, err := s.load(ctx, sys, 16, func(ctx context.Context, i int) error {
 		return s.bp.Route(ctx, s.preloaded[i%len(s.preloaded)].digest)
 	})
 	if err != nil {
