@@ -54,7 +54,7 @@ func (b *blobplane) serverPIDs(ctx context.Context) ([]int, error) {
 	out := []int{b.api.cmd.Process.Pid}
 	for _, pid := range pids {
 		if !isLocalProc(int(pid), "postgres") {
-			return nil, fmt.Errorf("Postgres backend %d is not a local postgres process (a remote server?)", pid)
+			return nil, fmt.Errorf("backend %d of the bench database is not a local postgres process (a remote server?)", pid)
 		}
 		out = append(out, int(pid))
 	}
