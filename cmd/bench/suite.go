@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/blobplane/blobplane/internal/procstat"
 )
 
 const smallSize = 4 << 10
@@ -203,7 +205,7 @@ func (s *suite) load(ctx context.Context, sys system, clients int, op func(ctx c
 	var before map[int]time.Duration
 	if sys.cpu != nil {
 		if pids, err := sys.cpu(ctx); err == nil {
-			before = cpuTimes(pids)
+			before = procstat.Times(pids)
 		} else {
 			s.logf("%s: server CPU not measured: %v", sys.name, err)
 		}
@@ -213,7 +215,7 @@ func (s *suite) load(ctx context.Context, sys system, clients int, op func(ctx c
 		return res, err
 	}
 	if pids, err := sys.cpu(ctx); err == nil {
-		res.ServerCPU, res.HasCPU = cpuUsed(before, cpuTimes(pids)), true
+		res.ServerCPU, res.HasCPU = procstat.Used(before, procstat.Times(pids)), true
 	}
 	return res, nil
 }

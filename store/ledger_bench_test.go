@@ -1,0 +1,157 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/internal/procstat"
+	"github.com/blobplane/blobplane/jobs"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+)
+
+// BenchmarkUploadLedger is the ledger's share of a single-request 4 KiB
+// upload at the home, without HTTP or bytes: OpenAndStage (the intent,
+// its claim and the placement's stage) then Finalize recording the
+// verification, as handlers.close runs them, with 1 and 16 uploads at a
+// time on a pool configured like the api's (synchronous commits, 8
+// connections). Besides uploads/s it reports pg-cpu-us/op: the CPU time
+// (/proc) of the Postgres backends serving the pool, per upload — the
+// figure docs/performance.md compares with MinIO's whole cost per PUT.
+// Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
+func BenchmarkUploadLedger(b *testing.B) {
+	for _, clients := range []int{1, 16} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			ctx := context.Background()
+			db := pgtest.New(b)
+			cfg, err := pgxpool.ParseConfig(db.URL) // synchronous commits, as the api
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.MaxConns = 8
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(pool.Close)
+			s := store.New(pool, nil)
+			if err := s.CreateRepository(ctx, upRepo); err != nil {
+				b.Fatal(err)
+			}
+			gs, err := auth.ParseGrants([]string{"team/*:write"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.GrantPrincipal(ctx, upPrincipal, gs); err != nil {
+				b.Fatal(err)
+			}
+			lease, err := s.AcquireLease(ctx, upPartition, upNode, upNode+":7443", time.Hour, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			seed := rand.Uint64()
+			var seq atomic.Uint64
+			upload := func() error {
+				var buf [16]byte
+				binary.LittleEndian.PutUint64(buf[:8], seed)
+				binary.LittleEndian.PutUint64(buf[8:], seq.Add(1))
+				sum := sha256.Sum256(buf[:])
+				d := blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:]))
+				const size = 4096
+				k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+				in, staged, err := s.OpenAndStage(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal,
+					ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}, k)
+				if err != nil {
+					return err
+				}
+				if !staged {
+					return fmt.Errorf("%s: not staged", d)
+				}
+				out, err := s.Finalize(ctx, store.FinalizeRequest{OperationID: in.OperationID, Digest: d, Size: size,
+					Partition: upPartition, Node: upNode, Epoch: lease.Epoch, Replication: jobs.Replication{Client: rc},
+					Verify: &store.Verification{Key: k, Digest: d, Size: size}})
+				if err == nil && !out.NewReference {
+					err = fmt.Errorf("%s: published no new reference", d)
+				}
+				return err
+			}
+			// Warm every connection of the pool (and its plans) first.
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for range 20 {
+						if err := upload(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			backends := poolBackends(b, pool)
+
+			b.ResetTimer()
+			before := procstat.Times(backends)
+			start := time.Now()
+			per := b.N/clients + 1
+			for range clients {
+				wg.Go(func() {
+					for range per {
+						if err := upload(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			used := procstat.Used(before, procstat.Times(backends))
+			ops := float64(per * clients)
+			b.ReportMetric(ops/elapsed.Seconds(), "uploads/s")
+			if len(before) > 0 {
+				b.ReportMetric(float64(used.Microseconds())/ops, "pg-cpu-us/op")
+			}
+		})
+	}
+}
+
+// poolBackends are the process ids of the Postgres backends serving
+// pool's connections (none where the server is not on this machine).
+func poolBackends(b *testing.B, pool *pgxpool.Pool) []int {
+	b.Helper()
+	rows, err := pool.Query(context.Background(),
+		`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = '' AND backend_type = 'client backend'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out
+}
