@@ -154,6 +154,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	metrics := handlers.NewMetrics()
 	metrics.RegisterCache("auth", st.AuthCacheStats)
 	metrics.RegisterCache("existence", st.ExistenceCacheStats)
+	metrics.RegisterFinalizeBatches(st.FinalizeBatchStats)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,

@@ -113,3 +113,10 @@ func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, 
 	})
 	return out
 }
+
+// SetFinalizeBatchingForTest turns Finalize batching on or off (on in New).
+func (s *Store) SetFinalizeBatchingForTest(on bool) { s.finalizeBatches = on }
+
+// OnFinalizeQueuedForTest calls f with the queue's length each time a
+// Finalize call joins the batch queue.
+func (s *Store) OnFinalizeQueuedForTest(f func(n int)) { s.fin.queued = f }

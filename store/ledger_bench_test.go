@@ -31,13 +31,22 @@ import (
 // its claim and the placement's stage) then Finalize recording the
 // verification, as handlers.close runs them, with 1 and 16 uploads at a
 // time on a pool configured like the api's (synchronous commits, 8
-// connections). Besides uploads/s it reports pg-cpu-us/op: the CPU time
+// connections); with 16, also with Finalize batching off (each
+// publication its own transaction) for the ratio. Besides uploads/s it reports pg-cpu-us/op: the CPU time
 // (/proc) of the Postgres backends serving the pool, per upload — the
 // figure docs/performance.md compares with MinIO's whole cost per PUT.
 // Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
 func BenchmarkUploadLedger(b *testing.B) {
-	for _, clients := range []int{1, 16} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+	for _, tc := range []struct {
+		clients int
+		batches bool
+	}{{1, true}, {16, false}, {16, true}} {
+		clients := tc.clients
+		name := fmt.Sprintf("clients=%d", clients)
+		if clients > 1 {
+			name += fmt.Sprintf("/batches=%v", tc.batches)
+		}
+		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			db := pgtest.New(b)
 			cfg, err := pgxpool.ParseConfig(db.URL) // synchronous commits, as the api
@@ -51,6 +60,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			}
 			b.Cleanup(pool.Close)
 			s := store.New(pool, nil)
+			s.SetFinalizeBatchingForTest(tc.batches)
 			if err := s.CreateRepository(ctx, upRepo); err != nil {
 				b.Fatal(err)
 			}
@@ -110,6 +120,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			wg.Wait()
 			backends := poolBackends(b, pool)
 
+			stats := s.FinalizeBatchStats()
 			b.ResetTimer()
 			before := procstat.Times(backends)
 			start := time.Now()
@@ -131,6 +142,9 @@ func BenchmarkUploadLedger(b *testing.B) {
 			b.ReportMetric(ops/elapsed.Seconds(), "uploads/s")
 			if len(before) > 0 {
 				b.ReportMetric(float64(used.Microseconds())/ops, "pg-cpu-us/op")
+			}
+			if st := s.FinalizeBatchStats(); st.Batches > stats.Batches {
+				b.ReportMetric(float64(st.Batched-stats.Batched)/float64(st.Batches-stats.Batches), "calls/batch")
 			}
 		})
 	}

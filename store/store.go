@@ -31,6 +31,9 @@ type Store struct {
 	placementsReady atomic.Bool                    // the placement ledger exists (see placements.go)
 	authCache       atomic.Pointer[authCache]      // running while StartCaches' listener runs (authcache.go)
 	existenceCache  atomic.Pointer[existenceCache] // running while StartCaches' listener runs (existencecache.go)
+
+	finalizeBatches bool            // Finalize calls queue for batches while slots are busy (finalize_batch.go)
+	fin             finalizeBatcher // their queue
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.
@@ -62,7 +65,7 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, q: dbsqlc.New(), logger: logger}
+	return &Store{pool: pool, q: dbsqlc.New(), logger: logger, finalizeBatches: true}
 }
 
 // Pool returns the shared pool, for River and goose.

@@ -560,9 +560,16 @@ type Verification struct {
 //
 // Round trips: one for BEGIN, FinalizeContext (the intent's lock and
 // everything the checks read), [the verification,] EnsureBlobUnderLease
-// and Publish (reference, admission and outcome), which finalizeTx
+// and Publish (reference, admission and outcome), which queueFinalize
 // pipelines and the checks then decide on; [replication;]
 // [req.BeforeCommit;] COMMIT.
+//
+// While this Store already has two publishing transactions in flight, a
+// Finalize queues and is published with the others queued meanwhile in
+// one transaction: each with its own statements and checks, one COMMIT
+// for all; any refusal or error in the batch rolls it back and each of
+// its calls then runs alone (finalize_batch.go). Its answer is the same
+// either way.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
 	if before := req.BeforeCommit; before != nil {
@@ -590,17 +597,133 @@ func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, err
 // finalize is Finalize; verified reports that req.Verify was recorded in
 // its committed transaction.
 func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome, verified bool, err error) {
-	op := req.OperationID
-	id, err := parseOpID(op)
+	id, err := parseOpID(req.OperationID)
 	if err != nil {
 		return Outcome{}, false, err
 	}
 	if err := s.ensurePlacements(ctx); err != nil {
 		return Outcome{}, false, err
 	}
-	err = s.finalizeTx(ctx, req, id, func(tx pgx.Tx, a finalizeAnswers) error {
-		fc, pv, b := a.fc, a.verify, a.blob
-		verified = false
+	c := &finalizeCall{req: req, id: id}
+	if s.finalizeBatches {
+		out, verified, err = s.finalizeBatched(ctx, c)
+	} else {
+		out, verified, err = s.finalizeAlone(ctx, c)
+	}
+	if err != nil {
+		var e *blobplane.Error
+		if errors.As(err, &e) {
+			return Outcome{}, false, err
+		}
+		return Outcome{}, false, dbErr("finalize "+req.OperationID, err)
+	}
+	return out, verified, nil
+}
+
+// finalizeCall is one Finalize: its request and, once queueFinalize's
+// statements were sent, their answers.
+type finalizeCall struct {
+	req FinalizeRequest
+	id  pgtype.UUID
+
+	fc             dbsqlc.FinalizeContextRow
+	fcErr          error
+	pipelineVerify bool // VerifyPendingPlacement was queued
+	vrow           dbsqlc.Placement
+	vErr           error
+	blob           dbsqlc.Blob // EnsureBlobUnderLease; blobErr pgx.ErrNoRows: the lease moved
+	blobErr        error
+	pub            dbsqlc.PublishRow // pgx.ErrNoRows: the intent was not pending, or no blob row
+	pubErr         error
+}
+
+// queueFinalize queues c's statements on b, in the order the checks would
+// take the locks in: FinalizeContext (the intent's lock), req.Verify's
+// common case (pending -> verified), EnsureBlobUnderLease and Publish.
+// decide then decides on their answers; every write it refuses is rolled
+// back with the transaction.
+func (s *Store) queueFinalize(ctx context.Context, b *pgx.Batch, c *finalizeCall) error {
+	req := c.req
+	// Publish's outcome, less what the statement fills in (repository,
+	// replication targets, new_reference) and the publication time.
+	result, err := json.Marshal(Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
+	if err != nil {
+		return err
+	}
+	queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.FinalizeContextRow, error) {
+		return s.q.FinalizeContext(ctx, db, dbsqlc.FinalizeContextParams{
+			OperationID: c.id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
+		})
+	}, &c.fc, &c.fcErr)
+	v := req.Verify
+	c.pipelineVerify = v != nil && v.Digest == v.Key.Digest && checkTransition(v.Key, v.Epoch) == nil
+	if c.pipelineVerify {
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
+			return s.q.VerifyPendingPlacement(ctx, db, dbsqlc.VerifyPendingPlacementParams{
+				Digest: string(v.Key.Digest), Backend: v.Key.Backend, Datacenter: v.Key.Datacenter, Location: v.Key.Location,
+				SizeBytes: v.Size, Epoch: v.Epoch,
+			})
+		}, &c.vrow, &c.vErr)
+	}
+	queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Blob, error) {
+		return s.q.EnsureBlobUnderLease(ctx, db, dbsqlc.EnsureBlobUnderLeaseParams{
+			Digest: string(req.Digest), SizeBytes: req.Size, PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch),
+		})
+	}, &c.blob, &c.blobErr)
+	queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.PublishRow, error) {
+		return s.q.Publish(ctx, db, dbsqlc.PublishParams{
+			OperationID: c.id, Digest: string(req.Digest), SizeBytes: req.Size, Result: result, Targets: req.Targets,
+		})
+	}, &c.pub, &c.pubErr)
+	return nil
+}
+
+// finalizeAlone runs one Finalize in its own transaction: BEGIN and
+// queueFinalize's statements in the first round trip, decide, then
+// req.BeforeCommit and COMMIT, the second (docs/performance.md).
+func (s *Store) finalizeAlone(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	if err := s.queueFinalize(ctx, &b, c); err != nil {
+		return Outcome{}, false, err
+	}
+	br := s.pool.SendBatch(ctx, &b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+	if err := br.Close(); err != nil {
+		return Outcome{}, false, err
+	}
+	if out, verified, err = s.decide(ctx, tx, c); err != nil {
+		return Outcome{}, false, err
+	}
+	if c.req.BeforeCommit != nil {
+		if err := c.req.BeforeCommit(); err != nil {
+			return Outcome{}, false, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, false, err
+	}
+	return out, verified, nil
+}
+
+// decide validates c on its statements' answers, in the spec's order (see
+// Finalize), running on tx whatever the common case did not cover (a
+// stored outcome, the general verification, the revival of a collected
+// row) and enqueueing replication. It returns the publication's outcome
+// and whether req.Verify is recorded in tx; an error is a refusal or a
+// failure, and tx must then roll back.
+func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Outcome, verified bool, err error) {
+	if c.fcErr != nil {
+		return Outcome{}, false, c.fcErr
+	}
+	req, id, op := c.req, c.id, c.req.OperationID
+	err = func() error {
+		fc, b := c.fc, c.blob
+		pv := pipelinedVerify{done: c.pipelineVerify && !errors.Is(c.vErr, pgx.ErrNoRows)}
+		if pv.done {
+			pv.row, pv.err = placementFromRow(c.vrow), c.vErr
+		}
 		if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
 			o, _, err := s.outcome(ctx, tx, id)
 			out = o
@@ -655,8 +778,8 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 
 		// The lease under FOR SHARE, so a transfer cannot slip in before
 		// this commit, and the blob state row (EnsureBlobUnderLease,
-		// pipelined by finalizeTx).
-		if err := a.blobErr; errors.Is(err, pgx.ErrNoRows) {
+		// pipelined by queueFinalize).
+		if err := c.blobErr; errors.Is(err, pgx.ErrNoRows) {
 			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
 		} else if err != nil {
 			return err
@@ -680,10 +803,10 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		// Publish wrote the reference, the outcome and the transition to
 		// admitted; with the replication work this one commit is the
 		// spec's commit boundary. Its stored outcome names the targets.
-		if a.publishErr != nil {
-			return errors.Join(a.publishErr, fmt.Errorf("admit intent %s", op))
+		if c.pubErr != nil {
+			return errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
 		}
-		stored, err := decodeOutcome(id, a.publish.Result, a.publish.PublishedAt)
+		stored, err := decodeOutcome(id, c.pub.Result, c.pub.PublishedAt)
 		if err != nil {
 			return err
 		}
@@ -699,107 +822,20 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		}
 		out = stored
 		return nil
-	})
+	}()
 	if err != nil {
-		var e *blobplane.Error
-		if errors.As(err, &e) {
-			return Outcome{}, false, err
-		}
-		return Outcome{}, false, dbErr("finalize "+op, err)
+		return Outcome{}, false, err
 	}
 	return out, verified, nil
 }
 
-// finalizeAnswers are the answers to the statements finalizeTx pipelines.
-type finalizeAnswers struct {
-	fc         dbsqlc.FinalizeContextRow
-	verify     pipelinedVerify
-	blob       dbsqlc.Blob // EnsureBlobUnderLease; blobErr pgx.ErrNoRows: the lease moved
-	blobErr    error
-	publish    dbsqlc.PublishRow // pgx.ErrNoRows: the intent was not pending, or no blob row
-	publishErr error
-}
-
-// pipelinedVerify is the answer of the verification finalizeTx pipelines
-// (VerifyPendingPlacement); done is false when it sent none or the row
-// was not in the common case, and the caller runs verifyTx.
+// pipelinedVerify is the answer of the verification queueFinalize
+// pipelines (VerifyPendingPlacement); done is false when it sent none or
+// the row was not in the common case, and decide runs verifyTx.
 type pipelinedVerify struct {
 	row  placement.Placement
 	err  error
 	done bool
-}
-
-// finalizeTx runs fn in Finalize's transaction and commits when fn
-// returns nil. Its first round trip carries BEGIN, FinalizeContext (the
-// intent's lock), req.Verify's common case (pending -> verified),
-// EnsureBlobUnderLease and Publish, in that order, the order the checks
-// would take the locks in; fn decides on their answers, and every write
-// it refuses is rolled back with the transaction. The commit is the
-// second round trip (docs/performance.md).
-func (s *Store) finalizeTx(ctx context.Context, req FinalizeRequest, id pgtype.UUID, fn func(tx pgx.Tx, a finalizeAnswers) error) error {
-	// Publish's outcome, less what the statement fills in (repository,
-	// replication targets, new_reference) and the publication time.
-	result, err := json.Marshal(Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
-	if err != nil {
-		return err
-	}
-	var b pgx.Batch
-	b.BeginTx(pgx.TxOptions{})
-	var fc dbsqlc.FinalizeContextRow
-	var fcErr error
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.FinalizeContextRow, error) {
-		return s.q.FinalizeContext(ctx, db, dbsqlc.FinalizeContextParams{
-			OperationID: id, PartitionID: req.Partition, Digest: string(req.Digest), SizeBytes: req.Size,
-		})
-	}, &fc, &fcErr)
-	var vrow dbsqlc.Placement
-	var vErr error
-	v := req.Verify
-	pipelineVerify := v != nil && v.Digest == v.Key.Digest && checkTransition(v.Key, v.Epoch) == nil
-	if pipelineVerify {
-		queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
-			return s.q.VerifyPendingPlacement(ctx, db, dbsqlc.VerifyPendingPlacementParams{
-				Digest: string(v.Key.Digest), Backend: v.Key.Backend, Datacenter: v.Key.Datacenter, Location: v.Key.Location,
-				SizeBytes: v.Size, Epoch: v.Epoch,
-			})
-		}, &vrow, &vErr)
-	}
-	var blob dbsqlc.Blob
-	var blobErr error
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Blob, error) {
-		return s.q.EnsureBlobUnderLease(ctx, db, dbsqlc.EnsureBlobUnderLeaseParams{
-			Digest: string(req.Digest), SizeBytes: req.Size, PartitionID: req.Partition, Node: req.Node, Epoch: int64(req.Epoch),
-		})
-	}, &blob, &blobErr)
-	var pub dbsqlc.PublishRow
-	var pubErr error
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.PublishRow, error) {
-		return s.q.Publish(ctx, db, dbsqlc.PublishParams{
-			OperationID: id, Digest: string(req.Digest), SizeBytes: req.Size, Result: result, Targets: req.Targets,
-		})
-	}, &pub, &pubErr)
-	br := s.pool.SendBatch(ctx, &b)
-	tx := br.Tx()
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if err := br.Close(); err != nil {
-		return err
-	}
-	if fcErr != nil {
-		return fcErr
-	}
-	pv := pipelinedVerify{done: pipelineVerify && !errors.Is(vErr, pgx.ErrNoRows)}
-	if pv.done {
-		pv.row, pv.err = placementFromRow(vrow), vErr
-	}
-	if err := fn(tx, finalizeAnswers{fc: fc, verify: pv, blob: blob, blobErr: blobErr, publish: pub, publishErr: pubErr}); err != nil {
-		return err
-	}
-	if req.BeforeCommit != nil {
-		if err := req.BeforeCommit(); err != nil {
-			return err
-		}
-	}
-	return tx.Commit(ctx)
 }
 
 // Outcome returns the stored outcome of operation op. Errors: not_found

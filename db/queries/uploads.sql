@@ -101,7 +101,7 @@ FOR UPDATE OF i;
 
 -- name: Publish :one
 -- Finalize's writes in one statement, pipelined with its reads
--- (store.finalizeTx) and decided on afterwards: when the intent is
+-- (store.queueFinalize) and decided on afterwards: when the intent is
 -- pending and the blob row exists (EnsureBlobUnderLease made it, unless
 -- the lease moved), the reference, the transition to admitted and the stored
 -- outcome, into which go the repository, the replication targets

@@ -1,0 +1,208 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/blobplane/blobplane/store"
+)
+
+// batchRig holds both of a Store's publishing slots with two Finalize
+// calls parked in their BeforeCommit (transactions open, nothing
+// committed), so that the next calls queue for one batch; release lets
+// the two commit, and the head of the queue then takes the queue.
+type batchRig struct {
+	u       *uploads
+	release chan struct{}
+	holders sync.WaitGroup
+	queued  chan int
+}
+
+func newBatchRig(t *testing.T) *batchRig {
+	t.Helper()
+	r := &batchRig{u: setupUploads(t), release: make(chan struct{}), queued: make(chan int, 64)}
+	r.u.s.OnFinalizeQueuedForTest(func(n int) { r.queued <- n })
+	parked := make(chan struct{}, 2)
+	for i := range 2 {
+		_, req := r.u.closing(t, fmt.Sprintf("holder %d", i))
+		req.BeforeCommit = func() error {
+			parked <- struct{}{}
+			<-r.release
+			return nil
+		}
+		r.holders.Go(func() {
+			if out, err := r.u.s.Finalize(context.Background(), req); err != nil || !out.NewReference {
+				t.Errorf("holder %d: %+v, %v", i, out, err)
+			}
+		})
+	}
+	<-parked
+	<-parked
+	t.Cleanup(func() {
+		select {
+		case <-r.release:
+		default:
+			close(r.release)
+		}
+		r.holders.Wait()
+	})
+	return r
+}
+
+// finalizeQueued starts Finalize for each of reqs, waits until all of
+// them are queued behind the holders, releases the holders and returns
+// each call's answer.
+func (r *batchRig) finalizeQueued(t *testing.T, reqs []store.FinalizeRequest) ([]store.Outcome, []error) {
+	t.Helper()
+	outs, errs := make([]store.Outcome, len(reqs)), make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		wg.Go(func() { outs[i], errs[i] = r.u.s.Finalize(context.Background(), req) })
+	}
+	for n := 0; n < len(reqs); {
+		n = <-r.queued
+	}
+	close(r.release)
+	r.holders.Wait()
+	wg.Wait()
+	return outs, errs
+}
+
+// Finalize calls that arrive while both slots are busy are published in
+// one transaction, each exactly as alone: its outcome, its reference, its
+// verification; a retry of an operation in the same batch gets the stored
+// outcome, and one content uploaded to two repositories is published in
+// both.
+func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newBatchRig(t)
+	u := r.u
+	if err := u.s.CreateRepository(ctx, "team/other"); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []store.FinalizeRequest
+	for i := range 4 {
+		_, req := u.closing(t, fmt.Sprintf("batched %d", i))
+		reqs = append(reqs, req)
+	}
+	reqs = append(reqs, reqs[0]) // the same operation twice in one batch
+	// The same content as reqs[1], in another repository: its placement
+	// is verified by then (in this batch), its blob row exists.
+	twin := u.open(t, "team/other")
+	k := reqs[1].Verify.Key
+	if verified, err := u.s.ClaimAndStage(ctx, twin.OperationID, k, reqs[1].Size); err != nil || verified {
+		t.Fatalf("twin claim: verified %v, %v", verified, err)
+	}
+	twinReq := reqs[1]
+	twinReq.OperationID = twin.OperationID
+	reqs = append(reqs, twinReq)
+
+	before := u.s.FinalizeBatchStats()
+	outs, errs := r.finalizeQueued(t, reqs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if outs[i].OperationID != reqs[i].OperationID || outs[i].Digest != reqs[i].Digest {
+			t.Fatalf("call %d: outcome %+v for %s", i, outs[i], reqs[i].OperationID)
+		}
+	}
+	if !reflect.DeepEqual(outs[4], outs[0]) {
+		t.Fatalf("the retry in the batch got %+v, the first %+v", outs[4], outs[0])
+	}
+	if !outs[1].NewReference || !outs[5].NewReference || outs[5].Repository != "team/other" {
+		t.Fatalf("one content, two repositories: %+v and %+v", outs[1], outs[5])
+	}
+	got := u.s.FinalizeBatchStats()
+	if got.Batches-before.Batches != 1 || got.Batched-before.Batched != int64(len(reqs)) || got.Fallback != before.Fallback {
+		t.Fatalf("stats %+v -> %+v: want one batch of %d", before, got, len(reqs))
+	}
+	// 2 holders + 4 uploads + the twin; the retry published nothing new.
+	if n := u.outcomes(t); n != 7 {
+		t.Fatalf("%d outcomes, want 7", n)
+	}
+	if n := u.references(t); n != 7 {
+		t.Fatalf("%d references, want 7", n)
+	}
+	for _, req := range reqs {
+		if n := u.count(t, `SELECT count(*) FROM placements WHERE digest = $1 AND state = 'verified'`, string(req.Digest)); n != 1 {
+			t.Fatalf("%s: %d verified placements", req.Digest, n)
+		}
+	}
+}
+
+// A refusal in a batch rolls the batch back and every call runs alone: the
+// refused one gets its refusal and stores nothing, the others publish.
+func TestFinalizeBatchRefusalRunsEachAlone(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t)
+	u := r.u
+	var reqs []store.FinalizeRequest
+	for i := range 3 {
+		_, req := u.closing(t, fmt.Sprintf("fallback %d", i))
+		reqs = append(reqs, req)
+	}
+	reqs[1].Size++ // not the content the upload declared
+	before := u.s.FinalizeBatchStats()
+	outs, errs := r.finalizeQueued(t, reqs)
+	if !errors.Is(errs[1], store.ErrContentIdentity) {
+		t.Fatalf("refused call: %+v, %v; want the content identity refusal", outs[1], errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil || !outs[i].NewReference {
+			t.Fatalf("call %d: %+v, %v", i, outs[i], errs[i])
+		}
+	}
+	got := u.s.FinalizeBatchStats()
+	if got.Batches != before.Batches || got.Fallback-before.Fallback != 3 {
+		t.Fatalf("stats %+v -> %+v: want no batch and 3 calls alone", before, got)
+	}
+	if n := u.count(t, `SELECT count(*) FROM operation_outcomes WHERE operation_id = $1`, reqs[1].OperationID); n != 0 {
+		t.Fatalf("the refused call stored %d outcomes", n)
+	}
+	if n := u.outcomes(t); n != 4 {
+		t.Fatalf("%d outcomes, want 4 (2 holders, 2 calls)", n)
+	}
+}
+
+// A BeforeCommit that fails (the bytes not durable) fails its own call
+// only, which commits nothing, and is waited for once.
+func TestFinalizeBatchBeforeCommitFailure(t *testing.T) {
+	t.Parallel()
+	r := newBatchRig(t)
+	u := r.u
+	var reqs []store.FinalizeRequest
+	for i := range 3 {
+		_, req := u.closing(t, fmt.Sprintf("durability %d", i))
+		reqs = append(reqs, req)
+	}
+	errSync := errors.New("sync failed")
+	var calls int
+	var mu sync.Mutex
+	reqs[2].BeforeCommit = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return errSync
+	}
+	outs, errs := r.finalizeQueued(t, reqs)
+	if !errors.Is(errs[2], errSync) {
+		t.Fatalf("call 2: %+v, %v; want its BeforeCommit's error", outs[2], errs[2])
+	}
+	if calls != 1 {
+		t.Fatalf("BeforeCommit ran %d times", calls)
+	}
+	for _, i := range []int{0, 1} {
+		if errs[i] != nil || !outs[i].NewReference {
+			t.Fatalf("call %d: %+v, %v", i, outs[i], errs[i])
+		}
+	}
+	if n := u.count(t, `SELECT count(*) FROM intents WHERE operation_id = $1 AND state = 'pending'`, reqs[2].OperationID); n != 1 {
+		t.Fatal("the call whose bytes are not durable left its intent")
+	}
+}
