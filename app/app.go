@@ -154,7 +154,8 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	metrics := handlers.NewMetrics()
 	metrics.RegisterCache("auth", st.AuthCacheStats)
 	metrics.RegisterCache("existence", st.ExistenceCacheStats)
-	metrics.RegisterFinalizeBatches(st.FinalizeBatchStats)
+	metrics.RegisterBatches("finalize", st.FinalizeBatchStats)
+	metrics.RegisterBatches("claim", st.ClaimBatchStats)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,

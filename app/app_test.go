@@ -93,8 +93,9 @@ func TestAPIServesThenShutsDown(t *testing.T) {
 		// The caches' series (their counting is store's tests').
 		`blobplane_cache_misses_total{cache="auth"}`, `blobplane_cache_listening{cache="auth"}`,
 		`blobplane_cache_hits_total{cache="existence"}`, `blobplane_cache_invalidations_total{cache="existence"}`,
-		// Finalize batching's (counted by store's tests).
-		"blobplane_finalize_batches_total 0", "blobplane_finalize_batched_total 0", "blobplane_finalize_batch_fallbacks_total 0",
+		// Batching's (counted by store's tests).
+		`blobplane_batches_total{path="finalize"} 0`, `blobplane_batched_calls_total{path="finalize"} 0`, `blobplane_batch_fallbacks_total{path="finalize"} 0`,
+		`blobplane_batches_total{path="claim"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s\n%s", want, metrics)

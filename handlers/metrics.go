@@ -103,23 +103,25 @@ func (m *Metrics) RegisterCache(name string, stats func() store.CacheStats) {
 	)
 }
 
-// RegisterFinalizeBatches exports the batching of publications
-// (store.Finalize; docs/uploads.md), read from stats at every scrape:
-// blobplane_finalize_batches_total (batches of two or more committed),
-// blobplane_finalize_batched_total (publications they committed) and
-// blobplane_finalize_batch_fallbacks_total (publications whose batch
-// rolled back, each then published or refused alone). Their ratio is the
-// mean batch size.
-func (m *Metrics) RegisterFinalizeBatches(stats func() store.FinalizeBatchStats) {
-	counter := func(name, help string, v func(store.FinalizeBatchStats) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(stats())) })
+// RegisterBatches exports the batching of one hot path's transactions
+// (path "finalize": publications, "claim": upload claims; docs/uploads.md),
+// read from stats at every scrape, labelled path=path:
+// blobplane_batches_total (batches of two or more committed),
+// blobplane_batched_calls_total (calls they committed) and
+// blobplane_batch_fallbacks_total (calls whose batch did not commit, each
+// then run alone). batched_calls / batches is the mean batch size.
+func (m *Metrics) RegisterBatches(path string, stats func() store.BatchStats) {
+	labels := prometheus.Labels{"path": path}
+	counter := func(name, help string, v func(store.BatchStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(v(stats())) })
 	}
 	m.Registry.MustRegister(
-		counter("blobplane_finalize_batches_total", "Batches of two or more publications committed in one transaction.",
-			func(s store.FinalizeBatchStats) int64 { return s.Batches }),
-		counter("blobplane_finalize_batched_total", "Publications committed in batches.",
-			func(s store.FinalizeBatchStats) int64 { return s.Batched }),
-		counter("blobplane_finalize_batch_fallbacks_total", "Publications whose batch rolled back (a refusal or an error in it), then run alone.",
-			func(s store.FinalizeBatchStats) int64 { return s.Fallback }),
+		counter("blobplane_batches_total", "Batches of two or more calls committed in one transaction.",
+			func(s store.BatchStats) int64 { return s.Batches }),
+		counter("blobplane_batched_calls_total", "Calls committed in batches.",
+			func(s store.BatchStats) int64 { return s.Batched }),
+		counter("blobplane_batch_fallbacks_total", "Calls whose batch did not commit (a refusal or an error in it), then run alone.",
+			func(s store.BatchStats) int64 { return s.Fallback }),
 	)
 }

@@ -2,17 +2,17 @@ package store
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Finalize batches (docs/performance.md, item 27). While this Store has
 // finalizeSlots publishing transactions in flight, a Finalize does not
-// open another: it queues, and when a transaction ends the caller at the
-// head of the queue takes every queued Finalize (up to maxFinalizeBatch)
-// into one transaction, each with its own statements (queueFinalize)
+// open another: it queues (slots.go), and when a transaction ends the
+// caller at the head of the queue takes every queued Finalize (up to
+// maxFinalizeBatch) into one transaction, each with its own statements (queueFinalize)
 // pipelined in one round trip, decided one by one as alone (decide), and
 // one COMMIT for them all. A batch costs Postgres one BEGIN, one COMMIT
 // and two round trips instead of one each per upload, and the uploads of
@@ -35,140 +35,49 @@ import (
 //
 // Locks: a batch takes each Finalize's locks in its order (intent, then
 // placement, blob, lease share), holding earlier ones while it takes
-// later ones, as one transaction of several statements does. Two batches
-// that meet on two digests in opposite orders (the same blobs uploaded
-// concurrently through two api processes) can deadlock; Postgres then
-// aborts one, whose callers run alone. That costs the deadlock timeout,
-// never a wrong answer.
+// later ones, as one transaction of several statements does, and its
+// calls go in the order of their digests, so two batches (of two api
+// processes) that share digests lock their rows in the same order.
+// Should a deadlock still happen (with another kind of transaction),
+// Postgres aborts one side; a batch's callers then run alone. That costs
+// the deadlock timeout, never a wrong answer.
 
 // finalizeSlots is how many publishing transactions one Store runs at a
-// time before Finalize calls queue for a batch.
+// time before Finalize calls queue for a batch: two keep both of the
+// reference machine's cores busy (BenchmarkUploadLedger: one slot makes
+// larger batches but leaves Postgres idle between them, four smaller
+// ones).
 const finalizeSlots = 2
 
 // maxFinalizeBatch bounds one batch (its pipeline and the locks it
 // holds until its commit).
 const maxFinalizeBatch = 64
 
-// finalizeBatcher is the queue of Finalize calls waiting for a slot.
-type finalizeBatcher struct {
-	mu      sync.Mutex
-	running int // transactions in flight (alone or batches)
-	queue   []*finalizeWaiter
+// FinalizeBatchStats reads the counters of Finalize batching.
+func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.stats() }
 
-	batches  atomic.Int64 // batches of two or more committed
-	batched  atomic.Int64 // Finalize calls those batches committed
-	fallback atomic.Int64 // Finalize calls whose batch rolled back, run alone
-	queued   func(n int)  // test hook: the queue's length after a call joined it
-}
-
-// finalizeWaiter is a queued Finalize call.
-type finalizeWaiter struct {
-	c        *finalizeCall
-	lead     chan struct{} // closed: this caller runs batch, which release took off the queue
-	batch    []*finalizeWaiter
-	done     chan struct{} // closed: the batch holding this call ended
-	out      Outcome
-	verified bool
-	alone    bool // the batch rolled back: run alone
-}
-
-// FinalizeBatchStats are the counters of Finalize batching since the
-// Store was made (exported as metrics by the api).
-type FinalizeBatchStats struct {
-	Batches  int64 // batches of two or more Finalize calls committed
-	Batched  int64 // Finalize calls they committed
-	Fallback int64 // Finalize calls whose batch rolled back and that ran alone
-}
-
-// FinalizeBatchStats reads the batching counters.
-func (s *Store) FinalizeBatchStats() FinalizeBatchStats {
-	fb := &s.fin
-	return FinalizeBatchStats{Batches: fb.batches.Load(), Batched: fb.batched.Load(), Fallback: fb.fallback.Load()}
-}
-
-// finalizeBatched runs c alone when a slot is free, else queues it for
-// the next batch.
-func (s *Store) finalizeBatched(ctx context.Context, c *finalizeCall) (Outcome, bool, error) {
-	fb := &s.fin
-	fb.mu.Lock()
-	if fb.running < finalizeSlots {
-		fb.running++
-		fb.mu.Unlock()
-		out, verified, err := s.finalizeAlone(ctx, c)
-		fb.release()
-		return out, verified, err
+// finalizeBatched runs c alone when a slot is free, else in the next
+// batch; a batch that does not commit leaves each of its calls to run
+// alone.
+func (s *Store) finalizeBatched(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
+	alone := func(c *finalizeCall) { out, verified, err = s.finalizeAlone(ctx, c) }
+	commit := func(calls []*finalizeCall) bool { return s.commitFinalizeBatch(context.WithoutCancel(ctx), calls) }
+	if s.fin.do(c, alone, commit) {
+		return c.out, c.verified, nil
 	}
-	w := &finalizeWaiter{c: c, lead: make(chan struct{}), done: make(chan struct{})}
-	fb.queue = append(fb.queue, w)
-	if fb.queued != nil {
-		fb.queued(len(fb.queue))
-	}
-	fb.mu.Unlock()
-
-	// A queued call waits for its batch whatever its context: the caller
-	// at the head of the queue must take it, and a batch is as short as a
-	// transaction alone. ctx still ends its statements when it leads.
-	select {
-	case <-w.done:
-	case <-w.lead:
-		s.runFinalizeBatch(context.WithoutCancel(ctx), w.batch)
-		fb.release()
-	}
-	if w.alone {
-		return s.finalizeAlone(ctx, c)
-	}
-	return w.out, w.verified, nil
-}
-
-// release ends a transaction in flight: its slot goes to the caller at
-// the head of the queue, with the queue (up to maxFinalizeBatch) as its
-// batch, or is freed.
-func (fb *finalizeBatcher) release() {
-	fb.mu.Lock()
-	defer fb.mu.Unlock()
-	if len(fb.queue) == 0 {
-		fb.running--
-		return
-	}
-	n := min(len(fb.queue), maxFinalizeBatch)
-	head := fb.queue[0]
-	head.batch = fb.queue[:n:n]
-	fb.queue = fb.queue[n:]
-	close(head.lead)
-}
-
-// runFinalizeBatch publishes batch in one transaction, or marks every call
-// in it to run alone; then it wakes their callers.
-func (s *Store) runFinalizeBatch(ctx context.Context, batch []*finalizeWaiter) {
-	defer func() {
-		for _, w := range batch {
-			close(w.done)
-		}
-	}()
-	if len(batch) == 1 {
-		// Alone after all: the caller runs it (finalizeAlone) with its own
-		// context.
-		batch[0].alone = true
-		return
-	}
-	if !s.commitFinalizeBatch(ctx, batch) {
-		s.fin.fallback.Add(int64(len(batch)))
-		for _, w := range batch {
-			w.alone = true
-		}
-		return
-	}
-	s.fin.batches.Add(1)
-	s.fin.batched.Add(int64(len(batch)))
+	return out, verified, err
 }
 
 // commitFinalizeBatch runs every call of batch in one transaction and
-// reports whether it committed; the outcomes are then in the waiters.
-func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeWaiter) bool {
+// reports whether it committed; the outcomes are then in the calls. The
+// calls go in the order of their digests, so two batches that share
+// digests take the placement and blob rows' locks in one order.
+func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) bool {
+	slices.SortStableFunc(batch, func(a, b *finalizeCall) int { return strings.Compare(string(a.req.Digest), string(b.req.Digest)) })
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
-	for _, w := range batch {
-		if err := s.queueFinalize(ctx, &b, w.c); err != nil {
+	for _, c := range batch {
+		if err := s.queueFinalize(ctx, &b, c); err != nil {
 			return false
 		}
 	}
@@ -178,15 +87,15 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeWaiter
 	if err := br.Close(); err != nil {
 		return false
 	}
-	for _, w := range batch {
-		out, verified, err := s.decide(ctx, tx, w.c)
+	for _, c := range batch {
+		out, verified, err := s.decide(ctx, tx, c)
 		if err != nil {
 			return false
 		}
-		w.out, w.verified = out, verified
+		c.out, c.verified = out, verified
 	}
-	for _, w := range batch {
-		if before := w.c.req.BeforeCommit; before != nil {
+	for _, c := range batch {
+		if before := c.req.BeforeCommit; before != nil {
 			if err := before(); err != nil {
 				return false
 			}

@@ -31,8 +31,9 @@ import (
 // its claim and the placement's stage) then Finalize recording the
 // verification, as handlers.close runs them, with 1 and 16 uploads at a
 // time on a pool configured like the api's (synchronous commits, 8
-// connections); with 16, also with Finalize batching off (each
-// publication its own transaction) for the ratio. Besides uploads/s it reports pg-cpu-us/op: the CPU time
+// connections); with 16, also with batching off (each claim and each
+// publication its own transaction: claim_batch.go, finalize_batch.go)
+// for the ratio. Besides uploads/s it reports pg-cpu-us/op: the CPU time
 // (/proc) of the Postgres backends serving the pool, per upload — the
 // figure docs/performance.md compares with MinIO's whole cost per PUT.
 // Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
@@ -61,6 +62,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			b.Cleanup(pool.Close)
 			s := store.New(pool, nil)
 			s.SetFinalizeBatchingForTest(tc.batches)
+			s.SetClaimBatchingForTest(tc.batches)
 			if err := s.CreateRepository(ctx, upRepo); err != nil {
 				b.Fatal(err)
 			}
@@ -120,7 +122,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			wg.Wait()
 			backends := poolBackends(b, pool)
 
-			stats := s.FinalizeBatchStats()
+			stats, claims := s.FinalizeBatchStats(), s.ClaimBatchStats()
 			b.ResetTimer()
 			before := procstat.Times(backends)
 			start := time.Now()
@@ -144,7 +146,10 @@ func BenchmarkUploadLedger(b *testing.B) {
 				b.ReportMetric(float64(used.Microseconds())/ops, "pg-cpu-us/op")
 			}
 			if st := s.FinalizeBatchStats(); st.Batches > stats.Batches {
-				b.ReportMetric(float64(st.Batched-stats.Batched)/float64(st.Batches-stats.Batches), "calls/batch")
+				b.ReportMetric(float64(st.Batched-stats.Batched)/float64(st.Batches-stats.Batches), "finalizes/batch")
+			}
+			if st := s.ClaimBatchStats(); st.Batches > claims.Batches {
+				b.ReportMetric(float64(st.Batched-claims.Batched)/float64(st.Batches-claims.Batches), "claims/batch")
 			}
 		})
 	}

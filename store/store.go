@@ -32,8 +32,10 @@ type Store struct {
 	authCache       atomic.Pointer[authCache]      // running while StartCaches' listener runs (authcache.go)
 	existenceCache  atomic.Pointer[existenceCache] // running while StartCaches' listener runs (existencecache.go)
 
-	finalizeBatches bool            // Finalize calls queue for batches while slots are busy (finalize_batch.go)
-	fin             finalizeBatcher // their queue
+	finalizeBatches bool                       // Finalize calls queue for batches while slots are busy (finalize_batch.go)
+	fin             slotBatcher[*finalizeCall] // their queue
+	claimBatches    bool                       // claims queue for batches while slots are busy (claim_batch.go)
+	claims          slotBatcher[*claimCall]    // their queue
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.
@@ -65,7 +67,9 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, q: dbsqlc.New(), logger: logger, finalizeBatches: true}
+	return &Store{pool: pool, q: dbsqlc.New(), logger: logger,
+		finalizeBatches: true, fin: slotBatcher[*finalizeCall]{slots: finalizeSlots, maxBatch: maxFinalizeBatch},
+		claimBatches: true, claims: slotBatcher[*claimCall]{slots: claimSlots, maxBatch: maxClaimBatch}}
 }
 
 // Pool returns the shared pool, for River and goose.

@@ -198,18 +198,19 @@ func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) 
 	arg.OperationID.Bytes[6] = arg.OperationID.Bytes[6]&0x0f | 0x40 // version 4
 	arg.OperationID.Bytes[8] = arg.OperationID.Bytes[8]&0x3f | 0x80 // RFC 4122 variant
 	arg.OperationID.Valid = true
-	var b pgx.Batch
 	var row dbsqlc.Intent
 	var stage dbsqlc.Placement
 	var createErr, lockErr, stageErr error
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &createErr)
-	queueExec(&b, func(db dbsqlc.DBTX) error {
-		return s.q.LockPlacementDigest(ctx, db, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)})
-	}, &lockErr)
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
-		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, n.ExpectedSize, 0, arg.OperationID))
-	}, &stage, &stageErr)
-	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil { // the first statement's error, the batch undone
+	claim := &claimCall{digest: k.Digest, queue: func(b *pgx.Batch) {
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &createErr)
+		queueExec(b, func(db dbsqlc.DBTX) error {
+			return s.q.LockPlacementDigest(ctx, db, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)})
+		}, &lockErr)
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
+			return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, n.ExpectedSize, 0, arg.OperationID))
+		}, &stage, &stageErr)
+	}}
+	if err := s.sendClaim(ctx, claim); err != nil { // the first statement's error, the batch undone
 		return Intent{}, false, createIntentErr(n, err)
 	}
 	if err := errors.Join(createErr, lockErr); err != nil {
@@ -369,20 +370,21 @@ func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.K
 	// One round trip, one implicit transaction (a single Sync): the
 	// setting, the claim with the digest's stage lock, and the common
 	// stage, an insert that happens only if the claim did, after the lock.
-	var b pgx.Batch
-	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	var claimErr, stageErr error
 	var staged dbsqlc.Placement
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.ClaimIntentContentRow, error) {
-		return s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{
-			LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
-			SessionRepository: optText(repository), SessionBackend: optText(k.Backend),
-		})
-	}, &row, &claimErr)
-	queueRow(&b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
-		return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, size, 0, id))
-	}, &staged, &stageErr)
-	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil { // the first error, the batch undone
+	claim := &claimCall{digest: k.Digest, queue: func(b *pgx.Batch) {
+		b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.ClaimIntentContentRow, error) {
+			return s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{
+				LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
+				SessionRepository: optText(repository), SessionBackend: optText(k.Backend),
+			})
+		}, &row, &claimErr)
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
+			return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, size, 0, id))
+		}, &staged, &stageErr)
+	}}
+	if err := s.sendClaim(ctx, claim); err != nil { // the first error, the batch undone
 		return row, false, false, placementErr("claim and stage", err)
 	}
 	switch {
@@ -635,6 +637,10 @@ type finalizeCall struct {
 	blobErr        error
 	pub            dbsqlc.PublishRow // pgx.ErrNoRows: the intent was not pending, or no blob row
 	pubErr         error
+
+	// A batch's answer (finalize_batch.go).
+	out      Outcome
+	verified bool
 }
 
 // queueFinalize queues c's statements on b, in the order the checks would

@@ -1,0 +1,169 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+)
+
+// claimRig holds both of a Store's claim slots: two OpenAndStage calls
+// wait on their digests' stage locks, held by another transaction, so the
+// next claims queue for one batch; release commits that transaction.
+type claimRig struct {
+	u       *uploads
+	holder  pgx.Tx
+	queued  chan int
+	holders sync.WaitGroup
+}
+
+func (u *uploads) newIntent(content, repo string) (store.NewIntent, placement.Key) {
+	d, size := contentOf([]byte(content))
+	return store.NewIntent{Repository: repo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+			IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour},
+		placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
+}
+
+func newClaimRig(t *testing.T) *claimRig {
+	t.Helper()
+	ctx := context.Background()
+	r := &claimRig{u: setupUploads(t), queued: make(chan int, 64)}
+	r.u.s.OnClaimQueuedForTest(func(n int) { r.queued <- n })
+	tx, err := r.u.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.holder = tx
+	t.Cleanup(func() {
+		_ = tx.Rollback(context.Background())
+		r.holders.Wait()
+	})
+	for i := range 2 {
+		n, k := r.u.newIntent(fmt.Sprintf("claim holder %d", i), upRepo)
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))`, store.PlacementDigestLockClass, string(k.Digest)); err != nil {
+			t.Fatal(err)
+		}
+		r.holders.Go(func() {
+			if _, staged, err := r.u.s.OpenAndStage(context.Background(), n, k); err != nil || !staged {
+				t.Errorf("holder %d: staged %v, %v", i, staged, err)
+			}
+		})
+	}
+	pgtest.WaitForLockWaiters(t, r.u.pool, 2)
+	return r
+}
+
+type claimAnswer struct {
+	in     store.Intent
+	staged bool
+	err    error
+}
+
+// openQueued runs OpenAndStage for each of ns, waits until all are queued
+// behind the holders, releases them and returns each call's answer.
+func (r *claimRig) openQueued(t *testing.T, ns []store.NewIntent, ks []placement.Key) []claimAnswer {
+	t.Helper()
+	answers := make([]claimAnswer, len(ns))
+	var wg sync.WaitGroup
+	for i := range ns {
+		wg.Go(func() {
+			a := &answers[i]
+			a.in, a.staged, a.err = r.u.s.OpenAndStage(context.Background(), ns[i], ks[i])
+		})
+	}
+	for n := 0; n < len(ns); {
+		n = <-r.queued
+	}
+	if err := r.holder.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.holders.Wait()
+	wg.Wait()
+	return answers
+}
+
+// Claims queued while both slots are busy commit in one implicit
+// transaction, each as alone: its intent claiming its digest, its stage.
+func TestClaimBatchCommitsQueuedClaimsTogether(t *testing.T) {
+	t.Parallel()
+	r := newClaimRig(t)
+	u := r.u
+	var ns []store.NewIntent
+	var ks []placement.Key
+	for i := range 4 {
+		n, k := u.newIntent(fmt.Sprintf("claimed %d", i), upRepo)
+		ns, ks = append(ns, n), append(ks, k)
+	}
+	// One content twice: the second claim finds the first's stage.
+	ns, ks = append(ns, ns[0]), append(ks, ks[0])
+	before := u.s.ClaimBatchStats()
+	answers := r.openQueued(t, ns, ks)
+	stagedOnce := 0
+	for i, a := range answers {
+		if a.err != nil {
+			t.Fatalf("claim %d: %v", i, a.err)
+		}
+		got, err := u.s.GetIntent(context.Background(), a.in.OperationID)
+		if err != nil || got.State != store.IntentPending || got.ExpectedDigest != ks[i].Digest {
+			t.Fatalf("claim %d: intent %+v, %v", i, got, err)
+		}
+		if i == 0 || i == 4 {
+			if a.staged {
+				stagedOnce++
+			}
+		} else if !a.staged {
+			t.Fatalf("claim %d not staged", i)
+		}
+		if p, err := u.s.Placement(context.Background(), ks[i]); err != nil || p.State != placement.Pending {
+			t.Fatalf("claim %d: stage %+v, %v", i, p, err)
+		}
+	}
+	if stagedOnce != 1 {
+		t.Fatalf("one content claimed twice in a batch staged %d times", stagedOnce)
+	}
+	got := u.s.ClaimBatchStats()
+	if got.Batches-before.Batches != 1 || got.Batched-before.Batched != int64(len(ns)) || got.Fallback != before.Fallback {
+		t.Fatalf("stats %+v -> %+v: want one batch of %d", before, got, len(ns))
+	}
+}
+
+// A claim that fails rolls its batch back; each claim is then sent alone:
+// the failing one gets its own error and records nothing, the others
+// commit.
+func TestClaimBatchFailureSendsEachAlone(t *testing.T) {
+	t.Parallel()
+	r := newClaimRig(t)
+	u := r.u
+	var ns []store.NewIntent
+	var ks []placement.Key
+	for i := range 3 {
+		n, k := u.newIntent(fmt.Sprintf("fallback claim %d", i), upRepo)
+		ns, ks = append(ns, n), append(ks, k)
+	}
+	ns[1].Repository = "team/none" // no such repository
+	before := u.s.ClaimBatchStats()
+	answers := r.openQueued(t, ns, ks)
+	if blobplane.ErrorCode(answers[1].err) != blobplane.CodeNotFound {
+		t.Fatalf("claim into an unknown repository: %+v, %v; want not_found", answers[1].in, answers[1].err)
+	}
+	if n := u.count(t, `SELECT count(*) FROM placements WHERE digest = $1`, string(ks[1].Digest)); n != 0 {
+		t.Fatalf("the failed claim staged %d placements", n)
+	}
+	for _, i := range []int{0, 2} {
+		if answers[i].err != nil || !answers[i].staged {
+			t.Fatalf("claim %d: staged %v, %v", i, answers[i].staged, answers[i].err)
+		}
+	}
+	got := u.s.ClaimBatchStats()
+	if got.Batches != before.Batches || got.Fallback-before.Fallback != 3 {
+		t.Fatalf("stats %+v -> %+v: want no batch and 3 claims alone", before, got)
+	}
+}

@@ -1,0 +1,135 @@
+package store
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// slotBatcher lets a hot path's transactions run one each while fewer
+// than slots are in flight, and batches the calls that arrive while they
+// all are: when a transaction ends, the caller at the head of the queue
+// takes every queued call (up to maxBatch) into one transaction
+// (finalize_batch.go, claim_batch.go; docs/performance.md, items 27-28).
+// With one client nothing ever queues; under load the calls that would
+// each have paid a transaction's round trips, BEGIN and COMMIT share
+// one.
+//
+// A batch either commits every call in it, each as it would have alone,
+// or none: then every caller runs its call alone, in its own goroutine,
+// without a slot, so an answer never depends on the batch it shared.
+type slotBatcher[C any] struct {
+	slots    int
+	maxBatch int
+
+	mu      sync.Mutex
+	running int // transactions in flight (alone or batches)
+	queue   []*slotWaiter[C]
+
+	batches  atomic.Int64 // batches of two or more committed
+	batched  atomic.Int64 // calls those batches committed
+	fallback atomic.Int64 // calls whose batch did not commit, run alone
+	queued   func(n int)  // test hook: the queue's length after a call joined it
+}
+
+// slotWaiter is a queued call.
+type slotWaiter[C any] struct {
+	call  C
+	lead  chan struct{} // closed: this caller runs batch, which release took off the queue
+	batch []*slotWaiter[C]
+	done  chan struct{} // closed: the batch holding this call ended
+	alone bool          // the batch did not commit (or held only this call): run alone
+}
+
+// BatchStats are the counters of one kind of batched transaction since
+// the Store was made (exported as metrics by the api).
+type BatchStats struct {
+	Batches  int64 // batches of two or more calls committed
+	Batched  int64 // calls they committed
+	Fallback int64 // calls whose batch did not commit and that ran alone
+}
+
+func (sb *slotBatcher[C]) stats() BatchStats {
+	return BatchStats{Batches: sb.batches.Load(), Batched: sb.batched.Load(), Fallback: sb.fallback.Load()}
+}
+
+// do runs call: alone(call) at once when a slot is free; else queued, in
+// the next batch, where commit(calls) runs them all in one transaction
+// and reports whether it committed. do returns true when a batch
+// committed call (its answers are in it); false when alone ran it.
+// commit runs in the goroutine of the batch's first caller, so it must
+// not use one caller's context for the others' sake beyond its values.
+func (sb *slotBatcher[C]) do(call C, alone func(C), commit func([]C) bool) bool {
+	sb.mu.Lock()
+	if sb.running < sb.slots {
+		sb.running++
+		sb.mu.Unlock()
+		alone(call)
+		sb.release()
+		return false
+	}
+	w := &slotWaiter[C]{call: call, lead: make(chan struct{}), done: make(chan struct{})}
+	sb.queue = append(sb.queue, w)
+	if sb.queued != nil {
+		sb.queued(len(sb.queue))
+	}
+	sb.mu.Unlock()
+
+	// A queued call waits for its batch whatever its caller's context:
+	// the head of the queue must take it, and a batch is as short as a
+	// transaction alone.
+	select {
+	case <-w.done:
+	case <-w.lead:
+		sb.run(w.batch, commit)
+		sb.release()
+	}
+	if w.alone {
+		alone(call)
+		return false
+	}
+	return true
+}
+
+// run commits batch, or marks every call in it to run alone; then it
+// wakes their callers.
+func (sb *slotBatcher[C]) run(batch []*slotWaiter[C], commit func([]C) bool) {
+	defer func() {
+		for _, w := range batch {
+			close(w.done)
+		}
+	}()
+	if len(batch) == 1 { // alone after all, in its caller's own context
+		batch[0].alone = true
+		return
+	}
+	calls := make([]C, len(batch))
+	for i, w := range batch {
+		calls[i] = w.call
+	}
+	if !commit(calls) {
+		sb.fallback.Add(int64(len(batch)))
+		for _, w := range batch {
+			w.alone = true
+		}
+		return
+	}
+	sb.batches.Add(1)
+	sb.batched.Add(int64(len(batch)))
+}
+
+// release ends a transaction in flight: its slot goes to the caller at
+// the head of the queue, with the queue (up to maxBatch) as its batch, or
+// is freed.
+func (sb *slotBatcher[C]) release() {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if len(sb.queue) == 0 {
+		sb.running--
+		return
+	}
+	n := min(len(sb.queue), sb.maxBatch)
+	head := sb.queue[0]
+	head.batch = sb.queue[:n:n]
+	sb.queue = sb.queue[n:]
+	close(head.lead)
+}
