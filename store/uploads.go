@@ -120,9 +120,17 @@ func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
 	// order). A crash before then loses only an empty session, which the
 	// client sees as UPLOAD_UNKNOWN and restarts. This saves one WAL flush
 	// per upload (docs/performance.md), in the same single statement.
-	row, err := s.q.CreateIntent(ctx, s.pool, arg)
-	if err != nil {
+	// Under load it is batched with other claims (claim_batch.go).
+	var row dbsqlc.Intent
+	var rowErr error
+	claim := &claimCall{digest: n.ExpectedDigest, queue: func(b *pgx.Batch) {
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &rowErr)
+	}}
+	if err := s.sendClaim(ctx, claim); err != nil {
 		return Intent{}, createIntentErr(n, err)
+	}
+	if rowErr != nil {
+		return Intent{}, createIntentErr(n, rowErr)
 	}
 	return intentFromRow(row), nil
 }
