@@ -12,9 +12,9 @@ import (
 // finalizeSlots publishing transactions in flight, a Finalize does not
 // open another: it queues (slots.go), and when a transaction ends the
 // caller at the head of the queue takes every queued Finalize (up to
-// maxFinalizeBatch) into one transaction, each with its own statements (queueFinalize)
-// pipelined in one round trip, decided one by one as alone (decide), and
-// one COMMIT for them all. A batch costs Postgres one BEGIN, one COMMIT
+// maxFinalizeBatch) into one transaction: each call's own statements
+// (queueFinalize) pipelined in one round trip, each decided on its own
+// answers as alone (decide), one COMMIT for them all. A batch costs Postgres one BEGIN, one COMMIT
 // and two round trips instead of one each per upload, and the uploads of
 // a batch share one WAL flush. One alone (no other in flight) runs at
 // once, as it always did.

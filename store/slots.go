@@ -63,8 +63,8 @@ func (sb *slotBatcher[C]) do(call C, alone func(C), commit func([]C) bool) bool 
 	if sb.running < sb.slots {
 		sb.running++
 		sb.mu.Unlock()
+		defer sb.release() // also if alone panics: the slot is never lost
 		alone(call)
-		sb.release()
 		return false
 	}
 	w := &slotWaiter[C]{call: call, lead: make(chan struct{}), done: make(chan struct{})}
@@ -80,8 +80,10 @@ func (sb *slotBatcher[C]) do(call C, alone func(C), commit func([]C) bool) bool 
 	select {
 	case <-w.done:
 	case <-w.lead:
-		sb.run(w.batch, commit)
-		sb.release()
+		func() {
+			defer sb.release()
+			sb.run(w.batch, commit)
+		}()
 	}
 	if w.alone {
 		alone(call)
@@ -90,16 +92,18 @@ func (sb *slotBatcher[C]) do(call C, alone func(C), commit func([]C) bool) bool 
 	return true
 }
 
-// run commits batch, or marks every call in it to run alone; then it
-// wakes their callers.
+// run commits batch, or leaves every call in it to run alone (also when
+// commit panics); then it wakes their callers.
 func (sb *slotBatcher[C]) run(batch []*slotWaiter[C], commit func([]C) bool) {
+	for _, w := range batch {
+		w.alone = true
+	}
 	defer func() {
 		for _, w := range batch {
 			close(w.done)
 		}
 	}()
 	if len(batch) == 1 { // alone after all, in its caller's own context
-		batch[0].alone = true
 		return
 	}
 	calls := make([]C, len(batch))
@@ -108,10 +112,10 @@ func (sb *slotBatcher[C]) run(batch []*slotWaiter[C], commit func([]C) bool) {
 	}
 	if !commit(calls) {
 		sb.fallback.Add(int64(len(batch)))
-		for _, w := range batch {
-			w.alone = true
-		}
 		return
+	}
+	for _, w := range batch {
+		w.alone = false
 	}
 	sb.batches.Add(1)
 	sb.batched.Add(int64(len(batch)))
