@@ -32,6 +32,15 @@ func (u *uploads) newIntent(content, repo string) (store.NewIntent, placement.Ke
 		placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
 }
 
+// newIntents is newIntent of n contents named prefix 0, prefix 1, ...
+func (u *uploads) newIntents(prefix string, n int) ([]store.NewIntent, []placement.Key) {
+	ns, ks := make([]store.NewIntent, n), make([]placement.Key, n)
+	for i := range n {
+		ns[i], ks[i] = u.newIntent(fmt.Sprintf("%s %d", prefix, i), upRepo)
+	}
+	return ns, ks
+}
+
 func newClaimRig(t *testing.T) *claimRig {
 	t.Helper()
 	ctx := context.Background()
@@ -96,12 +105,7 @@ func TestClaimBatchCommitsQueuedClaimsTogether(t *testing.T) {
 	t.Parallel()
 	r := newClaimRig(t)
 	u := r.u
-	var ns []store.NewIntent
-	var ks []placement.Key
-	for i := range 4 {
-		n, k := u.newIntent(fmt.Sprintf("claimed %d", i), upRepo)
-		ns, ks = append(ns, n), append(ks, k)
-	}
+	ns, ks := u.newIntents("claimed", 4)
 	// One content twice: the second claim finds the first's stage.
 	ns, ks = append(ns, ns[0]), append(ks, ks[0])
 	before := u.s.ClaimBatchStats()
@@ -142,12 +146,7 @@ func TestClaimBatchFailureSendsEachAlone(t *testing.T) {
 	t.Parallel()
 	r := newClaimRig(t)
 	u := r.u
-	var ns []store.NewIntent
-	var ks []placement.Key
-	for i := range 3 {
-		n, k := u.newIntent(fmt.Sprintf("fallback claim %d", i), upRepo)
-		ns, ks = append(ns, n), append(ks, k)
-	}
+	ns, ks := u.newIntents("fallback claim", 3)
 	ns[1].Repository = "team/none" // no such repository
 	before := u.s.ClaimBatchStats()
 	answers := r.openQueued(t, ns, ks)

@@ -53,6 +53,16 @@ func newBatchRig(t *testing.T) *batchRig {
 	return r
 }
 
+// closings is closing of n contents named prefix 0, prefix 1, ...
+func (u *uploads) closings(t *testing.T, prefix string, n int) []store.FinalizeRequest {
+	t.Helper()
+	reqs := make([]store.FinalizeRequest, n)
+	for i := range n {
+		_, reqs[i] = u.closing(t, fmt.Sprintf("%s %d", prefix, i))
+	}
+	return reqs
+}
+
 // finalizeQueued starts Finalize for each of reqs, waits until all of
 // them are queued behind the holders, releases the holders and returns
 // each call's answer.
@@ -85,11 +95,7 @@ func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
 	if err := u.s.CreateRepository(ctx, "team/other"); err != nil {
 		t.Fatal(err)
 	}
-	var reqs []store.FinalizeRequest
-	for i := range 4 {
-		_, req := u.closing(t, fmt.Sprintf("batched %d", i))
-		reqs = append(reqs, req)
-	}
+	reqs := u.closings(t, "batched", 4)
 	reqs = append(reqs, reqs[0]) // the same operation twice in one batch
 	// The same content as reqs[1], in another repository: its placement
 	// is verified by then (in this batch), its blob row exists.
@@ -142,11 +148,7 @@ func TestFinalizeBatchRefusalRunsEachAlone(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t)
 	u := r.u
-	var reqs []store.FinalizeRequest
-	for i := range 3 {
-		_, req := u.closing(t, fmt.Sprintf("fallback %d", i))
-		reqs = append(reqs, req)
-	}
+	reqs := u.closings(t, "fallback", 3)
 	reqs[1].Size++ // not the content the upload declared
 	before := u.s.FinalizeBatchStats()
 	outs, errs := r.finalizeQueued(t, reqs)
@@ -176,11 +178,7 @@ func TestFinalizeBatchBeforeCommitFailure(t *testing.T) {
 	t.Parallel()
 	r := newBatchRig(t)
 	u := r.u
-	var reqs []store.FinalizeRequest
-	for i := range 3 {
-		_, req := u.closing(t, fmt.Sprintf("durability %d", i))
-		reqs = append(reqs, req)
-	}
+	reqs := u.closings(t, "durability", 3)
 	errSync := errors.New("sync failed")
 	var calls int
 	var mu sync.Mutex
