@@ -76,8 +76,20 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.quick || o.duration != 20*time.Second || o.reps != 3 || o.size != 1<<30 || o.intents != 100_000 {
+	if o.quick || o.duration != 20*time.Second || o.reps != 3 || o.size != 1<<30 || o.intents != 100_000 || !o.dropCaches {
 		t.Errorf("full defaults: %+v", o)
+	}
+	if o, err := parse("--drop-caches=false"); err != nil || o.dropCaches {
+		t.Errorf("--drop-caches=false: %v, %v", o.dropCaches, err)
+	}
+	if o, err := parse("--quick"); err != nil || o.dropCaches {
+		t.Errorf("--quick drops caches: %v, %v", o.dropCaches, err)
+	}
+	if o, err := parse("--quick", "--drop-caches"); err == nil {
+		t.Errorf("--drop-caches without a value parsed: %v", o.dropCaches)
+	}
+	if o, err := parse("--quick", "--drop-caches=true"); err != nil || !o.dropCaches {
+		t.Errorf("--quick --drop-caches=true: %v, %v", o.dropCaches, err)
 	}
 	if !slices.Equal(o.systems, allSystems) || o.databaseURL != env["DATABASE_URL"] || o.minioBin != "/m" || o.registryBin != "" {
 		t.Errorf("full defaults: %+v", o)
@@ -111,6 +123,7 @@ func TestParseOptions(t *testing.T) {
 		{"--sweep-batch", "0"},
 		{"--reps", "-1"},
 		{"--size", "1TB"},
+		{"--drop-caches", "maybe"},
 		{"extra"},
 	} {
 		if _, err := parse(args...); err == nil {
@@ -383,5 +396,26 @@ func TestPutOneFallsBackToSessions(t *testing.T) {
 	}
 	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
 		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// dropPageCache writes the order to drop the page cache where it is
+// told, and reports what happened, also when it may not.
+func TestDropPageCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "drop_caches")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := dropPageCache(path, true); got != "dropped before the systems started" {
+		t.Fatalf("dropPageCache = %q", got)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "3\n" {
+		t.Fatalf("wrote %q, %v; want 3", b, err)
+	}
+	if got := dropPageCache(filepath.Join(t.TempDir(), "no", "such"), true); !strings.HasPrefix(got, "not dropped (") {
+		t.Fatalf("unwritable: %q", got)
+	}
+	if got := dropPageCache(path, false); got != "not dropped (--drop-caches=false)" {
+		t.Fatalf("disabled: %q", got)
 	}
 }

@@ -132,6 +132,8 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 		r.Mode = "quick"
 	}
 	r.Machine = describeMachine(ctx, o.databaseURL)
+	r.Machine.PageCache = dropPageCache(dropCachesPath, o.dropCaches)
+	fmt.Fprintf(progress, "bench: page cache %s\n", r.Machine.PageCache)
 	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch}
 
 	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{}}

@@ -38,6 +38,9 @@ type options struct {
 	preload  int           // 4 KiB blobs HEAD, GET and routing read
 	// workloads is a subset of allWorkloads, in their order.
 	workloads []string
+	// dropCaches: sync and drop the page cache before starting the
+	// systems (machine.go).
+	dropCaches bool
 
 	databaseURL string // server the bench database is created on
 	binDir      string // prebuilt api, worker, controller; empty builds them
@@ -47,7 +50,7 @@ type options struct {
 
 // Full and quick defaults.
 var (
-	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, batch: 1000, preload: 256, out: "bench/results", workloads: allWorkloads}
+	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, batch: 1000, preload: 256, out: "bench/results", workloads: allWorkloads, dropCaches: true}
 	quickDefaults = options{duration: 1500 * time.Millisecond, reps: 1, size: 8 << 20, intents: 1_000, batch: 1000, preload: 64, out: "bench/results", workloads: allWorkloads}
 )
 
@@ -80,6 +83,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	batch := fs.Int("sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep --only reaper` pass (the worker's default); passes run until every intent is reaped")
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
+	dropCaches := fs.String("drop-caches", "", "sync and drop the page cache before the systems start, so that no run inherits an earlier one's deleted files (Linux, root; default true, --quick false)")
 	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
 	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
 	minioBin := fs.String("minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: what scripts/minio.sh prints; it builds and caches it once)")
@@ -127,6 +131,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	if *preload > 0 {
 		o.preload = *preload
+	}
+	if *dropCaches != "" {
+		if o.dropCaches, err = strconv.ParseBool(*dropCaches); err != nil {
+			return options{}, fmt.Errorf("--drop-caches %q: want true or false", *dropCaches)
+		}
 	}
 	if *size != "" {
 		if o.size, err = parseSize(*size); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -118,8 +119,8 @@ func (r *Report) Markdown() string {
 	}
 	fmt.Fprintf(&b, "# Blobplane benchmark suite (%s)\n\n", mode)
 	fmt.Fprintf(&b, "%s – %s UTC, commit %s\n\n", r.Started.UTC().Format("2006-01-02 15:04:05"), r.Finished.UTC().Format("15:04:05"), m.Commit)
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, Linux %s, %s, %s; load average %s at the start, %s at the end.\n\n",
-		m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion, m.Postgres, m.LoadStart, m.LoadEnd)
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s RAM, Linux %s, %s, %s; load average %s at the start, %s at the end; page cache %s.\n\n",
+		m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion, m.Postgres, m.LoadStart, m.LoadEnd, cmp.Or(m.PageCache, "not dropped"))
 	s := r.Settings
 	fmt.Fprintf(&b, "Settings: %d repetition(s) of every workload; timed loads of %gs; large blob %s; small blobs %s; %d preloaded blobs for HEAD/GET/routing; %d intents per sweep in passes of %d. Figures are median (min–max) over the repetitions; latencies are the median of each repetition's percentile.\n",
 		s.Reps, s.DurationS, formatSize(s.LargeBytes), formatSize(int64(s.SmallBytes)), s.Preload, s.Intents, s.SweepBatch)
