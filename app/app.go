@@ -59,6 +59,7 @@ type API struct {
 type Backends struct {
 	Order  []string
 	ByName map[string]backend.Backend
+	kinds  []string // Kind of each, in Order
 }
 
 // OpenBackends opens every configured backend, refusing with an error that
@@ -73,8 +74,24 @@ func OpenBackends(ctx context.Context, specs []backend.Spec) (*Backends, error) 
 		}
 		b.Order = append(b.Order, spec.Name)
 		b.ByName[spec.Name] = be
+		b.kinds = append(b.kinds, spec.Kind)
 	}
 	return b, nil
+}
+
+// Describe names each backend, in order, with its kind and, for a
+// filesystem backend, the sync mode it resolved to (the default depends
+// on the kernel: docs/backends.md), e.g. "fs=filesystem(sync=filesystem)":
+// what the api and worker log when they start.
+func (b *Backends) Describe() []string {
+	out := make([]string, len(b.Order))
+	for i, name := range b.Order {
+		out[i] = name + "=" + b.kinds[i]
+		if s, ok := b.ByName[name].(interface{ SyncMode() backend.SyncMode }); ok {
+			out[i] += "(sync=" + string(s.SyncMode()) + ")"
+		}
+	}
+	return out
 }
 
 // Close closes every backend.
@@ -250,7 +267,7 @@ func (a *API) Serve(ctx context.Context) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- a.server.Serve(a.listener) }()
-	a.logger.Info("api listening", "url", a.URL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter)
+	a.logger.Info("api listening", "url", a.URL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter, "backends", a.backends.Describe())
 
 	select {
 	case err := <-errc:
@@ -359,7 +376,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	if err := client.Start(bg); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
-	logger.Info("worker started", "node_id", cfg.NodeID, "datacenter", cfg.Datacenter, "queues", cfg.Queues, "cron", cfg.Cron)
+	logger.Info("worker started", "node_id", cfg.NodeID, "datacenter", cfg.Datacenter, "queues", cfg.Queues, "cron", cfg.Cron, "backends", backends.Describe())
 	<-ctx.Done()
 
 	logger.Info("worker stopping: finishing running jobs", "timeout", cfg.ShutdownTimeout)

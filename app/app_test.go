@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,28 @@ func TestNewAPIRefusesUnusableBackend(t *testing.T) {
 	_, err = app.NewAPI(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "BLOBPLANE_BACKENDS") || !strings.Contains(err.Error(), "blobs") {
 		t.Fatalf("unusable backend: %v", err)
+	}
+}
+
+// The api and the worker log each backend with the sync mode it resolved
+// to.
+func TestBackendsDescribe(t *testing.T) {
+	dir := t.TempDir()
+	var specs []backend.Spec
+	for _, s := range []string{"a=filesystem:" + filepath.Join(dir, "a") + "?sync=file", "b=filesystem:" + filepath.Join(dir, "b")} {
+		spec, err := backend.ParseSpec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, spec)
+	}
+	bs, err := app.OpenBackends(t.Context(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	got := bs.Describe()
+	if len(got) != 2 || got[0] != "a=filesystem(sync=file)" || !strings.HasPrefix(got[1], "b=filesystem(sync=") {
+		t.Fatalf("Describe = %q", got)
 	}
 }
