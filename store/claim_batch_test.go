@@ -166,3 +166,100 @@ func TestClaimBatchFailureSendsEachAlone(t *testing.T) {
 		t.Fatalf("stats %+v -> %+v: want no batch and 3 claims alone", before, got)
 	}
 }
+
+// Two stores (two api processes) whose claim batches hold the same two
+// digests in opposite arrival orders do not deadlock: a batch sends its
+// claims in digest order, so both wait for the first digest's stage lock
+// before taking the second. (Sent in arrival order, the batch that gets
+// the first digest would wait for the second, held by the other, which
+// waits for the first: Postgres would abort one after deadlock_timeout
+// and its claims would run alone.)
+func TestClaimBatchesTakeDigestsInOneOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	sa, sb := u.s, store.New(u.pool, nil)
+	qa, qb := make(chan int, 8), make(chan int, 8)
+	sa.OnClaimQueuedForTest(func(n int) { qa <- n })
+	sb.OnClaimQueuedForTest(func(n int) { qb <- n })
+
+	// Digest order: x before y.
+	n1, k1 := u.newIntent("order one", upRepo)
+	n2, k2 := u.newIntent("order two", upRepo)
+	if k2.Digest < k1.Digest {
+		n1, k1, n2, k2 = n2, k2, n1, k1
+	}
+	lockTx := func(ds ...blobplane.Digest) pgx.Tx {
+		tx, err := u.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		for _, d := range ds {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text))`, store.PlacementDigestLockClass, string(d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tx
+	}
+	waiters := func(d blobplane.Digest) int {
+		return u.count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = $1 AND objid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296`, store.PlacementDigestLockClass, string(d))
+	}
+	waitFor := func(what string, ok func() bool) {
+		deadline := time.Now().Add(15 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond) // poll interval
+		}
+	}
+
+	var wg sync.WaitGroup
+	claim := func(s *store.Store, n store.NewIntent, k placement.Key) {
+		wg.Go(func() {
+			if _, _, err := s.OpenAndStage(context.Background(), n, k); err != nil {
+				t.Errorf("claim of %s: %v", k.Digest, err)
+			}
+		})
+	}
+	// Each store's two slots are held by claims waiting on locks of other
+	// digests; then its batch queues: B's as x, y; A's as y, x.
+	holdSlots := func(s *store.Store, q chan int, prefix string, first, second store.NewIntent, kf, ks placement.Key) pgx.Tx {
+		hn, hk := u.newIntents(prefix, 2)
+		tx := lockTx(hk[0].Digest, hk[1].Digest)
+		for i := range 2 {
+			claim(s, hn[i], hk[i])
+			waitFor("a slot holder to wait", func() bool { return waiters(hk[i].Digest) == 1 })
+		}
+		claim(s, first, kf)
+		<-q
+		claim(s, second, ks)
+		<-q
+		return tx
+	}
+	txX := lockTx(k1.Digest)
+	txB := holdSlots(sb, qb, "slots of b", n1, n2, k1, k2)
+	txA := holdSlots(sa, qa, "slots of a", n2, n1, k2, k1)
+
+	// B's batch goes first and waits for x; then A's, which waits for x
+	// behind it (sent in arrival order it would hold y by then).
+	if err := txB.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("b's batch to wait for x", func() bool { return waiters(k1.Digest) == 1 })
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a's batch to wait for x", func() bool { return waiters(k1.Digest) == 2 })
+	if err := txX.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for name, s := range map[string]*store.Store{"a": sa, "b": sb} {
+		if st := s.ClaimBatchStats(); st.Batches != 1 || st.Batched != 2 || st.Fallback != 0 {
+			t.Errorf("store %s: %+v, want one batch of 2 and no fallback (a deadlock)", name, st)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -17,6 +18,7 @@ import (
 // the two commit, and the head of the queue then takes the queue.
 type batchRig struct {
 	u       *uploads
+	s       *store.Store
 	release chan struct{}
 	holders sync.WaitGroup
 	queued  chan int
@@ -24,33 +26,43 @@ type batchRig struct {
 
 func newBatchRig(t *testing.T) *batchRig {
 	t.Helper()
-	r := &batchRig{u: setupUploads(t), release: make(chan struct{}), queued: make(chan int, 64)}
-	r.u.s.OnFinalizeQueuedForTest(func(n int) { r.queued <- n })
+	u := setupUploads(t)
+	return parkFinalizeSlots(t, u, u.s, "holder")
+}
+
+// parkFinalizeSlots parks two Finalize calls of s (contents prefix 0 and
+// prefix 1) in their BeforeCommit.
+func parkFinalizeSlots(t *testing.T, u *uploads, s *store.Store, prefix string) *batchRig {
+	t.Helper()
+	r := &batchRig{u: u, s: s, release: make(chan struct{}), queued: make(chan int, 64)}
+	s.OnFinalizeQueuedForTest(func(n int) { r.queued <- n })
 	parked := make(chan struct{}, 2)
-	for i := range 2 {
-		_, req := r.u.closing(t, fmt.Sprintf("holder %d", i))
+	for i, req := range u.closings(t, prefix, 2) {
 		req.BeforeCommit = func() error {
 			parked <- struct{}{}
 			<-r.release
 			return nil
 		}
 		r.holders.Go(func() {
-			if out, err := r.u.s.Finalize(context.Background(), req); err != nil || !out.NewReference {
+			if out, err := s.Finalize(context.Background(), req); err != nil || !out.NewReference {
 				t.Errorf("holder %d: %+v, %v", i, out, err)
 			}
 		})
 	}
 	<-parked
 	<-parked
-	t.Cleanup(func() {
-		select {
-		case <-r.release:
-		default:
-			close(r.release)
-		}
-		r.holders.Wait()
-	})
+	t.Cleanup(r.unpark)
 	return r
+}
+
+// unpark lets the parked calls commit (once).
+func (r *batchRig) unpark() {
+	select {
+	case <-r.release:
+	default:
+		close(r.release)
+	}
+	r.holders.Wait()
 }
 
 // closings is closing of n contents named prefix 0, prefix 1, ...
@@ -71,13 +83,12 @@ func (r *batchRig) finalizeQueued(t *testing.T, reqs []store.FinalizeRequest) ([
 	outs, errs := make([]store.Outcome, len(reqs)), make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
-		wg.Go(func() { outs[i], errs[i] = r.u.s.Finalize(context.Background(), req) })
+		wg.Go(func() { outs[i], errs[i] = r.s.Finalize(context.Background(), req) })
 	}
 	for n := 0; n < len(reqs); {
 		n = <-r.queued
 	}
-	close(r.release)
-	r.holders.Wait()
+	r.unpark()
 	wg.Wait()
 	return outs, errs
 }
@@ -202,5 +213,77 @@ func TestFinalizeBatchBeforeCommitFailure(t *testing.T) {
 	}
 	if n := u.count(t, `SELECT count(*) FROM intents WHERE operation_id = $1 AND state = 'pending'`, reqs[2].OperationID); n != 1 {
 		t.Fatal("the call whose bytes are not durable left its intent")
+	}
+}
+
+// Two stores (two api processes) whose Finalize batches hold the same two
+// digests in opposite arrival orders do not deadlock: a batch publishes
+// in digest order, so both wait for the first digest's placement row
+// before taking the second's. (In arrival order, the batch that gets the
+// first digest would wait for the second's row, held by the other, which
+// waits for the first: Postgres would abort one after deadlock_timeout
+// and its calls would run alone.)
+func TestFinalizeBatchesTakeDigestsInOneOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	sa, sb := u.s, store.New(u.pool, nil)
+	// Each store publishes both contents, through intents of its own.
+	var xa, ya, xb, yb store.FinalizeRequest
+	_, xa = u.closing(t, "order x")
+	_, ya = u.closing(t, "order y")
+	if ya.Digest < xa.Digest {
+		xa, ya = ya, xa
+	}
+	for _, pair := range []struct{ from, to *store.FinalizeRequest }{{&xa, &xb}, {&ya, &yb}} {
+		in := u.open(t, upRepo)
+		k := pair.from.Verify.Key
+		if _, err := u.s.ClaimAndStage(ctx, in.OperationID, k, pair.from.Size); err != nil {
+			t.Fatal(err)
+		}
+		*pair.to = *pair.from
+		pair.to.OperationID = in.OperationID
+	}
+	// x's placement row is locked until the two batches wait for it.
+	tx, err := u.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM placements WHERE digest = $1 FOR UPDATE`, string(xa.Digest)); err != nil {
+		t.Fatal(err)
+	}
+	ra := parkFinalizeSlots(t, u, sa, "slots of a")
+	rb := parkFinalizeSlots(t, u, sb, "slots of b")
+	var wg sync.WaitGroup
+	queue := func(r *batchRig, reqs ...store.FinalizeRequest) {
+		for _, req := range reqs {
+			wg.Go(func() {
+				if _, err := r.s.Finalize(context.Background(), req); err != nil {
+					t.Errorf("finalize %s: %v", req.Digest, err)
+				}
+			})
+			<-r.queued
+		}
+	}
+	queue(rb, xb, yb)
+	queue(ra, ya, xa)
+	// B's batch goes first and waits for x's row; then A's, which waits
+	// for it behind B (in arrival order it would hold y's by then).
+	rb.unpark()
+	pgtest.WaitForLockWaiters(t, u.pool, 1)
+	ra.unpark()
+	pgtest.WaitForLockWaiters(t, u.pool, 2)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for name, s := range map[string]*store.Store{"a": sa, "b": sb} {
+		if st := s.FinalizeBatchStats(); st.Batches != 1 || st.Batched != 2 || st.Fallback != 0 {
+			t.Errorf("store %s: %+v, want one batch of 2 and no fallback (a deadlock)", name, st)
+		}
+	}
+	if n := u.outcomes(t); n != 8 {
+		t.Fatalf("%d outcomes, want 8 (4 holders, 2 contents in 2 intents each)", n)
 	}
 }
