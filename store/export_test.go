@@ -130,3 +130,10 @@ func (s *Store) OnFinalizeQueuedForTest(f func(n int)) { s.fin.queued = f }
 
 // PlacementDigestLockClass is the class of the digests' stage locks.
 const PlacementDigestLockClass = placementDigestLockClass
+
+// ReapStatementForTest is ReapExpiredIntents' statement and arguments.
+func (s *Store) ReapStatementForTest(datacenter string, batch int32) HotStatementForTest {
+	var r recorder
+	_, _ = s.q.ReapExpiredIntents(context.Background(), &r, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: batch})
+	return HotStatementForTest{Name: "ReapExpiredIntents", SQL: r.sql, Args: r.args}
+}
