@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +36,9 @@ type claimCall struct {
 	queue  func(b *pgx.Batch)
 }
 
+// byClaimDigest orders a claim batch: stage locks in digest order.
+func byClaimDigest(a, b *claimCall) int { return strings.Compare(string(a.digest), string(b.digest)) }
+
 // ClaimBatchStats reads the counters of claim batching.
 func (s *Store) ClaimBatchStats() BatchStats { return s.claims.stats() }
 
@@ -50,12 +52,7 @@ func (s *Store) sendClaim(ctx context.Context, c *claimCall) error {
 		c.queue(&b)
 		err = s.pool.SendBatch(ctx, &b).Close()
 	}
-	if !s.claimBatches {
-		alone(c)
-		return err
-	}
 	commit := func(calls []*claimCall) bool {
-		slices.SortStableFunc(calls, func(a, b *claimCall) int { return strings.Compare(string(a.digest), string(b.digest)) })
 		var b pgx.Batch
 		for _, c := range calls {
 			c.queue(&b)

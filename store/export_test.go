@@ -115,10 +115,10 @@ func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, 
 }
 
 // SetFinalizeBatchingForTest turns Finalize batching on or off (on in New).
-func (s *Store) SetFinalizeBatchingForTest(on bool) { s.finalizeBatches = on }
+func (s *Store) SetFinalizeBatchingForTest(on bool) { s.fin.off = !on }
 
 // SetClaimBatchingForTest turns claim batching on or off (on in New).
-func (s *Store) SetClaimBatchingForTest(on bool) { s.claimBatches = on }
+func (s *Store) SetClaimBatchingForTest(on bool) { s.claims.off = !on }
 
 // OnClaimQueuedForTest calls f with the queue's length each time a claim
 // joins the batch queue.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -68,12 +67,15 @@ func (s *Store) finalizeBatched(ctx context.Context, c *finalizeCall) (out Outco
 	return out, verified, err
 }
 
+// byFinalizeDigest orders a Finalize batch: placement and blob rows' locks
+// in digest order.
+func byFinalizeDigest(a, b *finalizeCall) int {
+	return strings.Compare(string(a.req.Digest), string(b.req.Digest))
+}
+
 // commitFinalizeBatch runs every call of batch in one transaction and
-// reports whether it committed; the outcomes are then in the calls. The
-// calls go in the order of their digests, so two batches that share
-// digests take the placement and blob rows' locks in one order.
+// reports whether it committed; the outcomes are then in the calls.
 func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) bool {
-	slices.SortStableFunc(batch, func(a, b *finalizeCall) int { return strings.Compare(string(a.req.Digest), string(b.req.Digest)) })
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
 	for _, c := range batch {

@@ -32,10 +32,8 @@ type Store struct {
 	authCache       atomic.Pointer[authCache]      // running while StartCaches' listener runs (authcache.go)
 	existenceCache  atomic.Pointer[existenceCache] // running while StartCaches' listener runs (existencecache.go)
 
-	finalizeBatches bool                       // Finalize calls queue for batches while slots are busy (finalize_batch.go)
-	fin             slotBatcher[*finalizeCall] // their queue
-	claimBatches    bool                       // claims queue for batches while slots are busy (claim_batch.go)
-	claims          slotBatcher[*claimCall]    // their queue
+	fin    slotBatcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
+	claims slotBatcher[*claimCall]    // claim batches likewise (claim_batch.go)
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.
@@ -68,8 +66,8 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Store{pool: pool, q: dbsqlc.New(), logger: logger,
-		finalizeBatches: true, fin: slotBatcher[*finalizeCall]{slots: finalizeSlots, maxBatch: maxFinalizeBatch},
-		claimBatches: true, claims: slotBatcher[*claimCall]{slots: claimSlots, maxBatch: maxClaimBatch}}
+		fin:    slotBatcher[*finalizeCall]{slots: finalizeSlots, maxBatch: maxFinalizeBatch, order: byFinalizeDigest},
+		claims: slotBatcher[*claimCall]{slots: claimSlots, maxBatch: maxClaimBatch, order: byClaimDigest}}
 }
 
 // Pool returns the shared pool, for River and goose.

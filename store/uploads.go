@@ -615,12 +615,7 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 		return Outcome{}, false, err
 	}
 	c := &finalizeCall{req: req, id: id}
-	if s.finalizeBatches {
-		out, verified, err = s.finalizeBatched(ctx, c)
-	} else {
-		out, verified, err = s.finalizeAlone(ctx, c)
-	}
-	if err != nil {
+	if out, verified, err = s.finalizeBatched(ctx, c); err != nil {
 		var e *blobplane.Error
 		if errors.As(err, &e) {
 			return Outcome{}, false, err
@@ -732,115 +727,107 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 		return Outcome{}, false, c.fcErr
 	}
 	req, id, op := c.req, c.id, c.req.OperationID
-	err = func() error {
-		fc, b := c.fc, c.blob
-		pv := pipelinedVerify{done: c.pipelineVerify && !errors.Is(c.vErr, pgx.ErrNoRows)}
-		if pv.done {
-			pv.row, pv.err = placementFromRow(c.vrow), c.vErr
-		}
-		if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
-			o, _, err := s.outcome(ctx, tx, id)
-			out = o
-			return err
-		}
-		intent := intentFromRow(fc.Intent)
+	fc, b := c.fc, c.blob
+	pv := pipelinedVerify{done: c.pipelineVerify && !errors.Is(c.vErr, pgx.ErrNoRows)}
+	if pv.done {
+		pv.row, pv.err = placementFromRow(c.vrow), c.vErr
+	}
+	if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
+		o, _, err := s.outcome(ctx, tx, id)
+		return o, false, err
+	}
+	intent := intentFromRow(fc.Intent)
 
-		// 1. Authority fence.
-		if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
-			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+	// 1. Authority fence.
+	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
+		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+	}
+	if !fc.LeaseOwner.Valid {
+		return Outcome{}, false, refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
+	}
+	if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
+		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
+	}
+	// 2. Content identity.
+	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
+		return Outcome{}, false, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
+			req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
+	}
+	// 3. A verified placement somewhere in the topology: one exists,
+	// or the verification recorded here makes one.
+	if v := req.Verify; v != nil {
+		p, err := pv.row, pv.err
+		if !pv.done {
+			p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
 		}
-		if !fc.LeaseOwner.Valid {
-			return refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
-		}
-		if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
-			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
-		}
-		// 2. Content identity.
-		if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
-			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
-				req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
-		}
-		// 3. A verified placement somewhere in the topology: one exists,
-		// or the verification recorded here makes one.
-		if v := req.Verify; v != nil {
-			p, err := pv.row, pv.err
-			if !pv.done {
-				p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
-			}
-			if err != nil {
-				return err
-			}
-			verified = true
-			fc.Verified = fc.Verified || (p.State == placement.Verified && p.Key.Digest == req.Digest && p.Size == req.Size)
-		}
-		if !fc.Verified {
-			return refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
-		}
-		// 4. The principal still has write access.
-		grants, err := grantsFromTexts(fc.PrincipalGrants)
 		if err != nil {
-			return err
+			return Outcome{}, false, err
 		}
-		if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
-			return refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
-		}
-		// Decided on the locked row: an abandonment and this publication
-		// cannot both happen (S5).
-		if intent.State == IntentAbandoned {
-			return refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
-		}
-
-		// The lease under FOR SHARE, so a transfer cannot slip in before
-		// this commit, and the blob state row (EnsureBlobUnderLease,
-		// pipelined by queueFinalize).
-		if err := c.blobErr; errors.Is(err, pgx.ErrNoRows) {
-			return refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
-		} else if err != nil {
-			return err
-		}
-		if b.State == "obliterated" {
-			return refusal(blobplane.CodeConflict, op, ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
-		}
-		if b.State == "collected" {
-			// Collected after the context was read: its placements were
-			// revoked and its bytes are (being) deleted. Only a placement
-			// that verified since (re-staged, so its deletion is
-			// superseded) holds the bytes; then publication revives the
-			// row (S1).
-			if err := s.reviveCollected(ctx, tx, op, req.Digest, req.Size); err != nil {
-				return err
-			}
-		}
-		if b.SizeBytes != req.Size {
-			return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
-		}
-		// Publish wrote the reference, the outcome and the transition to
-		// admitted; with the replication work this one commit is the
-		// spec's commit boundary. Its stored outcome names the targets.
-		if c.pubErr != nil {
-			return errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
-		}
-		stored, err := decodeOutcome(id, c.pub.Result, c.pub.PublishedAt)
-		if err != nil {
-			return err
-		}
-		if targets := stored.ReplicationTargets; len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
-			if req.Replication == nil {
-				return &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: ErrNoEnqueuer.Error(), Err: ErrNoEnqueuer}
-			}
-			if err := req.Replication.EnqueueReplicationTx(ctx, tx, Replication{
-				OperationID: op, Digest: req.Digest, Size: req.Size, SourceDatacenter: intent.IngressDatacenter, Targets: targets,
-			}); err != nil {
-				return err
-			}
-		}
-		out = stored
-		return nil
-	}()
+		verified = true
+		fc.Verified = fc.Verified || (p.State == placement.Verified && p.Key.Digest == req.Digest && p.Size == req.Size)
+	}
+	if !fc.Verified {
+		return Outcome{}, false, refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+	}
+	// 4. The principal still has write access.
+	grants, err := grantsFromTexts(fc.PrincipalGrants)
 	if err != nil {
 		return Outcome{}, false, err
 	}
-	return out, verified, nil
+	if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
+		return Outcome{}, false, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+	}
+	// Decided on the locked row: an abandonment and this publication
+	// cannot both happen (S5).
+	if intent.State == IntentAbandoned {
+		return Outcome{}, false, refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
+	}
+
+	// The lease under FOR SHARE, so a transfer cannot slip in before
+	// this commit, and the blob state row (EnsureBlobUnderLease,
+	// pipelined by queueFinalize).
+	if err := c.blobErr; errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
+	} else if err != nil {
+		return Outcome{}, false, err
+	}
+	if b.State == "obliterated" {
+		return Outcome{}, false, refusal(blobplane.CodeConflict, op, ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
+	}
+	if b.State == "collected" {
+		// Collected after the context was read: its placements were
+		// revoked and its bytes are (being) deleted. Only a placement
+		// that verified since (re-staged, so its deletion is
+		// superseded) holds the bytes; then publication revives the
+		// row (S1).
+		if err := s.reviveCollected(ctx, tx, op, req.Digest, req.Size); err != nil {
+			return Outcome{}, false, err
+		}
+	}
+	if b.SizeBytes != req.Size {
+		return Outcome{}, false, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
+	}
+	// Publish wrote the reference, the outcome and the transition to
+	// admitted; with the replication work this one commit is the
+	// spec's commit boundary. Its stored outcome names the targets.
+	if c.pubErr != nil {
+		return Outcome{}, false, errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
+	}
+	stored, err := decodeOutcome(id, c.pub.Result, c.pub.PublishedAt)
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	if targets := stored.ReplicationTargets; len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
+		if req.Replication == nil {
+			return Outcome{}, false, &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: ErrNoEnqueuer.Error(), Err: ErrNoEnqueuer}
+		}
+		if err := req.Replication.EnqueueReplicationTx(ctx, tx, Replication{
+			OperationID: op, Digest: req.Digest, Size: req.Size, SourceDatacenter: intent.IngressDatacenter, Targets: targets,
+		}); err != nil {
+			return Outcome{}, false, err
+		}
+	}
+	return stored, verified, nil
 }
 
 // pipelinedVerify is the answer of the verification queueFinalize
