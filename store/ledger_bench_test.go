@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -36,15 +37,31 @@ import (
 // for the ratio. Besides uploads/s it reports pg-cpu-us/op: the CPU time
 // (/proc) of the Postgres backends serving the pool, per upload — the
 // figure docs/performance.md compares with MinIO's whole cost per PUT.
+//
+// The floor sub-benchmarks (clients=1/floor, clients=16/floor) write the
+// same rows with the same commits on the same pool, but in the fewest
+// statements that can write them and with none of the checks: one
+// statement for the intent and its pending placement (asynchronous
+// commit), one for the intent's admission, the verification, the blob
+// row, the reference and the outcome (synchronous commit), as pgbench
+// would send them (ledgerFloor). No lease fence, grants, stage lock,
+// placement bound or stored-outcome JSON: what the spec's ledger costs
+// Postgres at the least on this machine, beside what Blobplane's costs
+// (docs/performance.md, "Why Blobplane trails MinIO on small uploads").
+//
 // Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
 func BenchmarkUploadLedger(b *testing.B) {
 	for _, tc := range []struct {
 		clients int
 		batches bool
-	}{{1, true}, {16, false}, {16, true}} {
+		floor   bool
+	}{{1, true, false}, {1, false, true}, {16, false, false}, {16, true, false}, {16, false, true}} {
 		clients := tc.clients
 		name := fmt.Sprintf("clients=%d", clients)
-		if clients > 1 {
+		switch {
+		case tc.floor:
+			name += "/floor"
+		case clients > 1:
 			name += fmt.Sprintf("/batches=%v", tc.batches)
 		}
 		b.Run(name, func(b *testing.B) {
@@ -106,6 +123,18 @@ func BenchmarkUploadLedger(b *testing.B) {
 					err = fmt.Errorf("%s: published no new reference", d)
 				}
 				return err
+			}
+			if tc.floor {
+				if err := upload(); err != nil { // creates the placement ledger (ensurePlacements)
+					b.Fatal(err)
+				}
+				upload = func() error {
+					var buf [16]byte
+					binary.LittleEndian.PutUint64(buf[:8], seed)
+					binary.LittleEndian.PutUint64(buf[8:], seq.Add(1))
+					sum := sha256.Sum256(buf[:])
+					return ledgerFloor(ctx, pool, blobplane.Digest(blobplane.DigestPrefix+hex.EncodeToString(sum[:])))
+				}
 			}
 			// Warm every connection of the pool (and its plans) first.
 			var wg sync.WaitGroup
@@ -173,4 +202,46 @@ func poolBackends(b *testing.B, pool *pgxpool.Pool) []int {
 		out[i] = int(p)
 	}
 	return out
+}
+
+// The floor's two statements (BenchmarkUploadLedger): the rows a
+// single-request upload writes, in one statement per commit.
+const (
+	floorClaim = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),
+intent AS (
+    INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at)
+    SELECT $1, $2, $3, $4, 4096, $5, 'fs', now() + interval '1 hour' FROM async
+    RETURNING expected_digest)
+INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch)
+SELECT expected_digest, 'fs', $5, substr(expected_digest, 8), 'pending', 4096, 0 FROM intent`
+	floorPublish = `WITH admitted AS (
+    UPDATE intents SET state = 'admitted', updated_at = now()
+    WHERE operation_id = $1 AND state = 'pending'
+    RETURNING operation_id, repository, expected_digest AS digest),
+verified AS (
+    UPDATE placements SET state = 'verified', generation = generation + 1, updated_at = now(), verified_at = now()
+    WHERE digest = $2 AND backend = 'fs' AND datacenter = $3 AND location = substr($2, 8) AND state = 'pending'),
+blob AS (
+    INSERT INTO blobs (digest, size_bytes) SELECT digest, 4096 FROM admitted
+    ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest),
+ref AS (
+    INSERT INTO blob_references (repository, digest, operation_id) SELECT repository, digest, operation_id FROM admitted
+    ON CONFLICT (repository, digest) DO NOTHING)
+INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
+SELECT operation_id, repository, digest, 4096, '{}' FROM admitted`
+)
+
+// ledgerFloor writes one upload of d with the floor's two statements.
+func ledgerFloor(ctx context.Context, pool *pgxpool.Pool, d blobplane.Digest) error {
+	var id pgtype.UUID
+	copy(id.Bytes[:], d.Hex()[:16])
+	id.Valid = true
+	if _, err := pool.Exec(ctx, floorClaim, id, upRepo, upPrincipal, string(d), upDC); err != nil {
+		return err
+	}
+	tag, err := pool.Exec(ctx, floorPublish, id, string(d), upDC)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("%s: the floor published %d outcomes", d, tag.RowsAffected())
+	}
+	return err
 }
