@@ -47,7 +47,7 @@ import (
 // would send them (ledgerFloor). No lease fence, grants, stage lock,
 // placement bound or stored-outcome JSON: what the spec's ledger costs
 // Postgres at the least on this machine, beside what Blobplane's costs
-// (docs/performance.md, "Why Blobplane trails MinIO on small uploads").
+// (docs/performance.md, "Why small uploads trail MinIO, measured").
 //
 // Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
 func BenchmarkUploadLedger(b *testing.B) {
@@ -220,7 +220,8 @@ SELECT expected_digest, 'fs', $5, substr(expected_digest, 8), 'pending', 4096, 0
     RETURNING operation_id, repository, expected_digest AS digest),
 verified AS (
     UPDATE placements SET state = 'verified', generation = generation + 1, updated_at = now(), verified_at = now()
-    WHERE digest = $2 AND backend = 'fs' AND datacenter = $3 AND location = substr($2, 8) AND state = 'pending'),
+    WHERE digest = $2 AND backend = 'fs' AND datacenter = $3 AND location = substr($2, 8) AND state = 'pending'
+    RETURNING 1),
 blob AS (
     INSERT INTO blobs (digest, size_bytes) SELECT digest, 4096 FROM admitted
     ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest),
@@ -228,7 +229,7 @@ ref AS (
     INSERT INTO blob_references (repository, digest, operation_id) SELECT repository, digest, operation_id FROM admitted
     ON CONFLICT (repository, digest) DO NOTHING)
 INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
-SELECT operation_id, repository, digest, 4096, '{}' FROM admitted`
+SELECT operation_id, repository, digest, 4096, '{}' FROM admitted WHERE EXISTS (SELECT 1 FROM verified)`
 )
 
 // ledgerFloor writes one upload of d with the floor's two statements.
