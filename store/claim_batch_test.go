@@ -257,8 +257,16 @@ func TestClaimBatchesTakeDigestsInOneOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	for name, s := range map[string]*store.Store{"a": sa, "b": sb} {
-		if st := s.ClaimBatchStats(); st.Batches != 1 || st.Batched != 2 || st.Fallback != 0 {
+	wantOneBatchOfTwo(t, (*store.Store).ClaimBatchStats, map[string]*store.Store{"a": sa, "b": sb})
+}
+
+// wantOneBatchOfTwo checks that each store sent its two calls as one batch
+// with no fallback (the fallback of a batch Postgres aborted as a
+// deadlock): the end of the digest-order tests.
+func wantOneBatchOfTwo(t *testing.T, stats func(*store.Store) store.BatchStats, stores map[string]*store.Store) {
+	t.Helper()
+	for name, s := range stores {
+		if st := stats(s); st.Batches != 1 || st.Batched != 2 || st.Fallback != 0 {
 			t.Errorf("store %s: %+v, want one batch of 2 and no fallback (a deadlock)", name, st)
 		}
 	}

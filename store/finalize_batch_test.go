@@ -278,11 +278,7 @@ func TestFinalizeBatchesTakeDigestsInOneOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	for name, s := range map[string]*store.Store{"a": sa, "b": sb} {
-		if st := s.FinalizeBatchStats(); st.Batches != 1 || st.Batched != 2 || st.Fallback != 0 {
-			t.Errorf("store %s: %+v, want one batch of 2 and no fallback (a deadlock)", name, st)
-		}
-	}
+	wantOneBatchOfTwo(t, (*store.Store).FinalizeBatchStats, map[string]*store.Store{"a": sa, "b": sb})
 	if n := u.outcomes(t); n != 8 {
 		t.Fatalf("%d outcomes, want 8 (4 holders, 2 contents in 2 intents each)", n)
 	}
