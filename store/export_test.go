@@ -87,6 +87,14 @@ func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, 
 		_, _ = s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{LockClass: placementDigestLockClass, Digest: string(d),
 			SizeBytes: 4096, OperationID: id, SessionRepository: optText(repository), SessionBackend: optText("fs")})
 	})
+	rec("ExtendIntent", func(db dbsqlc.DBTX) {
+		_, _ = s.q.ExtendIntent(ctx, db, dbsqlc.ExtendIntentParams{ReceivedBytes: 4096, TtlSeconds: 3600, OperationID: id})
+	})
+	rec("RecordIntentContent", func(db dbsqlc.DBTX) {
+		_, _ = s.q.RecordIntentContent(ctx, db, dbsqlc.RecordIntentContentParams{Digest: string(d), SizeBytes: 4096, OperationID: id})
+	})
+	rec("AbandonIntent", func(db dbsqlc.DBTX) { _, _ = s.q.AbandonIntent(ctx, db, id) })
+	rec("AdmitIntent", func(db dbsqlc.DBTX) { _, _ = s.q.AdmitIntent(ctx, db, id) })
 	rec("InsertPlacementIfAbsent", func(db dbsqlc.DBTX) {
 		_, _ = s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, 4096, 0, id))
 	})

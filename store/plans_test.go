@@ -69,11 +69,91 @@ func TestHotStatementsUseIndexes(t *testing.T) {
 	}
 }
 
-// planNode is the part of EXPLAIN (FORMAT JSON) the test reads.
+// The statements that reach one intent or one placement by its key reach
+// it by that key even when the partial indexes on pending rows are full
+// of dead entries and the statistics count no pending row: a busy store
+// between two autovacuums, where every upload inserted a pending intent
+// and a pending placement and moved both on within milliseconds. Written
+// with state = 'pending', Postgres preferred the small-looking pending
+// indexes (or placements' (datacenter, state)) and walked every entry in
+// them, each dead one visited in the heap: ~1.4 ms per statement after
+// 10,000 uploads, growing until the next vacuum (db/queries/uploads.sql,
+// docs/performance.md item 29). The plans are Postgres' own, after
+// ANALYZE, for the statements exactly as sqlc sends them.
+func TestByKeyStatementsUseTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgtest.New(t)
+	s := store.New(d.Pool, nil)
+	if _, err := s.StagePlacement(ctx, placement.Key{Digest: blobplane.Digest("sha256:" + strings.Repeat("0", 64)), Backend: "fs", Datacenter: "eu-1", Location: "x"}, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Statistics from a store with no pending row, then 10,000 uploads'
+	// churn that no vacuum cleaned up.
+	if _, err := d.Pool.Exec(ctx, `
+		ALTER TABLE intents SET (autovacuum_enabled = false);
+		ALTER TABLE placements SET (autovacuum_enabled = false);
+		INSERT INTO repositories (name) VALUES ('r/app');
+		INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, state, expires_at)
+		    SELECT 'r/app', 'p', 'sha256:' || md5(g::text) || md5((-g)::text), 4096, 'eu-1', 'fs', 'admitted', now() + interval '1 hour'
+		    FROM generate_series(1, 10000) g;
+		INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, verified_at)
+		    SELECT expected_digest, 'fs', 'eu-1', 'sha256/' || substr(expected_digest, 8), 'verified', 4096, 0, now() FROM intents;
+		ANALYZE;
+		INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at)
+		    SELECT 'r/app', 'p', 'sha256:' || md5(g::text) || md5((-g)::text), 4096, 'eu-1', 'fs', now() + interval '1 hour'
+		    FROM generate_series(10001, 20000) g;
+		INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch)
+		    SELECT expected_digest, 'fs', 'eu-1', 'sha256/' || substr(expected_digest, 8), 'pending', 4096, 0 FROM intents WHERE state = 'pending';
+		UPDATE intents SET state = 'admitted' WHERE state = 'pending';
+		UPDATE placements SET state = 'verified', verified_at = now() WHERE state = 'pending';`); err != nil {
+		t.Fatal(err)
+	}
+	var op, digest string
+	if err := d.Pool.QueryRow(ctx, `SELECT operation_id::text, expected_digest FROM intents
+		WHERE expected_digest = 'sha256:' || md5('20000') || md5('-20000')`).Scan(&op, &digest); err != nil { // one of the churned uploads
+		t.Fatal(err)
+	}
+	// The indexes that reach rows by key (or, for a claim, by digest).
+	byKey := map[string]map[string]bool{
+		"intents":    {"intents_pkey": true, "intents_pending_digest_idx": true},
+		"placements": {"placements_pkey": true},
+	}
+	for _, st := range s.HotStatementsForTest(op, "r/app", "p", "no-token", blobplane.Digest(digest)) {
+		var plan []byte
+		if err := d.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", st.Name, err)
+		}
+		var nodes []struct{ Plan planNode }
+		if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
+			t.Fatalf("%s: plan %s: %v", st.Name, plan, err)
+		}
+		for _, n := range nodes[0].Plan.scans() {
+			if ok, watched := byKey[n.Relation]; watched && !ok[n.IndexName] {
+				t.Errorf("%s reaches %s through %s %q, not by its key:\n%s", st.Name, n.Relation, n.NodeType, n.IndexName, plan)
+			}
+		}
+	}
+}
+
+// planNode is the part of EXPLAIN (FORMAT JSON) the tests read.
 type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Plans    []planNode `json:"Plans"`
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
+	Plans     []planNode `json:"Plans"`
+}
+
+// scans lists the plan's nodes that read a relation.
+func (n planNode) scans() []planNode {
+	var out []planNode
+	if n.Relation != "" && n.NodeType != "ModifyTable" {
+		out = append(out, n)
+	}
+	for _, c := range n.Plans {
+		out = append(out, c.scans()...)
+	}
+	return out
 }
 
 // seqScans lists the relations a plan scans sequentially.

@@ -44,11 +44,14 @@ RETURNING *;
 -- transition pending -> verified (placement.Transition). No row back: not
 -- that case (absent, another state, another size, a higher epoch); the
 -- caller takes the general path (GetPlacementForUpdate, Transition).
+-- The pending check is written so that neither placements_pending_idx nor
+-- (datacenter, state) can serve it: the row is reached by its key, not by
+-- walking every pending entry, dead ones included (see uploads.sql).
 UPDATE placements
 SET state = 'verified', reason = NULL, revoke_reason = NULL,
     epoch = @epoch, generation = generation + 1, updated_at = now(), verified_at = now()
 WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
-  AND state = 'pending' AND size_bytes = @size_bytes AND epoch <= @epoch
+  AND coalesce(state, '') = 'pending' AND size_bytes = @size_bytes AND epoch <= @epoch
 RETURNING *;
 
 -- name: InsertPlacementIfAbsent :one
@@ -65,13 +68,14 @@ RETURNING *;
 -- CreateIntent in store.OpenAndStage), this is true exactly when the
 -- claim succeeded and took the lock. An intent that claimed the content
 -- earlier does not count: a claim that declined it (ClaimSessionAndStage's
--- guards) stages nothing.
+-- guards) stages nothing. (The intent is reached by its key: the pending
+-- check's coalesce, as in uploads.sql.)
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
 SELECT @digest::text, @backend::text, @datacenter::text, @location::text, 'pending', @size_bytes, @epoch, 1, now(), now()
 WHERE (SELECT count(*) FROM placements WHERE digest = @digest::text) < @max_per_digest::bigint
   AND (sqlc.narg(claimed_by)::uuid IS NULL OR EXISTS (
       SELECT 1 FROM intents
-      WHERE operation_id = sqlc.narg(claimed_by)::uuid AND state = 'pending'
+      WHERE operation_id = sqlc.narg(claimed_by)::uuid AND coalesce(state, '') = 'pending'
         AND expected_digest = @digest::text AND expected_size = @size_bytes
         AND xmin = pg_current_xact_id_if_assigned()::xid))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING

@@ -1,4 +1,15 @@
 -- Admission and publication queries (db/migrations/00005_uploads.sql).
+--
+-- A statement that reaches one intent by its operation id and re-checks
+-- that it is pending writes the check as coalesce(state, '') = 'pending'
+-- (state is NOT NULL: the coalesce changes nothing but the plan), as the
+-- reaper does (sweep_intents.sql). Written state = 'pending', it matches
+-- the partial indexes on pending intents, and with statistics that count
+-- almost no pending rows (a busy store's: every upload's intent is
+-- pending for milliseconds) Postgres preferred those small-looking
+-- indexes over the primary key and walked every entry in them, dead ones
+-- included: every upload since the last vacuum, ~1.4 ms at 10,000
+-- (TestByKeyStatementsUseTheKey, docs/performance.md item 29).
 
 -- name: CreateIntent :one
 -- Commits without waiting for its WAL flush: set_config(..., true) lasts
@@ -28,7 +39,7 @@ SET received_bytes = @received_bytes,
     staged_location = coalesce(staged_location, sqlc.narg(staged_location)),
     expires_at = greatest(expires_at, now() + make_interval(secs => @ttl_seconds::float8)),
     updated_at = now()
-WHERE operation_id = @operation_id AND state = 'pending'
+WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
   AND (sqlc.narg(staged_location)::text IS NULL OR staged_location IS NULL OR staged_location = sqlc.narg(staged_location))
 RETURNING *;
 
@@ -42,7 +53,7 @@ RETURNING *;
 WITH claimed AS (
     UPDATE intents
     SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
-    WHERE operation_id = @operation_id AND state = 'pending'
+    WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
       AND coalesce(expected_digest, @digest::text) = @digest::text
       AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
       AND (sqlc.narg(session_repository)::text IS NULL
@@ -58,7 +69,7 @@ FROM claimed c, LATERAL pg_advisory_xact_lock(@lock_class::int4, hashtext(@diges
 -- already claimed different ones (then no row back).
 UPDATE intents
 SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
-WHERE operation_id = @operation_id AND state = 'pending'
+WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
   AND coalesce(expected_digest, @digest::text) = @digest::text
   AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
 RETURNING *;
@@ -66,12 +77,12 @@ RETURNING *;
 -- name: AbandonIntent :one
 -- Terminal; decided on the locked row, so it cannot overlap a publication.
 UPDATE intents SET state = 'abandoned', updated_at = now()
-WHERE operation_id = @operation_id AND state = 'pending'
+WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
 RETURNING *;
 
 -- name: AdmitIntent :execrows
 UPDATE intents SET state = 'admitted', updated_at = now()
-WHERE operation_id = @operation_id AND state = 'pending';
+WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending';
 
 -- name: FinalizeContext :one
 -- Everything Finalize validates, in one statement (one round trip), first
@@ -112,7 +123,7 @@ FOR UPDATE OF i;
 -- and rolls the transaction back on a refusal.
 WITH intent AS (
     SELECT p.operation_id, p.repository FROM intents p
-    WHERE p.operation_id = @operation_id AND p.state = 'pending'
+    WHERE p.operation_id = @operation_id AND coalesce(p.state, '') = 'pending'
       AND EXISTS (SELECT 1 FROM blobs b WHERE b.digest = @digest::text)
 ), ref AS (
     INSERT INTO blob_references (repository, digest, operation_id)

@@ -135,7 +135,7 @@ SELECT $1::text, $2::text, $3::text, $4::text, 'pending', $5, $6, 1, now(), now(
 WHERE (SELECT count(*) FROM placements WHERE digest = $1::text) < $7::bigint
   AND ($8::uuid IS NULL OR EXISTS (
       SELECT 1 FROM intents
-      WHERE operation_id = $8::uuid AND state = 'pending'
+      WHERE operation_id = $8::uuid AND coalesce(state, '') = 'pending'
         AND expected_digest = $1::text AND expected_size = $5
         AND xmin = pg_current_xact_id_if_assigned()::xid))
 ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
@@ -166,7 +166,8 @@ type InsertPlacementIfAbsentParams struct {
 // CreateIntent in store.OpenAndStage), this is true exactly when the
 // claim succeeded and took the lock. An intent that claimed the content
 // earlier does not count: a claim that declined it (ClaimSessionAndStage's
-// guards) stages nothing.
+// guards) stages nothing. (The intent is reached by its key: the pending
+// check's coalesce, as in uploads.sql.)
 func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg InsertPlacementIfAbsentParams) (Placement, error) {
 	row := db.QueryRow(ctx, insertPlacementIfAbsent,
 		arg.Digest,
@@ -324,7 +325,7 @@ UPDATE placements
 SET state = 'verified', reason = NULL, revoke_reason = NULL,
     epoch = $1, generation = generation + 1, updated_at = now(), verified_at = now()
 WHERE digest = $2 AND backend = $3 AND datacenter = $4 AND location = $5
-  AND state = 'pending' AND size_bytes = $6 AND epoch <= $1
+  AND coalesce(state, '') = 'pending' AND size_bytes = $6 AND epoch <= $1
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
 `
 
@@ -343,6 +344,9 @@ type VerifyPendingPlacementParams struct {
 // transition pending -> verified (placement.Transition). No row back: not
 // that case (absent, another state, another size, a higher epoch); the
 // caller takes the general path (GetPlacementForUpdate, Transition).
+// The pending check is written so that neither placements_pending_idx nor
+// (datacenter, state) can serve it: the row is reached by its key, not by
+// walking every pending entry, dead ones included (see uploads.sql).
 func (q *Queries) VerifyPendingPlacement(ctx context.Context, db DBTX, arg VerifyPendingPlacementParams) (Placement, error) {
 	row := db.QueryRow(ctx, verifyPendingPlacement,
 		arg.Epoch,
