@@ -48,6 +48,10 @@ import (
 // placement bound or stored-outcome JSON: what the spec's ledger costs
 // Postgres at the least on this machine, beside what Blobplane's costs
 // (docs/performance.md, "Why small uploads trail MinIO, measured").
+// clients=16/floor-rows=6 writes the same rows six uploads per statement
+// (unnest of their arguments), through 16/6 workers: the floor of a
+// ledger whose batches send one statement per kind instead of one per
+// upload.
 //
 // Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
 func BenchmarkUploadLedger(b *testing.B) {
@@ -55,10 +59,13 @@ func BenchmarkUploadLedger(b *testing.B) {
 		clients int
 		batches bool
 		floor   bool
-	}{{1, true, false}, {1, false, true}, {16, false, false}, {16, true, false}, {16, false, true}} {
+		rows    int // the floor's uploads per statement (floorRows)
+	}{{1, true, false, 1}, {1, false, true, 1}, {16, false, false, 1}, {16, true, false, 1}, {16, false, true, 1}, {16, false, true, floorBatch}} {
 		clients := tc.clients
 		name := fmt.Sprintf("clients=%d", clients)
 		switch {
+		case tc.floor && tc.rows > 1:
+			name += fmt.Sprintf("/floor-rows=%d", tc.rows)
 		case tc.floor:
 			name += "/floor"
 		case clients > 1:
@@ -124,16 +131,24 @@ func BenchmarkUploadLedger(b *testing.B) {
 				}
 				return err
 			}
+			workers, perCall := clients, 1
 			if tc.floor {
 				if err := upload(); err != nil { // creates the placement ledger (ensurePlacements)
 					b.Fatal(err)
 				}
+				// With rows > 1, the 16 clients' uploads go rows at a time
+				// through 16/rows workers, as the store's batches gather them.
+				workers, perCall = max(clients/tc.rows, 1), tc.rows
 				upload = func() error {
-					var buf [16]byte
-					binary.LittleEndian.PutUint64(buf[:8], seed)
-					binary.LittleEndian.PutUint64(buf[8:], seq.Add(1))
-					sum := sha256.Sum256(buf[:])
-					return ledgerFloor(ctx, pool, blobplane.Digest(blobplane.DigestPrefix+hex.EncodeToString(sum[:])))
+					ds := make([]string, perCall)
+					for i := range ds {
+						var buf [16]byte
+						binary.LittleEndian.PutUint64(buf[:8], seed)
+						binary.LittleEndian.PutUint64(buf[8:], seq.Add(1))
+						sum := sha256.Sum256(buf[:])
+						ds[i] = blobplane.DigestPrefix + hex.EncodeToString(sum[:])
+					}
+					return ledgerFloor(ctx, pool, ds)
 				}
 			}
 			// Warm every connection of the pool (and its plans) first.
@@ -155,8 +170,8 @@ func BenchmarkUploadLedger(b *testing.B) {
 			b.ResetTimer()
 			before := procstat.Times(backends)
 			start := time.Now()
-			per := b.N/clients + 1
-			for range clients {
+			per := b.N/(workers*perCall) + 1
+			for range workers {
 				wg.Go(func() {
 					for range per {
 						if err := upload(); err != nil {
@@ -169,7 +184,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			used := procstat.Used(before, procstat.Times(backends))
-			ops := float64(per * clients)
+			ops := float64(per * workers * perCall)
 			b.ReportMetric(ops/elapsed.Seconds(), "uploads/s")
 			if len(before) > 0 {
 				b.ReportMetric(float64(used.Microseconds())/ops, "pg-cpu-us/op")
@@ -204,24 +219,30 @@ func poolBackends(b *testing.B, pool *pgxpool.Pool) []int {
 	return out
 }
 
-// The floor's two statements (BenchmarkUploadLedger): the rows a
-// single-request upload writes, in one statement per commit.
+// floorBatch is how many uploads one statement of the batched floor
+// writes: about what the store's claim and Finalize batches gather with
+// 16 clients (claims/batch, finalizes/batch).
+const floorBatch = 6
+
+// The floor's two statements (BenchmarkUploadLedger): the rows of one or
+// more single-request uploads, in one statement per commit.
 const (
 	floorClaim = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),
 intent AS (
     INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at)
-    SELECT $1, $2, $3, $4, 4096, $5, 'fs', now() + interval '1 hour' FROM async
+    SELECT u.id, $2, $3, u.d, 4096, $4, 'fs', now() + interval '1 hour' FROM unnest($1::uuid[], $5::text[]) AS u(id, d), async
     RETURNING expected_digest)
 INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch)
-SELECT expected_digest, 'fs', $5, substr(expected_digest, 8), 'pending', 4096, 0 FROM intent`
+SELECT expected_digest, 'fs', $4, substr(expected_digest, 8), 'pending', 4096, 0 FROM intent`
 	floorPublish = `WITH admitted AS (
     UPDATE intents SET state = 'admitted', updated_at = now()
-    WHERE operation_id = $1 AND state = 'pending'
+    WHERE operation_id = ANY ($1::uuid[]) AND state = 'pending'
     RETURNING operation_id, repository, expected_digest AS digest),
 verified AS (
-    UPDATE placements SET state = 'verified', generation = generation + 1, updated_at = now(), verified_at = now()
-    WHERE digest = $2 AND backend = 'fs' AND datacenter = $3 AND location = substr($2, 8) AND state = 'pending'
-    RETURNING 1),
+    UPDATE placements p SET state = 'verified', generation = generation + 1, updated_at = now(), verified_at = now()
+    FROM unnest($2::text[]) AS v(d)
+    WHERE p.digest = v.d AND p.backend = 'fs' AND p.datacenter = $3 AND p.location = substr(v.d, 8) AND p.state = 'pending'
+    RETURNING p.digest),
 blob AS (
     INSERT INTO blobs (digest, size_bytes) SELECT digest, 4096 FROM admitted
     ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest),
@@ -229,20 +250,23 @@ ref AS (
     INSERT INTO blob_references (repository, digest, operation_id) SELECT repository, digest, operation_id FROM admitted
     ON CONFLICT (repository, digest) DO NOTHING)
 INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
-SELECT operation_id, repository, digest, 4096, '{}' FROM admitted WHERE EXISTS (SELECT 1 FROM verified)`
+SELECT a.operation_id, a.repository, a.digest, 4096, '{}' FROM admitted a JOIN verified v ON v.digest = a.digest`
 )
 
-// ledgerFloor writes one upload of d with the floor's two statements.
-func ledgerFloor(ctx context.Context, pool *pgxpool.Pool, d blobplane.Digest) error {
-	var id pgtype.UUID
-	copy(id.Bytes[:], d.Hex()[:16])
-	id.Valid = true
-	if _, err := pool.Exec(ctx, floorClaim, id, upRepo, upPrincipal, string(d), upDC); err != nil {
+// ledgerFloor writes one upload of each digest in ds with the floor's two
+// statements.
+func ledgerFloor(ctx context.Context, pool *pgxpool.Pool, ds []string) error {
+	ids := make([]pgtype.UUID, len(ds))
+	for i, d := range ds {
+		copy(ids[i].Bytes[:], d[len(blobplane.DigestPrefix):][:16])
+		ids[i].Valid = true
+	}
+	if _, err := pool.Exec(ctx, floorClaim, ids, upRepo, upPrincipal, upDC, ds); err != nil {
 		return err
 	}
-	tag, err := pool.Exec(ctx, floorPublish, id, string(d), upDC)
-	if err == nil && tag.RowsAffected() != 1 {
-		err = fmt.Errorf("%s: the floor published %d outcomes", d, tag.RowsAffected())
+	tag, err := pool.Exec(ctx, floorPublish, ids, ds, upDC)
+	if err == nil && tag.RowsAffected() != int64(len(ds)) {
+		err = fmt.Errorf("%s...: the floor published %d outcomes of %d", ds[0], tag.RowsAffected(), len(ds))
 	}
 	return err
 }
