@@ -51,7 +51,10 @@ import (
 // clients=16/floor-rows=6 writes the same rows six uploads per statement
 // (unnest of their arguments), through 16/6 workers: the floor of a
 // ledger whose batches send one statement per kind instead of one per
-// upload.
+// upload. clients=16/floor-tx=6 sends the same six uploads' statements
+// one upload per statement, pipelined in one transaction per kind (as
+// the store's batches do): the two figures part what batched commits
+// save from what multi-row statements save.
 //
 // Run: go test ./store -run '^$' -bench UploadLedger -benchtime 3000x
 func BenchmarkUploadLedger(b *testing.B) {
@@ -60,12 +63,14 @@ func BenchmarkUploadLedger(b *testing.B) {
 		batches bool
 		floor   bool
 		rows    int // the floor's uploads per statement (floorRows)
-	}{{1, true, false, 1}, {1, false, true, 1}, {16, false, false, 1}, {16, true, false, 1}, {16, false, true, 1}, {16, false, true, floorBatch}} {
+	}{{1, true, false, 1}, {1, false, true, 1}, {16, false, false, 1}, {16, true, false, 1}, {16, false, true, 1}, {16, false, true, floorBatch}, {16, false, true, -floorBatch}} {
 		clients := tc.clients
 		name := fmt.Sprintf("clients=%d", clients)
 		switch {
 		case tc.floor && tc.rows > 1:
 			name += fmt.Sprintf("/floor-rows=%d", tc.rows)
+		case tc.floor && tc.rows < -1:
+			name += fmt.Sprintf("/floor-tx=%d", -tc.rows)
 		case tc.floor:
 			name += "/floor"
 		case clients > 1:
@@ -138,7 +143,8 @@ func BenchmarkUploadLedger(b *testing.B) {
 				}
 				// With rows > 1, the 16 clients' uploads go rows at a time
 				// through 16/rows workers, as the store's batches gather them.
-				workers, perCall = max(clients/tc.rows, 1), tc.rows
+				rows := max(tc.rows, -tc.rows)
+				workers, perCall = max(clients/rows, 1), rows
 				upload = func() error {
 					ds := make([]string, perCall)
 					for i := range ds {
@@ -147,6 +153,9 @@ func BenchmarkUploadLedger(b *testing.B) {
 						binary.LittleEndian.PutUint64(buf[8:], seq.Add(1))
 						sum := sha256.Sum256(buf[:])
 						ds[i] = blobplane.DigestPrefix + hex.EncodeToString(sum[:])
+					}
+					if tc.rows < 0 {
+						return ledgerFloorTx(ctx, pool, ds)
 					}
 					return ledgerFloor(ctx, pool, ds)
 				}
@@ -269,4 +278,29 @@ func ledgerFloor(ctx context.Context, pool *pgxpool.Pool, ds []string) error {
 		err = fmt.Errorf("%s...: the floor published %d outcomes of %d", ds[0], tag.RowsAffected(), len(ds))
 	}
 	return err
+}
+
+// ledgerFloorTx is ledgerFloor one upload per statement, the uploads'
+// statements of each kind pipelined in one transaction: batched commits
+// without multi-row statements.
+func ledgerFloorTx(ctx context.Context, pool *pgxpool.Pool, ds []string) error {
+	for _, q := range []string{floorClaim, floorPublish} {
+		var b pgx.Batch
+		b.Queue("BEGIN")
+		for _, d := range ds {
+			var id pgtype.UUID
+			copy(id.Bytes[:], d[len(blobplane.DigestPrefix):][:16])
+			id.Valid = true
+			if q == floorClaim {
+				b.Queue(q, []pgtype.UUID{id}, upRepo, upPrincipal, upDC, []string{d})
+			} else {
+				b.Queue(q, []pgtype.UUID{id}, []string{d}, upDC)
+			}
+		}
+		b.Queue("COMMIT")
+		if err := pool.SendBatch(ctx, &b).Close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
