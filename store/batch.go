@@ -35,6 +35,18 @@ func queueRow[T any](b *pgx.Batch, call func(dbsqlc.DBTX) (T, error), out *T, er
 	})
 }
 
+// queueRows is queueRow for a sqlc :many method: *out receives every
+// row of the statement's answer.
+func queueRows[T any](b *pgx.Batch, call func(dbsqlc.DBTX) ([]T, error), out *[]T, err *error) {
+	var r recorder
+	_, _ = call(&r)
+	*err = errNotAnswered
+	b.Queue(r.sql, r.args...).Query(func(rows pgx.Rows) error {
+		*out, *err = call(answeredRows{rows})
+		return nil
+	})
+}
+
 // queueExec is queueRow for a sqlc :exec method: *err receives the
 // statement's error.
 func queueExec(b *pgx.Batch, call func(dbsqlc.DBTX) error, err *error) {
@@ -86,6 +98,18 @@ func (a answered) Query(context.Context, string, ...any) (pgx.Rows, error) {
 }
 
 func (a answered) QueryRow(context.Context, string, ...any) pgx.Row { return a.row }
+
+// answeredRows is answered for a sqlc :many method: the rows its
+// statement already got as part of a batch.
+type answeredRows struct{ rows pgx.Rows }
+
+func (a answeredRows) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNotARow
+}
+
+func (a answeredRows) Query(context.Context, string, ...any) (pgx.Rows, error) { return a.rows, nil }
+
+func (a answeredRows) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{errNotARow} }
 
 type errRow struct{ err error }
 

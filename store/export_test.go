@@ -112,6 +112,24 @@ func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, 
 	rec("Publish", func(db dbsqlc.DBTX) {
 		_, _ = s.q.Publish(ctx, db, dbsqlc.PublishParams{OperationID: id, Digest: string(d), SizeBytes: 4096, Result: []byte(`{}`)})
 	})
+	// A merged Finalize batch's statements (finalize_batch.go), for this
+	// call and one more.
+	other := pgtype.UUID{Bytes: [16]byte{15: 1}, Valid: true}
+	ids, digests, sizes := []pgtype.UUID{id, other}, []string{string(d), string(d) + "0"}, []int64{4096, 4096}
+	partitions, nodes, epochs := []string{"p-0001", "p-0001"}, []string{"node-a", "node-a"}, []int64{1, 1}
+	rec("FinalizeContexts", func(db dbsqlc.DBTX) {
+		_, _ = s.q.FinalizeContexts(ctx, db, dbsqlc.FinalizeContextsParams{OperationIds: ids, Digests: digests, Sizes: sizes, PartitionIds: partitions})
+	})
+	rec("VerifyPendingPlacements", func(db dbsqlc.DBTX) {
+		_, _ = s.q.VerifyPendingPlacements(ctx, db, dbsqlc.VerifyPendingPlacementsParams{Digests: digests, Backends: []string{"fs", "fs"},
+			Datacenters: []string{"eu-1", "eu-1"}, Locations: []string{k.Location, k.Location + "0"}, Sizes: sizes, Epochs: []int64{0, 0}})
+	})
+	rec("EnsureBlobsUnderLease", func(db dbsqlc.DBTX) {
+		_, _ = s.q.EnsureBlobsUnderLease(ctx, db, dbsqlc.EnsureBlobsUnderLeaseParams{Digests: digests, Sizes: sizes, PartitionIds: partitions, Nodes: nodes, Epochs: epochs})
+	})
+	rec("PublishMany", func(db dbsqlc.DBTX) {
+		_, _ = s.q.PublishMany(ctx, db, dbsqlc.PublishManyParams{OperationIds: ids, Digests: digests, Sizes: sizes, Results: [][]byte{[]byte(`{}`), []byte(`{}`)}})
+	})
 	rec("GetReferencedBlob", func(db dbsqlc.DBTX) {
 		_, _ = s.q.GetReferencedBlob(ctx, db, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
 	})

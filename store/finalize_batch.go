@@ -2,21 +2,29 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
 // Finalize batches (docs/performance.md, item 27). While this Store has
 // finalizeSlots publishing transactions in flight, a Finalize does not
 // open another: it queues (slots.go), and when a transaction ends the
 // caller at the head of the queue takes every queued Finalize (up to
-// maxFinalizeBatch) into one transaction: each call's own statements
-// (queueFinalize) pipelined in one round trip, each decided on its own
-// answers as alone (decide), one COMMIT for them all. A batch costs Postgres one BEGIN, one COMMIT
-// and two round trips instead of one each per upload, and the uploads of
-// a batch share one WAL flush. One alone (no other in flight) runs at
-// once, as it always did.
+// maxFinalizeBatch) into one transaction: the calls' statements in one
+// round trip (each call's own, queueFinalize, or, on the common path,
+// each kind once for all of them: merged batches, below), each call
+// decided on its own answers as alone (decide), one COMMIT for them all.
+// A batch costs Postgres one BEGIN, one COMMIT and two round trips
+// instead of one each per upload, and the uploads of a batch share one
+// WAL flush. One alone (no other in flight) runs at once, as it always
+// did.
 //
 // A batch commits only when every Finalize in it would have committed
 // alone: a refusal, an error, a failed BeforeCommit or COMMIT of any rolls
@@ -32,11 +40,13 @@ import (
 // retry alone finds its intent admitted and returns the stored outcome
 // (S4).
 //
-// Locks: a batch takes each Finalize's locks in its order (intent, then
-// placement, blob, lease share), holding earlier ones while it takes
-// later ones, as one transaction of several statements does, and its
-// calls go in the order of their digests, so two batches (of two api
-// processes) that share digests lock their rows in the same order.
+// Locks: a batch of each call's own statements takes each Finalize's
+// locks in its order (intent, then placement, blob, lease share), holding
+// earlier ones while it takes later ones, as one transaction of several
+// statements does, and its calls go in the order of their digests, so
+// two batches (of two api processes) that share digests lock their rows
+// in the same order. A merged batch takes them kind by kind, each kind in
+// digest order: every batch still takes every kind in one order.
 // Should a deadlock still happen (with another kind of transaction),
 // Postgres aborts one side; a batch's callers then run alone. That costs
 // the deadlock timeout, never a wrong answer.
@@ -53,7 +63,11 @@ const finalizeSlots = 2
 const maxFinalizeBatch = 64
 
 // FinalizeBatchStats reads the counters of Finalize batching.
-func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.stats() }
+func (s *Store) FinalizeBatchStats() BatchStats {
+	st := s.fin.stats()
+	st.Merged = s.finMerged.Load()
+	return st
+}
 
 // finalizeBatched runs c alone when a slot is free, else in the next
 // batch; a batch that does not commit leaves each of its calls to run
@@ -78,9 +92,17 @@ func byFinalizeDigest(a, b *finalizeCall) int {
 func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) bool {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
-	for _, c := range batch {
-		if err := s.queueFinalize(ctx, &b, c); err != nil {
+	var merged *mergedFinalize
+	if mergeable(batch) {
+		var err error
+		if merged, err = queueMergedFinalize(ctx, s, &b, batch); err != nil {
 			return false
+		}
+	} else {
+		for _, c := range batch {
+			if err := s.queueFinalize(ctx, &b, c); err != nil {
+				return false
+			}
 		}
 	}
 	br := s.pool.SendBatch(ctx, &b)
@@ -88,6 +110,12 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	if err := br.Close(); err != nil {
 		return false
+	}
+	if merged != nil {
+		if !merged.answer(batch) {
+			return false
+		}
+		s.finMerged.Add(1)
 	}
 	for _, c := range batch {
 		out, verified, err := s.decide(ctx, tx, c)
@@ -104,4 +132,150 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 		}
 	}
 	return tx.Commit(ctx) == nil
+}
+
+// Merged batches. With 16 clients most of the ledger's Postgres CPU is
+// per statement, not per row (docs/performance.md, "The floor of a
+// batched ledger"): a batch whose calls all take the common path sends
+// each of queueFinalize's four statements once for all of them
+// (FinalizeContexts, VerifyPendingPlacements, EnsureBlobsUnderLease,
+// PublishMany: one array per parameter), then hands every call the rows
+// its own statements would have returned and decides each as alone
+// (decide). The locks are taken kind by kind, each kind in digest order
+// (the intents, the placements, the leases and blob rows, then the
+// writes), where separate statements took them call by call; two
+// batches still take every kind in one order.
+
+// mergeable reports whether batch's calls can share one statement per
+// kind: at least two; each verifies its placement on the common path
+// (pipelinable) of its own digest and takes the default replication
+// policy; no digest twice (a blob row's ON CONFLICT DO UPDATE cannot
+// touch a row twice in one statement, and rows are matched by digest).
+// batch is in digest order (byFinalizeDigest).
+func mergeable(batch []*finalizeCall) bool {
+	if len(batch) < 2 {
+		return false
+	}
+	for i, c := range batch {
+		if !pipelinable(c.req) || c.req.Verify.Key.Digest != c.req.Digest || c.req.Targets != nil {
+			return false
+		}
+		if i > 0 && batch[i-1].req.Digest == c.req.Digest {
+			return false
+		}
+	}
+	return true
+}
+
+// mergedFinalize holds the answers of a merged batch's statements until
+// answer hands them to the calls.
+type mergedFinalize struct {
+	fcs     []dbsqlc.FinalizeContextsRow
+	fcsErr  error
+	vrows   []dbsqlc.Placement
+	vErr    error
+	blobs   []dbsqlc.Blob
+	blobErr error
+	pubs    []dbsqlc.PublishManyRow
+	pubErr  error
+}
+
+// queueMergedFinalize queues the four statements of a mergeable batch.
+func queueMergedFinalize(ctx context.Context, s *Store, b *pgx.Batch, batch []*finalizeCall) (*mergedFinalize, error) {
+	n := len(batch)
+	var (
+		ids                                   = make([]pgtype.UUID, n)
+		digests, partitions, nodes            = make([]string, n), make([]string, n), make([]string, n)
+		backends, datacenters, locations      = make([]string, n), make([]string, n), make([]string, n)
+		sizes, epochs, verifySizes, keyEpochs = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		results                               = make([][]byte, n)
+	)
+	for i, c := range batch {
+		req, v := c.req, c.req.Verify
+		result, err := publishResult(req)
+		if err != nil {
+			return nil, err
+		}
+		c.pipelineVerify = true
+		ids[i], digests[i], sizes[i], partitions[i], nodes[i] = c.id, string(req.Digest), req.Size, req.Partition, req.Node
+		epochs[i], results[i] = int64(req.Epoch), result
+		backends[i], datacenters[i], locations[i], verifySizes[i], keyEpochs[i] = v.Key.Backend, v.Key.Datacenter, v.Key.Location, v.Size, int64(v.Epoch)
+	}
+	m := &mergedFinalize{}
+	// Planned afresh for each batch, with its arrays' lengths and the
+	// tables' present sizes: a plan cached on the connection when the
+	// tables were small (a fresh store's first batches) scanned them
+	// whole for as long as the connection lived, one batch after another.
+	b.Queue("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.FinalizeContextsRow, error) {
+		return s.q.FinalizeContexts(ctx, db, dbsqlc.FinalizeContextsParams{OperationIds: ids, Digests: digests, Sizes: sizes, PartitionIds: partitions})
+	}, &m.fcs, &m.fcsErr)
+	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.Placement, error) {
+		return s.q.VerifyPendingPlacements(ctx, db, dbsqlc.VerifyPendingPlacementsParams{Digests: digests, Backends: backends,
+			Datacenters: datacenters, Locations: locations, Sizes: verifySizes, Epochs: keyEpochs})
+	}, &m.vrows, &m.vErr)
+	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.Blob, error) {
+		return s.q.EnsureBlobsUnderLease(ctx, db, dbsqlc.EnsureBlobsUnderLeaseParams{Digests: digests, Sizes: sizes,
+			PartitionIds: partitions, Nodes: nodes, Epochs: epochs})
+	}, &m.blobs, &m.blobErr)
+	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.PublishManyRow, error) {
+		return s.q.PublishMany(ctx, db, dbsqlc.PublishManyParams{OperationIds: ids, Digests: digests, Sizes: sizes, Results: results})
+	}, &m.pubs, &m.pubErr)
+	return m, nil
+}
+
+// answer gives each call of batch the rows its own statements would have
+// returned (pgx.ErrNoRows where its statement would have returned none);
+// false when a statement failed.
+func (m *mergedFinalize) answer(batch []*finalizeCall) bool {
+	if errors.Join(m.fcsErr, m.vErr, m.blobErr, m.pubErr) != nil {
+		return false
+	}
+	fcs := make(map[pgtype.UUID]dbsqlc.FinalizeContextsRow, len(m.fcs))
+	for _, r := range m.fcs {
+		fcs[r.OperationID] = r
+	}
+	vrows := make(map[placement.Key]dbsqlc.Placement, len(m.vrows))
+	for _, r := range m.vrows {
+		vrows[placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location}] = r
+	}
+	blobs := make(map[string]dbsqlc.Blob, len(m.blobs))
+	for _, r := range m.blobs {
+		blobs[r.Digest] = r
+	}
+	pubs := make(map[pgtype.UUID]dbsqlc.PublishManyRow, len(m.pubs))
+	for _, r := range m.pubs {
+		pubs[r.OperationID] = r
+	}
+	for _, c := range batch {
+		c.fcErr, c.vErr, c.blobErr, c.pubErr = pgx.ErrNoRows, pgx.ErrNoRows, pgx.ErrNoRows, pgx.ErrNoRows
+		if r, ok := fcs[c.id]; ok {
+			c.fc, c.fcErr = finalizeContextOf(r), nil
+		}
+		if r, ok := vrows[c.req.Verify.Key]; ok {
+			c.vrow, c.vErr = r, nil
+		}
+		if r, ok := blobs[string(c.req.Digest)]; ok {
+			c.blob, c.blobErr = r, nil
+		}
+		if r, ok := pubs[c.id]; ok {
+			c.pub, c.pubErr = dbsqlc.PublishRow{Result: r.Result, PublishedAt: r.PublishedAt}, nil
+		}
+	}
+	return true
+}
+
+// finalizeContextOf is FinalizeContext's row for a row of FinalizeContexts
+// (whose lease owner is "" where FinalizeContext's is NULL: no lease).
+func finalizeContextOf(r dbsqlc.FinalizeContextsRow) dbsqlc.FinalizeContextRow {
+	return dbsqlc.FinalizeContextRow{
+		Intent: dbsqlc.Intent{OperationID: r.OperationID, Repository: r.Repository, Principal: r.Principal,
+			ExpectedDigest: r.ExpectedDigest, ExpectedSize: r.ExpectedSize, IngressDatacenter: r.IngressDatacenter,
+			Backend: r.Backend, StagedLocation: r.StagedLocation, State: r.State, ReceivedBytes: r.ReceivedBytes,
+			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, StagedDeletedAt: r.StagedDeletedAt},
+		OutcomeResult: r.OutcomeResult, OutcomePublishedAt: r.OutcomePublishedAt,
+		LeaseOwner:      pgtype.Text{String: r.LeaseOwner, Valid: r.LeaseOwner != ""},
+		LeaseEpoch:      pgtype.Int8{Int64: r.LeaseEpoch, Valid: r.LeaseOwner != ""},
+		PrincipalGrants: r.PrincipalGrants, Verified: r.Verified,
+	}
 }

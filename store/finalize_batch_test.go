@@ -139,6 +139,9 @@ func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
 	if got.Batches-before.Batches != 1 || got.Batched-before.Batched != int64(len(reqs)) || got.Fallback != before.Fallback {
 		t.Fatalf("stats %+v -> %+v: want one batch of %d", before, got, len(reqs))
 	}
+	if got.Merged != before.Merged { // one digest twice: each call's own statements
+		t.Fatalf("stats %+v -> %+v: a batch with one digest twice was merged", before, got)
+	}
 	// 2 holders + 4 uploads + the twin; the retry published nothing new.
 	if n := u.outcomes(t); n != 7 {
 		t.Fatalf("%d outcomes, want 7", n)
@@ -149,6 +152,55 @@ func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
 	for _, req := range reqs {
 		if n := u.count(t, `SELECT count(*) FROM placements WHERE digest = $1 AND state = 'verified'`, string(req.Digest)); n != 1 {
 			t.Fatalf("%s: %d verified placements", req.Digest, n)
+		}
+	}
+}
+
+// A batch of calls on the common path, one digest each, sends each of
+// Finalize's statements once for all of them (merged) and answers each
+// call as alone: its own outcome, reference and verification; a retry of
+// an operation published before the batch gets its stored outcome.
+func TestFinalizeBatchMergesStatements(t *testing.T) {
+	t.Parallel()
+	u := setupUploads(t)
+	_, done := u.closing(t, "published before")
+	first, err := u.s.Finalize(context.Background(), done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := parkFinalizeSlots(t, u, u.s, "holder")
+	reqs := append(u.closings(t, "merged", 4), done)
+	before := u.s.FinalizeBatchStats()
+	outs, errs := r.finalizeQueued(t, reqs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if outs[i].OperationID != reqs[i].OperationID || outs[i].Digest != reqs[i].Digest || outs[i].Size != reqs[i].Size ||
+			outs[i].Repository != upRepo || !outs[i].NewReference {
+			t.Fatalf("call %d: outcome %+v for %s (%s)", i, outs[i], reqs[i].OperationID, reqs[i].Digest)
+		}
+	}
+	if !reflect.DeepEqual(outs[4], first) {
+		t.Fatalf("the retry in the batch got %+v, its first answer was %+v", outs[4], first)
+	}
+	got := u.s.FinalizeBatchStats()
+	if got.Batches-before.Batches != 1 || got.Batched-before.Batched != int64(len(reqs)) || got.Merged-before.Merged != 1 || got.Fallback != before.Fallback {
+		t.Fatalf("stats %+v -> %+v: want one merged batch of %d", before, got, len(reqs))
+	}
+	// 2 holders + the one published before + 4 uploads.
+	if n := u.outcomes(t); n != 7 {
+		t.Fatalf("%d outcomes, want 7", n)
+	}
+	if n := u.references(t); n != 7 {
+		t.Fatalf("%d references, want 7", n)
+	}
+	for _, req := range reqs {
+		if n := u.count(t, `SELECT count(*) FROM placements WHERE digest = $1 AND state = 'verified'`, string(req.Digest)); n != 1 {
+			t.Fatalf("%s: %d verified placements", req.Digest, n)
+		}
+		if n := u.count(t, `SELECT count(*) FROM intents WHERE operation_id = $1 AND state = 'admitted'`, req.OperationID); n != 1 {
+			t.Fatalf("%s: not admitted", req.OperationID)
 		}
 	}
 }

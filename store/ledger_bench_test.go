@@ -200,6 +200,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			}
 			if st := s.FinalizeBatchStats(); st.Batches > stats.Batches {
 				b.ReportMetric(float64(st.Batched-stats.Batched)/float64(st.Batches-stats.Batches), "finalizes/batch")
+				b.ReportMetric(float64(st.Merged-stats.Merged)/float64(st.Batches-stats.Batches), "merged/batch")
 			}
 			if st := s.ClaimBatchStats(); st.Batches > claims.Batches {
 				b.ReportMetric(float64(st.Batched-claims.Batched)/float64(st.Batches-claims.Batches), "claims/batch")

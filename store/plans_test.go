@@ -144,10 +144,14 @@ type planNode struct {
 	Plans     []planNode `json:"Plans"`
 }
 
-// scans lists the plan's nodes that read a relation.
+// scans lists the plan's nodes that read a relation; a bitmap heap scan
+// is named by the index of its bitmap index scan.
 func (n planNode) scans() []planNode {
 	var out []planNode
 	if n.Relation != "" && n.NodeType != "ModifyTable" {
+		if n.NodeType == "Bitmap Heap Scan" && len(n.Plans) == 1 && n.Plans[0].NodeType == "Bitmap Index Scan" {
+			n.IndexName = n.Plans[0].IndexName
+		}
 		out = append(out, n)
 	}
 	for _, c := range n.Plans {

@@ -52,6 +52,10 @@ type BatchStats struct {
 	Batches  int64 // batches of two or more calls committed
 	Batched  int64 // calls they committed
 	Fallback int64 // calls whose batch did not commit and that ran alone
+	// Merged counts the batches whose calls shared one statement per
+	// kind (Finalize's merged batches, finalize_batch.go); claims have
+	// none.
+	Merged int64
 }
 
 func (sb *slotBatcher[C]) stats() BatchStats {

@@ -653,9 +653,7 @@ type finalizeCall struct {
 // back with the transaction.
 func (s *Store) queueFinalize(ctx context.Context, b *pgx.Batch, c *finalizeCall) error {
 	req := c.req
-	// Publish's outcome, less what the statement fills in (repository,
-	// replication targets, new_reference) and the publication time.
-	result, err := json.Marshal(Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
+	result, err := publishResult(req)
 	if err != nil {
 		return err
 	}
@@ -665,7 +663,7 @@ func (s *Store) queueFinalize(ctx context.Context, b *pgx.Batch, c *finalizeCall
 		})
 	}, &c.fc, &c.fcErr)
 	v := req.Verify
-	c.pipelineVerify = v != nil && v.Digest == v.Key.Digest && checkTransition(v.Key, v.Epoch) == nil
+	c.pipelineVerify = pipelinable(req)
 	if c.pipelineVerify {
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 			return s.q.VerifyPendingPlacement(ctx, db, dbsqlc.VerifyPendingPlacementParams{
@@ -685,6 +683,20 @@ func (s *Store) queueFinalize(ctx context.Context, b *pgx.Batch, c *finalizeCall
 		})
 	}, &c.pub, &c.pubErr)
 	return nil
+}
+
+// publishResult is Publish's outcome for req, less what the statement
+// fills in (repository, replication targets, new_reference) and the
+// publication time.
+func publishResult(req FinalizeRequest) ([]byte, error) {
+	return json.Marshal(Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
+}
+
+// pipelinable reports whether req's verification is the common case
+// queueFinalize sends with its other statements (VerifyPendingPlacement).
+func pipelinable(req FinalizeRequest) bool {
+	v := req.Verify
+	return v != nil && v.Digest == v.Key.Digest && checkTransition(v.Key, v.Epoch) == nil
 }
 
 // finalizeAlone runs one Finalize in its own transaction: BEGIN and

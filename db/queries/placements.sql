@@ -85,3 +85,18 @@ RETURNING *;
 -- The routing query: one index range scan on the primary key.
 SELECT * FROM placements WHERE digest = @digest
 ORDER BY datacenter, backend, location;
+
+-- name: VerifyPendingPlacements :many
+-- VerifyPendingPlacement of each call of a Finalize batch (uploads.sql),
+-- one array per parameter. The digests as an array (= ANY) give the
+-- primary key an index condition of its own, so the rows are reached by
+-- key however small the table was when the plan was made.
+UPDATE placements p
+SET state = 'verified', reason = NULL, revoke_reason = NULL,
+    epoch = v.epoch, generation = p.generation + 1, updated_at = now(), verified_at = now()
+FROM (SELECT unnest(@digests::text[]) AS digest, unnest(@backends::text[]) AS backend, unnest(@datacenters::text[]) AS datacenter,
+             unnest(@locations::text[]) AS location, unnest(@sizes::bigint[]) AS size_bytes, unnest(@epochs::bigint[]) AS epoch) v
+WHERE p.digest = ANY (@digests::text[])
+  AND p.digest = v.digest AND p.backend = v.backend AND p.datacenter = v.datacenter AND p.location = v.location
+  AND coalesce(p.state, '') = 'pending' AND p.size_bytes = v.size_bytes AND p.epoch <= v.epoch
+RETURNING p.*;

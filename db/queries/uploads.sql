@@ -201,3 +201,95 @@ DELETE FROM blob_references WHERE repository = @repository AND digest = @digest;
 -- The default replication policy: every registered datacenter other than
 -- the ingress.
 SELECT DISTINCT datacenter FROM nodes WHERE datacenter <> @ingress_datacenter ORDER BY datacenter;
+
+-- The statements of a Finalize batch (store/finalize_batch.go): each is
+-- the single-call statement above for every call of the batch at once,
+-- its arguments one array per parameter (no digest twice, no explicit
+-- targets; rows are locked and written in digest order, as the batch's
+-- calls are sorted), its rows matched to the calls by operation id or
+-- digest. A call without a row is answered as its own
+-- statement would have been: no row.
+
+-- name: FinalizeContexts :many
+-- FinalizeContext of each call, the intents locked in digest order.
+-- Each row is reached by its key: a join of the arrays with the tables
+-- was planned as a hash join over a scan of every intent, and the
+-- verified placement's EXISTS as one hashed scan of every verified
+-- placement (2-4 ms for a batch of six after 6,000 uploads); LATERAL
+-- lookups, fenced by OFFSET 0, LIMIT or FOR UPDATE so they are not
+-- flattened back into joins, are index lookups per call.
+SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend,
+       i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
+       o.result AS outcome_result, o.published_at AS outcome_published_at,
+       coalesce((SELECT l.owner_node FROM leases l WHERE l.partition_id = c.partition_id), '')::text AS lease_owner, -- '': no lease
+       coalesce((SELECT l.epoch FROM leases l WHERE l.partition_id = c.partition_id), 0)::bigint AS lease_epoch,
+       ARRAY(
+           SELECT pg.grant_text FROM principal_grants pg WHERE pg.principal = i.principal ORDER BY pg.grant_id
+       )::text[] AS principal_grants,
+       coalesce(v.verified, false)::bool AS verified
+FROM (SELECT unnest(@operation_ids::uuid[]) AS operation_id, unnest(@digests::text[]) AS digest,
+             unnest(@sizes::bigint[]) AS size_bytes, unnest(@partition_ids::text[]) AS partition_id
+      ORDER BY digest OFFSET 0) c
+JOIN LATERAL (SELECT * FROM intents WHERE operation_id = c.operation_id FOR UPDATE) i ON true
+LEFT JOIN LATERAL (SELECT * FROM operation_outcomes WHERE operation_id = c.operation_id OFFSET 0) o ON true
+LEFT JOIN LATERAL (
+    SELECT true AS verified FROM placements p
+    WHERE p.digest = c.digest AND p.state = 'verified' AND p.size_bytes = c.size_bytes
+    LIMIT 1
+) v ON true;
+
+-- name: EnsureBlobsUnderLease :many
+-- EnsureBlobUnderLease of each call: the leases share-locked, then the
+-- blob rows ensured, in digest order, of the calls whose caller holds its
+-- partition's lease at its epoch.
+WITH c AS (
+    SELECT unnest(@digests::text[]) AS digest, unnest(@sizes::bigint[]) AS size_bytes, unnest(@partition_ids::text[]) AS partition_id,
+           unnest(@nodes::text[]) AS node, unnest(@epochs::bigint[]) AS epoch
+), lease AS (
+    SELECT l.partition_id, l.owner_node, l.epoch FROM leases l
+    WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c)
+    FOR SHARE
+)
+INSERT INTO blobs (digest, size_bytes)
+SELECT c.digest, c.size_bytes FROM c
+JOIN lease ON lease.partition_id = c.partition_id AND lease.owner_node = c.node AND lease.epoch = c.epoch
+ORDER BY c.digest
+ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
+RETURNING *;
+
+-- name: PublishMany :many
+-- Publish of each call, with the default replication policy. The intents
+-- are reached by key: a LATERAL lookup each, and the operation ids as an
+-- array (= ANY) for the transition.
+WITH c AS (
+    SELECT unnest(@operation_ids::uuid[]) AS operation_id, unnest(@digests::text[]) AS digest,
+           unnest(@sizes::bigint[]) AS size_bytes, unnest(@results::jsonb[]) AS result
+), intent AS (
+    SELECT p.operation_id, p.repository, c.digest, c.size_bytes, c.result FROM c
+    CROSS JOIN LATERAL (
+        SELECT i.operation_id, i.repository FROM intents i
+        WHERE i.operation_id = c.operation_id AND coalesce(i.state, '') = 'pending'
+          AND (SELECT true FROM blobs b WHERE b.digest = c.digest LIMIT 1)
+        OFFSET 0
+    ) p
+), ref AS (
+    INSERT INTO blob_references (repository, digest, operation_id)
+    SELECT intent.repository, intent.digest, intent.operation_id FROM intent
+    ON CONFLICT (repository, digest) DO NOTHING
+    RETURNING operation_id
+), admitted AS (
+    UPDATE intents i SET state = 'admitted', updated_at = now()
+    WHERE i.operation_id = ANY (@operation_ids::uuid[])
+      AND i.operation_id IN (SELECT intent.operation_id FROM intent)
+    RETURNING i.operation_id, i.ingress_datacenter
+)
+INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
+SELECT t.operation_id, t.repository, t.digest, t.size_bytes,
+       t.result || jsonb_build_object(
+           'repository', t.repository,
+           'replication_targets', to_jsonb(ARRAY(
+               SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
+           )::text[]),
+           'new_reference', EXISTS (SELECT 1 FROM ref WHERE ref.operation_id = t.operation_id))
+FROM admitted a JOIN intent t ON t.operation_id = a.operation_id
+RETURNING operation_id, result, published_at;

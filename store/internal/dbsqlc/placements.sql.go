@@ -374,3 +374,69 @@ func (q *Queries) VerifyPendingPlacement(ctx context.Context, db DBTX, arg Verif
 	)
 	return i, err
 }
+
+const verifyPendingPlacements = `-- name: VerifyPendingPlacements :many
+UPDATE placements p
+SET state = 'verified', reason = NULL, revoke_reason = NULL,
+    epoch = v.epoch, generation = p.generation + 1, updated_at = now(), verified_at = now()
+FROM (SELECT unnest($1::text[]) AS digest, unnest($2::text[]) AS backend, unnest($3::text[]) AS datacenter,
+             unnest($4::text[]) AS location, unnest($5::bigint[]) AS size_bytes, unnest($6::bigint[]) AS epoch) v
+WHERE p.digest = ANY ($1::text[])
+  AND p.digest = v.digest AND p.backend = v.backend AND p.datacenter = v.datacenter AND p.location = v.location
+  AND coalesce(p.state, '') = 'pending' AND p.size_bytes = v.size_bytes AND p.epoch <= v.epoch
+RETURNING p.digest, p.backend, p.datacenter, p.location, p.state, p.reason, p.revoke_reason, p.size_bytes, p.epoch, p.generation, p.created_at, p.updated_at, p.verified_at
+`
+
+type VerifyPendingPlacementsParams struct {
+	Digests     []string
+	Backends    []string
+	Datacenters []string
+	Locations   []string
+	Sizes       []int64
+	Epochs      []int64
+}
+
+// VerifyPendingPlacement of each call of a Finalize batch (uploads.sql),
+// one array per parameter. The digests as an array (= ANY) give the
+// primary key an index condition of its own, so the rows are reached by
+// key however small the table was when the plan was made.
+func (q *Queries) VerifyPendingPlacements(ctx context.Context, db DBTX, arg VerifyPendingPlacementsParams) ([]Placement, error) {
+	rows, err := db.Query(ctx, verifyPendingPlacements,
+		arg.Digests,
+		arg.Backends,
+		arg.Datacenters,
+		arg.Locations,
+		arg.Sizes,
+		arg.Epochs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Placement{}
+	for rows.Next() {
+		var i Placement
+		if err := rows.Scan(
+			&i.Digest,
+			&i.Backend,
+			&i.Datacenter,
+			&i.Location,
+			&i.State,
+			&i.Reason,
+			&i.RevokeReason,
+			&i.SizeBytes,
+			&i.Epoch,
+			&i.Generation,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.VerifiedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -291,6 +291,66 @@ func (q *Queries) EnsureBlobUnderLease(ctx context.Context, db DBTX, arg EnsureB
 	return i, err
 }
 
+const ensureBlobsUnderLease = `-- name: EnsureBlobsUnderLease :many
+WITH c AS (
+    SELECT unnest($1::text[]) AS digest, unnest($2::bigint[]) AS size_bytes, unnest($3::text[]) AS partition_id,
+           unnest($4::text[]) AS node, unnest($5::bigint[]) AS epoch
+), lease AS (
+    SELECT l.partition_id, l.owner_node, l.epoch FROM leases l
+    WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c)
+    FOR SHARE
+)
+INSERT INTO blobs (digest, size_bytes)
+SELECT c.digest, c.size_bytes FROM c
+JOIN lease ON lease.partition_id = c.partition_id AND lease.owner_node = c.node AND lease.epoch = c.epoch
+ORDER BY c.digest
+ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
+RETURNING digest, size_bytes, state, created_at, updated_at
+`
+
+type EnsureBlobsUnderLeaseParams struct {
+	Digests      []string
+	Sizes        []int64
+	PartitionIds []string
+	Nodes        []string
+	Epochs       []int64
+}
+
+// EnsureBlobUnderLease of each call: the leases share-locked, then the
+// blob rows ensured, in digest order, of the calls whose caller holds its
+// partition's lease at its epoch.
+func (q *Queries) EnsureBlobsUnderLease(ctx context.Context, db DBTX, arg EnsureBlobsUnderLeaseParams) ([]Blob, error) {
+	rows, err := db.Query(ctx, ensureBlobsUnderLease,
+		arg.Digests,
+		arg.Sizes,
+		arg.PartitionIds,
+		arg.Nodes,
+		arg.Epochs,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Blob{}
+	for rows.Next() {
+		var i Blob
+		if err := rows.Scan(
+			&i.Digest,
+			&i.SizeBytes,
+			&i.State,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const extendIntent = `-- name: ExtendIntent :one
 UPDATE intents
 SET received_bytes = $1,
@@ -414,6 +474,119 @@ func (q *Queries) FinalizeContext(ctx context.Context, db DBTX, arg FinalizeCont
 		&i.Verified,
 	)
 	return i, err
+}
+
+const finalizeContexts = `-- name: FinalizeContexts :many
+
+SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend,
+       i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
+       o.result AS outcome_result, o.published_at AS outcome_published_at,
+       coalesce((SELECT l.owner_node FROM leases l WHERE l.partition_id = c.partition_id), '')::text AS lease_owner, -- '': no lease
+       coalesce((SELECT l.epoch FROM leases l WHERE l.partition_id = c.partition_id), 0)::bigint AS lease_epoch,
+       ARRAY(
+           SELECT pg.grant_text FROM principal_grants pg WHERE pg.principal = i.principal ORDER BY pg.grant_id
+       )::text[] AS principal_grants,
+       coalesce(v.verified, false)::bool AS verified
+FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS digest,
+             unnest($3::bigint[]) AS size_bytes, unnest($4::text[]) AS partition_id
+      ORDER BY digest OFFSET 0) c
+JOIN LATERAL (SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = c.operation_id FOR UPDATE) i ON true
+LEFT JOIN LATERAL (SELECT operation_id, repository, digest, size_bytes, published_at, result FROM operation_outcomes WHERE operation_id = c.operation_id OFFSET 0) o ON true
+LEFT JOIN LATERAL (
+    SELECT true AS verified FROM placements p
+    WHERE p.digest = c.digest AND p.state = 'verified' AND p.size_bytes = c.size_bytes
+    LIMIT 1
+) v ON true
+`
+
+type FinalizeContextsParams struct {
+	OperationIds []pgtype.UUID
+	Digests      []string
+	Sizes        []int64
+	PartitionIds []string
+}
+
+type FinalizeContextsRow struct {
+	OperationID        pgtype.UUID
+	Repository         string
+	Principal          string
+	ExpectedDigest     pgtype.Text
+	ExpectedSize       pgtype.Int8
+	IngressDatacenter  string
+	Backend            string
+	StagedLocation     pgtype.Text
+	State              string
+	ReceivedBytes      int64
+	CreatedAt          pgtype.Timestamptz
+	UpdatedAt          pgtype.Timestamptz
+	ExpiresAt          pgtype.Timestamptz
+	StagedDeletedAt    pgtype.Timestamptz
+	OutcomeResult      []byte
+	OutcomePublishedAt pgtype.Timestamptz
+	LeaseOwner         string
+	LeaseEpoch         int64
+	PrincipalGrants    []string
+	Verified           bool
+}
+
+// The statements of a Finalize batch (store/finalize_batch.go): each is
+// the single-call statement above for every call of the batch at once,
+// its arguments one array per parameter (no digest twice, no explicit
+// targets; rows are locked and written in digest order, as the batch's
+// calls are sorted), its rows matched to the calls by operation id or
+// digest. A call without a row is answered as its own
+// statement would have been: no row.
+// FinalizeContext of each call, the intents locked in digest order.
+// Each row is reached by its key: a join of the arrays with the tables
+// was planned as a hash join over a scan of every intent, and the
+// verified placement's EXISTS as one hashed scan of every verified
+// placement (2-4 ms for a batch of six after 6,000 uploads); LATERAL
+// lookups, fenced by OFFSET 0, LIMIT or FOR UPDATE so they are not
+// flattened back into joins, are index lookups per call.
+func (q *Queries) FinalizeContexts(ctx context.Context, db DBTX, arg FinalizeContextsParams) ([]FinalizeContextsRow, error) {
+	rows, err := db.Query(ctx, finalizeContexts,
+		arg.OperationIds,
+		arg.Digests,
+		arg.Sizes,
+		arg.PartitionIds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FinalizeContextsRow{}
+	for rows.Next() {
+		var i FinalizeContextsRow
+		if err := rows.Scan(
+			&i.OperationID,
+			&i.Repository,
+			&i.Principal,
+			&i.ExpectedDigest,
+			&i.ExpectedSize,
+			&i.IngressDatacenter,
+			&i.Backend,
+			&i.StagedLocation,
+			&i.State,
+			&i.ReceivedBytes,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.StagedDeletedAt,
+			&i.OutcomeResult,
+			&i.OutcomePublishedAt,
+			&i.LeaseOwner,
+			&i.LeaseEpoch,
+			&i.PrincipalGrants,
+			&i.Verified,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const getBlob = `-- name: GetBlob :one
@@ -642,6 +815,82 @@ func (q *Queries) Publish(ctx context.Context, db DBTX, arg PublishParams) (Publ
 	var i PublishRow
 	err := row.Scan(&i.Result, &i.PublishedAt)
 	return i, err
+}
+
+const publishMany = `-- name: PublishMany :many
+WITH c AS (
+    SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS digest,
+           unnest($3::bigint[]) AS size_bytes, unnest($4::jsonb[]) AS result
+), intent AS (
+    SELECT p.operation_id, p.repository, c.digest, c.size_bytes, c.result FROM c
+    CROSS JOIN LATERAL (
+        SELECT i.operation_id, i.repository FROM intents i
+        WHERE i.operation_id = c.operation_id AND coalesce(i.state, '') = 'pending'
+          AND (SELECT true FROM blobs b WHERE b.digest = c.digest LIMIT 1)
+        OFFSET 0
+    ) p
+), ref AS (
+    INSERT INTO blob_references (repository, digest, operation_id)
+    SELECT intent.repository, intent.digest, intent.operation_id FROM intent
+    ON CONFLICT (repository, digest) DO NOTHING
+    RETURNING operation_id
+), admitted AS (
+    UPDATE intents i SET state = 'admitted', updated_at = now()
+    WHERE i.operation_id = ANY ($1::uuid[])
+      AND i.operation_id IN (SELECT intent.operation_id FROM intent)
+    RETURNING i.operation_id, i.ingress_datacenter
+)
+INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, result)
+SELECT t.operation_id, t.repository, t.digest, t.size_bytes,
+       t.result || jsonb_build_object(
+           'repository', t.repository,
+           'replication_targets', to_jsonb(ARRAY(
+               SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
+           )::text[]),
+           'new_reference', EXISTS (SELECT 1 FROM ref WHERE ref.operation_id = t.operation_id))
+FROM admitted a JOIN intent t ON t.operation_id = a.operation_id
+RETURNING operation_id, result, published_at
+`
+
+type PublishManyParams struct {
+	OperationIds []pgtype.UUID
+	Digests      []string
+	Sizes        []int64
+	Results      [][]byte
+}
+
+type PublishManyRow struct {
+	OperationID pgtype.UUID
+	Result      []byte
+	PublishedAt pgtype.Timestamptz
+}
+
+// Publish of each call, with the default replication policy. The intents
+// are reached by key: a LATERAL lookup each, and the operation ids as an
+// array (= ANY) for the transition.
+func (q *Queries) PublishMany(ctx context.Context, db DBTX, arg PublishManyParams) ([]PublishManyRow, error) {
+	rows, err := db.Query(ctx, publishMany,
+		arg.OperationIds,
+		arg.Digests,
+		arg.Sizes,
+		arg.Results,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PublishManyRow{}
+	for rows.Next() {
+		var i PublishManyRow
+		if err := rows.Scan(&i.OperationID, &i.Result, &i.PublishedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const recordIntentContent = `-- name: RecordIntentContent :one
