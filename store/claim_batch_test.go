@@ -43,8 +43,14 @@ func (u *uploads) newIntents(prefix string, n int) ([]store.NewIntent, []placeme
 
 func newClaimRig(t *testing.T) *claimRig {
 	t.Helper()
+	return newClaimRigOf(t, setupUploads(t))
+}
+
+// newClaimRigOf is newClaimRig on u.
+func newClaimRigOf(t *testing.T, u *uploads) *claimRig {
+	t.Helper()
 	ctx := context.Background()
-	r := &claimRig{u: setupUploads(t), queued: make(chan int, 64)}
+	r := &claimRig{u: u, queued: make(chan int, 64)}
 	r.u.s.OnClaimQueuedForTest(func(n int) { r.queued <- n })
 	tx, err := r.u.pool.Begin(ctx)
 	if err != nil {
@@ -136,6 +142,93 @@ func TestClaimBatchCommitsQueuedClaimsTogether(t *testing.T) {
 	got := u.s.ClaimBatchStats()
 	if got.Batches-before.Batches != 1 || got.Batched-before.Batched != int64(len(ns)) || got.Fallback != before.Fallback {
 		t.Fatalf("stats %+v -> %+v: want one batch of %d", before, got, len(ns))
+	}
+	if got.Merged != before.Merged { // one digest twice: each claim's own statements
+		t.Fatalf("stats %+v -> %+v: a batch with one digest twice was merged", before, got)
+	}
+}
+
+// A batch of single-request claims of distinct digests sends each kind of
+// statement once for all of them (merged) and answers each claim as
+// alone: its intent, its stage, or no stage where its key had a row.
+func TestClaimBatchMergesStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	// A key staged before the batch: its claim in the batch stages nothing.
+	n0, k0 := u.newIntent("merged claim, staged before", upRepo)
+	if _, staged, err := u.s.OpenAndStage(ctx, n0, k0); err != nil || !staged {
+		t.Fatalf("first stage: %v, %v", staged, err)
+	}
+	r := newClaimRigOf(t, u)
+	ns, ks := u.newIntents("merged claim", 4)
+	ns, ks = append(ns, n0), append(ks, k0)
+	before := u.s.ClaimBatchStats()
+	answers := r.openQueued(t, ns, ks)
+	ids := map[string]bool{}
+	for i, a := range answers {
+		if a.err != nil {
+			t.Fatalf("claim %d: %v", i, a.err)
+		}
+		if a.staged != (i < 4) {
+			t.Fatalf("claim %d: staged %v", i, a.staged)
+		}
+		got, err := u.s.GetIntent(ctx, a.in.OperationID)
+		if err != nil || got.State != store.IntentPending || got.ExpectedDigest != ks[i].Digest || got.ExpectedSize != ns[i].ExpectedSize ||
+			got.Repository != upRepo || a.in.OperationID != got.OperationID || ids[got.OperationID] {
+			t.Fatalf("claim %d: answered %+v, stored %+v, %v", i, a.in, got, err)
+		}
+		ids[got.OperationID] = true
+		if p, err := u.s.Placement(ctx, ks[i]); err != nil || p.State != placement.Pending {
+			t.Fatalf("claim %d: stage %+v, %v", i, p, err)
+		}
+	}
+	got := u.s.ClaimBatchStats()
+	if got.Batches-before.Batches != 1 || got.Merged-before.Merged != 1 || got.Fallback != before.Fallback {
+		t.Fatalf("stats %+v -> %+v: want one merged batch", before, got)
+	}
+}
+
+// A batch of OCI POSTs' intents (no digest yet) is one statement too,
+// each intent with an operation id of its own.
+func TestClaimBatchMergesIntents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newClaimRig(t)
+	u := r.u
+	before := u.s.ClaimBatchStats()
+	ins := make([]store.Intent, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range ins {
+		wg.Go(func() {
+			ins[i], errs[i] = u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+				IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
+		})
+	}
+	for n := 0; n < len(ins); {
+		n = <-r.queued
+	}
+	if err := r.holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.holders.Wait()
+	wg.Wait()
+	ids := map[string]bool{}
+	for i, in := range ins {
+		if errs[i] != nil {
+			t.Fatalf("intent %d: %v", i, errs[i])
+		}
+		got, err := u.s.GetIntent(ctx, in.OperationID)
+		if err != nil || got.State != store.IntentPending || got.ExpectedDigest != "" || got.ExpectedSize != store.SizeUnknown ||
+			got.StagedLocation != "" || ids[got.OperationID] || !got.ExpiresAt.After(got.CreatedAt) {
+			t.Fatalf("intent %d: answered %+v, stored %+v, %v", i, in, got, err)
+		}
+		ids[got.OperationID] = true
+	}
+	got := u.s.ClaimBatchStats()
+	if got.Batches-before.Batches != 1 || got.Merged-before.Merged != 1 {
+		t.Fatalf("stats %+v -> %+v: want one merged batch", before, got)
 	}
 }
 

@@ -202,11 +202,15 @@ func queueMergedFinalize(ctx context.Context, s *Store, b *pgx.Batch, batch []*f
 		backends[i], datacenters[i], locations[i], verifySizes[i], keyEpochs[i] = v.Key.Backend, v.Key.Datacenter, v.Key.Location, v.Size, int64(v.Epoch)
 	}
 	m := &mergedFinalize{}
-	// Planned afresh for each batch, with its arrays' lengths and the
-	// tables' present sizes: a plan cached on the connection when the
-	// tables were small (a fresh store's first batches) scanned them
-	// whole for as long as the connection lived, one batch after another.
-	b.Queue("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+	// These statements reach every row by its key. Their plans are made
+	// once per connection, and one made while the tables were small (a
+	// fresh store's first batches) scanned them whole, batch after batch,
+	// until an ANALYZE replaced it (seen with auto_explain: 0.2-5 ms per
+	// batch). They run only in merged batches, whose transaction turns
+	// sequential scans off, so no plan made for them scans a table
+	// whole. (Planning each batch afresh, force_custom_plan, cost ~0.2 ms
+	// of Postgres CPU per upload: docs/performance.md item 30.)
+	b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.FinalizeContextsRow, error) {
 		return s.q.FinalizeContexts(ctx, db, dbsqlc.FinalizeContextsParams{OperationIds: ids, Digests: digests, Sizes: sizes, PartitionIds: partitions})
 	}, &m.fcs, &m.fcsErr)

@@ -52,9 +52,8 @@ type BatchStats struct {
 	Batches  int64 // batches of two or more calls committed
 	Batched  int64 // calls they committed
 	Fallback int64 // calls whose batch did not commit and that ran alone
-	// Merged counts the batches whose calls shared one statement per
-	// kind (Finalize's merged batches, finalize_batch.go); claims have
-	// none.
+	// Merged counts the batches of those whose calls shared one
+	// statement per kind (finalize_batch.go, claim_batch.go).
 	Merged int64
 }
 

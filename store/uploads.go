@@ -123,9 +123,12 @@ func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
 	// Under load it is batched with other claims (claim_batch.go).
 	var row dbsqlc.Intent
 	var rowErr error
-	claim := &claimCall{digest: n.ExpectedDigest, queue: func(b *pgx.Batch) {
+	claim := &claimCall{digest: n.ExpectedDigest}
+	claim.create = &createClaim{arg: arg, row: &row, err: &rowErr}
+	claim.queue = func(b *pgx.Batch) {
+		arg := claim.create.arg // with the id a merged batch drew, should this run alone after it
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &rowErr)
-	}}
+	}
 	if err := s.sendClaim(ctx, claim); err != nil {
 		return Intent{}, createIntentErr(n, err)
 	}
@@ -200,16 +203,15 @@ func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) 
 	// The id is drawn here so the stage can name the intent whose claim
 	// it requires, in the same batch: one implicit transaction (pgx sends
 	// a single Sync), committed by the server when the batch ends.
-	if _, err := rand.Read(arg.OperationID.Bytes[:]); err != nil {
+	if arg.OperationID, err = newOperationID(); err != nil {
 		return Intent{}, false, err
 	}
-	arg.OperationID.Bytes[6] = arg.OperationID.Bytes[6]&0x0f | 0x40 // version 4
-	arg.OperationID.Bytes[8] = arg.OperationID.Bytes[8]&0x3f | 0x80 // RFC 4122 variant
-	arg.OperationID.Valid = true
 	var row dbsqlc.Intent
 	var stage dbsqlc.Placement
 	var createErr, lockErr, stageErr error
-	claim := &claimCall{digest: k.Digest, queue: func(b *pgx.Batch) {
+	claim := &claimCall{digest: k.Digest, open: &openClaim{arg: arg, key: k, size: n.ExpectedSize,
+		row: &row, createErr: &createErr, lockErr: &lockErr, stage: &stage, stageErr: &stageErr}}
+	claim.queue = func(b *pgx.Batch) {
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &createErr)
 		queueExec(b, func(db dbsqlc.DBTX) error {
 			return s.q.LockPlacementDigest(ctx, db, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)})
@@ -217,7 +219,7 @@ func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) 
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 			return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, n.ExpectedSize, 0, arg.OperationID))
 		}, &stage, &stageErr)
-	}}
+	}
 	if err := s.sendClaim(ctx, claim); err != nil { // the first statement's error, the batch undone
 		return Intent{}, false, createIntentErr(n, err)
 	}
@@ -683,6 +685,18 @@ func (s *Store) queueFinalize(ctx context.Context, b *pgx.Batch, c *finalizeCall
 		})
 	}, &c.pub, &c.pubErr)
 	return nil
+}
+
+// newOperationID draws a random (version 4) operation id.
+func newOperationID() (pgtype.UUID, error) {
+	var id pgtype.UUID
+	if _, err := rand.Read(id.Bytes[:]); err != nil {
+		return id, err
+	}
+	id.Bytes[6] = id.Bytes[6]&0x0f | 0x40 // version 4
+	id.Bytes[8] = id.Bytes[8]&0x3f | 0x80 // RFC 4122 variant
+	id.Valid = true
+	return id, nil
 }
 
 // publishResult is Publish's outcome for req, less what the statement

@@ -100,3 +100,22 @@ WHERE p.digest = ANY (@digests::text[])
   AND p.digest = v.digest AND p.backend = v.backend AND p.datacenter = v.datacenter AND p.location = v.location
   AND coalesce(p.state, '') = 'pending' AND p.size_bytes = v.size_bytes AND p.epoch <= v.epoch
 RETURNING p.*;
+
+-- name: InsertPlacementsIfAbsent :many
+-- InsertPlacementIfAbsent, claimed, of each call of a merged claim batch
+-- (store/claim_batch.go), one array per parameter, no digest twice. Each
+-- count and each claim is a lookup by key per call (scalar subqueries,
+-- which are not turned into joins).
+INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
+SELECT c.digest, c.backend, c.datacenter, c.location, 'pending', c.size_bytes, c.epoch, 1, now(), now()
+FROM (SELECT unnest(@digests::text[]) AS digest, unnest(@backends::text[]) AS backend, unnest(@datacenters::text[]) AS datacenter,
+             unnest(@locations::text[]) AS location, unnest(@sizes::bigint[]) AS size_bytes, unnest(@epochs::bigint[]) AS epoch,
+             unnest(@claimed_by::uuid[]) AS claimed_by) c
+WHERE (SELECT count(*) FROM placements p WHERE p.digest = c.digest) < @max_per_digest::bigint
+  AND coalesce((SELECT true FROM intents i
+                WHERE i.operation_id = c.claimed_by AND coalesce(i.state, '') = 'pending'
+                  AND i.expected_digest = c.digest AND i.expected_size = c.size_bytes
+                  AND i.xmin = pg_current_xact_id_if_assigned()::xid
+                LIMIT 1), false)
+ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
+RETURNING *;

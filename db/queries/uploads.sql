@@ -24,6 +24,21 @@ SELECT coalesce(sqlc.narg(operation_id)::uuid, gen_random_uuid()), @repository, 
 FROM async_commit
 RETURNING *;
 
+-- name: CreateIntents :many
+-- CreateIntent of each call of a merged claim batch (store/claim_batch.go),
+-- one array per parameter, the operation ids drawn by the caller; ''
+-- (and -1 for a size) stand for NULL. Asynchronous, as CreateIntent.
+WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
+INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
+SELECT c.operation_id, c.repository, c.principal, nullif(c.expected_digest, ''), nullif(c.expected_size, -1), c.ingress_datacenter, c.backend,
+       nullif(c.staged_location, ''), now() + make_interval(secs => c.ttl_seconds)
+FROM (SELECT unnest(@operation_ids::uuid[]) AS operation_id, unnest(@repositories::text[]) AS repository,
+             unnest(@principals::text[]) AS principal, unnest(@expected_digests::text[]) AS expected_digest,
+             unnest(@expected_sizes::bigint[]) AS expected_size, unnest(@ingress_datacenters::text[]) AS ingress_datacenter,
+             unnest(@backends::text[]) AS backend, unnest(@staged_locations::text[]) AS staged_location,
+             unnest(@ttl_seconds::float8[]) AS ttl_seconds) c, async_commit
+RETURNING *;
+
 -- name: GetIntent :one
 SELECT * FROM intents WHERE operation_id = @operation_id;
 

@@ -198,6 +198,80 @@ func (q *Queries) InsertPlacementIfAbsent(ctx context.Context, db DBTX, arg Inse
 	return i, err
 }
 
+const insertPlacementsIfAbsent = `-- name: InsertPlacementsIfAbsent :many
+INSERT INTO placements (digest, backend, datacenter, location, state, size_bytes, epoch, generation, created_at, updated_at)
+SELECT c.digest, c.backend, c.datacenter, c.location, 'pending', c.size_bytes, c.epoch, 1, now(), now()
+FROM (SELECT unnest($1::text[]) AS digest, unnest($2::text[]) AS backend, unnest($3::text[]) AS datacenter,
+             unnest($4::text[]) AS location, unnest($5::bigint[]) AS size_bytes, unnest($6::bigint[]) AS epoch,
+             unnest($7::uuid[]) AS claimed_by) c
+WHERE (SELECT count(*) FROM placements p WHERE p.digest = c.digest) < $8::bigint
+  AND coalesce((SELECT true FROM intents i
+                WHERE i.operation_id = c.claimed_by AND coalesce(i.state, '') = 'pending'
+                  AND i.expected_digest = c.digest AND i.expected_size = c.size_bytes
+                  AND i.xmin = pg_current_xact_id_if_assigned()::xid
+                LIMIT 1), false)
+ON CONFLICT (digest, backend, datacenter, location) DO NOTHING
+RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
+`
+
+type InsertPlacementsIfAbsentParams struct {
+	Digests      []string
+	Backends     []string
+	Datacenters  []string
+	Locations    []string
+	Sizes        []int64
+	Epochs       []int64
+	ClaimedBy    []pgtype.UUID
+	MaxPerDigest int64
+}
+
+// InsertPlacementIfAbsent, claimed, of each call of a merged claim batch
+// (store/claim_batch.go), one array per parameter, no digest twice. Each
+// count and each claim is a lookup by key per call (scalar subqueries,
+// which are not turned into joins).
+func (q *Queries) InsertPlacementsIfAbsent(ctx context.Context, db DBTX, arg InsertPlacementsIfAbsentParams) ([]Placement, error) {
+	rows, err := db.Query(ctx, insertPlacementsIfAbsent,
+		arg.Digests,
+		arg.Backends,
+		arg.Datacenters,
+		arg.Locations,
+		arg.Sizes,
+		arg.Epochs,
+		arg.ClaimedBy,
+		arg.MaxPerDigest,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Placement{}
+	for rows.Next() {
+		var i Placement
+		if err := rows.Scan(
+			&i.Digest,
+			&i.Backend,
+			&i.Datacenter,
+			&i.Location,
+			&i.State,
+			&i.Reason,
+			&i.RevokeReason,
+			&i.SizeBytes,
+			&i.Epoch,
+			&i.Generation,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.VerifiedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listPlacements = `-- name: ListPlacements :many
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements WHERE digest = $1
 ORDER BY datacenter, backend, location

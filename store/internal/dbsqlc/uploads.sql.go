@@ -201,6 +201,79 @@ func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentPar
 	return i, err
 }
 
+const createIntents = `-- name: CreateIntents :many
+WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
+INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
+SELECT c.operation_id, c.repository, c.principal, nullif(c.expected_digest, ''), nullif(c.expected_size, -1), c.ingress_datacenter, c.backend,
+       nullif(c.staged_location, ''), now() + make_interval(secs => c.ttl_seconds)
+FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS repository,
+             unnest($3::text[]) AS principal, unnest($4::text[]) AS expected_digest,
+             unnest($5::bigint[]) AS expected_size, unnest($6::text[]) AS ingress_datacenter,
+             unnest($7::text[]) AS backend, unnest($8::text[]) AS staged_location,
+             unnest($9::float8[]) AS ttl_seconds) c, async_commit
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+`
+
+type CreateIntentsParams struct {
+	OperationIds       []pgtype.UUID
+	Repositories       []string
+	Principals         []string
+	ExpectedDigests    []string
+	ExpectedSizes      []int64
+	IngressDatacenters []string
+	Backends           []string
+	StagedLocations    []string
+	TtlSeconds         []float64
+}
+
+// CreateIntent of each call of a merged claim batch (store/claim_batch.go),
+// one array per parameter, the operation ids drawn by the caller; ”
+// (and -1 for a size) stand for NULL. Asynchronous, as CreateIntent.
+func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsParams) ([]Intent, error) {
+	rows, err := db.Query(ctx, createIntents,
+		arg.OperationIds,
+		arg.Repositories,
+		arg.Principals,
+		arg.ExpectedDigests,
+		arg.ExpectedSizes,
+		arg.IngressDatacenters,
+		arg.Backends,
+		arg.StagedLocations,
+		arg.TtlSeconds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Intent{}
+	for rows.Next() {
+		var i Intent
+		if err := rows.Scan(
+			&i.OperationID,
+			&i.Repository,
+			&i.Principal,
+			&i.ExpectedDigest,
+			&i.ExpectedSize,
+			&i.IngressDatacenter,
+			&i.Backend,
+			&i.StagedLocation,
+			&i.State,
+			&i.ReceivedBytes,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.ExpiresAt,
+			&i.StagedDeletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deleteReference = `-- name: DeleteReference :execrows
 DELETE FROM blob_references WHERE repository = $1 AND digest = $2
 `
