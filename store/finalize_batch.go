@@ -95,7 +95,7 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 	var merged *mergedFinalize
 	if mergeable(batch) {
 		var err error
-		if merged, err = queueMergedFinalize(ctx, s, &b, batch); err != nil {
+		if merged, err = s.queueMergedFinalize(ctx, &b, batch); err != nil {
 			return false
 		}
 	} else {
@@ -181,7 +181,7 @@ type mergedFinalize struct {
 }
 
 // queueMergedFinalize queues the four statements of a mergeable batch.
-func queueMergedFinalize(ctx context.Context, s *Store, b *pgx.Batch, batch []*finalizeCall) (*mergedFinalize, error) {
+func (s *Store) queueMergedFinalize(ctx context.Context, b *pgx.Batch, batch []*finalizeCall) (*mergedFinalize, error) {
 	n := len(batch)
 	var (
 		ids                                   = make([]pgtype.UUID, n)
