@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
@@ -45,6 +47,21 @@ func queueRows[T any](b *pgx.Batch, call func(dbsqlc.DBTX) ([]T, error), out *[]
 		*out, *err = call(answeredRows{rows})
 		return nil
 	})
+}
+
+// indexBy maps each of rows by key(row): how a merged batch hands every
+// call the rows its own statements would have returned.
+func indexBy[K comparable, R any](rows []R, key func(R) K) map[K]R {
+	m := make(map[K]R, len(rows))
+	for _, r := range rows {
+		m[key(r)] = r
+	}
+	return m
+}
+
+// rowKey is a placement row's key.
+func rowKey(r dbsqlc.Placement) placement.Key {
+	return placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location}
 }
 
 // queueExec is queueRow for a sqlc :exec method: *err receives the

@@ -214,14 +214,8 @@ func (m *mergedClaims) answer(calls []*claimCall) {
 		}
 		return
 	}
-	intents := make(map[pgtype.UUID]dbsqlc.Intent, len(m.intents))
-	for _, r := range m.intents {
-		intents[r.OperationID] = r
-	}
-	stages := make(map[placement.Key]dbsqlc.Placement, len(m.stages))
-	for _, r := range m.stages {
-		stages[placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location}] = r
-	}
+	intents := indexBy(m.intents, func(r dbsqlc.Intent) pgtype.UUID { return r.OperationID })
+	stages := indexBy(m.stages, rowKey)
 	for _, c := range calls {
 		row, rowErr, id := c.open.outputs(c.create)
 		r, ok := intents[id]

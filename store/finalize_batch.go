@@ -8,8 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
@@ -235,22 +233,10 @@ func (m *mergedFinalize) answer(batch []*finalizeCall) bool {
 	if errors.Join(m.fcsErr, m.vErr, m.blobErr, m.pubErr) != nil {
 		return false
 	}
-	fcs := make(map[pgtype.UUID]dbsqlc.FinalizeContextsRow, len(m.fcs))
-	for _, r := range m.fcs {
-		fcs[r.OperationID] = r
-	}
-	vrows := make(map[placement.Key]dbsqlc.Placement, len(m.vrows))
-	for _, r := range m.vrows {
-		vrows[placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location}] = r
-	}
-	blobs := make(map[string]dbsqlc.Blob, len(m.blobs))
-	for _, r := range m.blobs {
-		blobs[r.Digest] = r
-	}
-	pubs := make(map[pgtype.UUID]dbsqlc.PublishManyRow, len(m.pubs))
-	for _, r := range m.pubs {
-		pubs[r.OperationID] = r
-	}
+	fcs := indexBy(m.fcs, func(r dbsqlc.FinalizeContextsRow) pgtype.UUID { return r.OperationID })
+	vrows := indexBy(m.vrows, rowKey)
+	blobs := indexBy(m.blobs, func(r dbsqlc.Blob) string { return r.Digest })
+	pubs := indexBy(m.pubs, func(r dbsqlc.PublishManyRow) pgtype.UUID { return r.OperationID })
 	for _, c := range batch {
 		c.fcErr, c.vErr, c.blobErr, c.pubErr = pgx.ErrNoRows, pgx.ErrNoRows, pgx.ErrNoRows, pgx.ErrNoRows
 		if r, ok := fcs[c.id]; ok {

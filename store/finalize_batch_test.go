@@ -143,15 +143,26 @@ func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
 		t.Fatalf("stats %+v -> %+v: a batch with one digest twice was merged", before, got)
 	}
 	// 2 holders + 4 uploads + the twin; the retry published nothing new.
-	if n := u.outcomes(t); n != 7 {
-		t.Fatalf("%d outcomes, want 7", n)
+	wantPublished(t, u, reqs, 7)
+}
+
+// wantPublished checks that each of reqs published (its intent admitted,
+// its placement verified) and that the store holds outcomes outcomes and
+// as many references.
+func wantPublished(t *testing.T, u *uploads, reqs []store.FinalizeRequest, outcomes int) {
+	t.Helper()
+	if n := u.outcomes(t); n != outcomes {
+		t.Fatalf("%d outcomes, want %d", n, outcomes)
 	}
-	if n := u.references(t); n != 7 {
-		t.Fatalf("%d references, want 7", n)
+	if n := u.references(t); n != outcomes {
+		t.Fatalf("%d references, want %d", n, outcomes)
 	}
 	for _, req := range reqs {
 		if n := u.count(t, `SELECT count(*) FROM placements WHERE digest = $1 AND state = 'verified'`, string(req.Digest)); n != 1 {
 			t.Fatalf("%s: %d verified placements", req.Digest, n)
+		}
+		if n := u.count(t, `SELECT count(*) FROM intents WHERE operation_id = $1 AND state = 'admitted'`, req.OperationID); n != 1 {
+			t.Fatalf("%s: not admitted", req.OperationID)
 		}
 	}
 }
@@ -189,20 +200,7 @@ func TestFinalizeBatchMergesStatements(t *testing.T) {
 		t.Fatalf("stats %+v -> %+v: want one merged batch of %d", before, got, len(reqs))
 	}
 	// 2 holders + the one published before + 4 uploads.
-	if n := u.outcomes(t); n != 7 {
-		t.Fatalf("%d outcomes, want 7", n)
-	}
-	if n := u.references(t); n != 7 {
-		t.Fatalf("%d references, want 7", n)
-	}
-	for _, req := range reqs {
-		if n := u.count(t, `SELECT count(*) FROM placements WHERE digest = $1 AND state = 'verified'`, string(req.Digest)); n != 1 {
-			t.Fatalf("%s: %d verified placements", req.Digest, n)
-		}
-		if n := u.count(t, `SELECT count(*) FROM intents WHERE operation_id = $1 AND state = 'admitted'`, req.OperationID); n != 1 {
-			t.Fatalf("%s: not admitted", req.OperationID)
-		}
-	}
+	wantPublished(t, u, reqs, 7)
 }
 
 // A refusal in a batch rolls the batch back and every call runs alone: the

@@ -453,7 +453,7 @@ func keyString(k placement.Key) string {
 
 func placementFromRow(r dbsqlc.Placement) placement.Placement {
 	p := placement.Placement{
-		Key:          placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location},
+		Key:          rowKey(r),
 		State:        placement.State(r.State),
 		Reason:       placement.Reason(r.Reason.String),
 		RevokeReason: placement.RevokeReason(r.RevokeReason.String),

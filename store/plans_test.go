@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
@@ -53,15 +55,8 @@ func TestHotStatementsUseIndexes(t *testing.T) {
 	large := map[string]bool{"repositories": true, "principals": true, "tokens": true, "grants": true, "intents": true,
 		"blobs": true, "blob_references": true, "operation_outcomes": true, "placements": true}
 	for _, st := range s.HotStatementsForTest(op, repo, principal, token, blobplane.Digest(digest)) {
-		var plan []byte
-		if err := d.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
-			t.Fatalf("%s: %v", st.Name, err)
-		}
-		var nodes []struct{ Plan planNode }
-		if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
-			t.Fatalf("%s: plan %s: %v", st.Name, plan, err)
-		}
-		for _, scan := range nodes[0].Plan.seqScans() {
+		root, plan := explain(t, d.Pool, st)
+		for _, scan := range root.seqScans() {
 			if large[scan] {
 				t.Errorf("%s scans %s whole:\n%s", st.Name, scan, plan)
 			}
@@ -120,20 +115,28 @@ func TestByKeyStatementsUseTheKey(t *testing.T) {
 		"placements": {"placements_pkey": true},
 	}
 	for _, st := range s.HotStatementsForTest(op, "r/app", "p", "no-token", blobplane.Digest(digest)) {
-		var plan []byte
-		if err := d.Pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
-			t.Fatalf("%s: %v", st.Name, err)
-		}
-		var nodes []struct{ Plan planNode }
-		if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
-			t.Fatalf("%s: plan %s: %v", st.Name, plan, err)
-		}
-		for _, n := range nodes[0].Plan.scans() {
+		root, plan := explain(t, d.Pool, st)
+		for _, n := range root.scans() {
 			if ok, watched := byKey[n.Relation]; watched && !ok[n.IndexName] {
 				t.Errorf("%s reaches %s through %s %q, not by its key:\n%s", st.Name, n.Relation, n.NodeType, n.IndexName, plan)
 			}
 		}
 	}
+}
+
+// explain is Postgres' plan for st (EXPLAIN with its arguments), parsed
+// and as text.
+func explain(t *testing.T, pool *pgxpool.Pool, st store.HotStatementForTest) (planNode, []byte) {
+	t.Helper()
+	var plan []byte
+	if err := pool.QueryRow(context.Background(), "EXPLAIN (FORMAT JSON) "+st.SQL, st.Args...).Scan(&plan); err != nil {
+		t.Fatalf("%s: %v", st.Name, err)
+	}
+	var nodes []struct{ Plan planNode }
+	if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
+		t.Fatalf("%s: plan %s: %v", st.Name, plan, err)
+	}
+	return nodes[0].Plan, plan
 }
 
 // planNode is the part of EXPLAIN (FORMAT JSON) the tests read.
