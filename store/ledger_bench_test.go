@@ -30,7 +30,9 @@ import (
 // BenchmarkUploadLedger is the ledger's share of a single-request 4 KiB
 // upload at the home, without HTTP or bytes: OpenAndStage (the intent,
 // its claim and the placement's stage) then Finalize recording the
-// verification, as handlers.close runs them, with 1 and 16 uploads at a
+// verification, as handlers.close runs them (clients=16/post-put: an OCI
+// POST's CreateIntent, then the PUT's ClaimSessionAndStage and Finalize),
+// with 1 and 16 uploads at a
 // time on a pool configured like the api's (synchronous commits, 8
 // connections); with 16, also with batching off (each claim and each
 // publication its own transaction: claim_batch.go, finalize_batch.go)
@@ -62,8 +64,10 @@ func BenchmarkUploadLedger(b *testing.B) {
 		clients int
 		batches bool
 		floor   bool
-		rows    int // the floor's uploads per statement (floorRows)
-	}{{1, true, false, 1}, {1, false, true, 1}, {16, false, false, 1}, {16, true, false, 1}, {16, false, true, 1}, {16, false, true, floorBatch}, {16, false, true, -floorBatch}} {
+		rows    int  // the floor's uploads per statement (floorRows)
+		postPut bool // the OCI POST+PUT path instead of the single request
+	}{{1, true, false, 1, false}, {1, false, true, 1, false}, {16, false, false, 1, false}, {16, true, false, 1, false}, {16, true, false, 1, true},
+		{16, false, true, 1, false}, {16, false, true, floorBatch, false}, {16, false, true, -floorBatch, false}} {
 		clients := tc.clients
 		name := fmt.Sprintf("clients=%d", clients)
 		switch {
@@ -73,6 +77,8 @@ func BenchmarkUploadLedger(b *testing.B) {
 			name += fmt.Sprintf("/floor-tx=%d", -tc.rows)
 		case tc.floor:
 			name += "/floor"
+		case tc.postPut:
+			name += "/post-put"
 		case clients > 1:
 			name += fmt.Sprintf("/batches=%v", tc.batches)
 		}
@@ -120,13 +126,26 @@ func BenchmarkUploadLedger(b *testing.B) {
 				d := blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:]))
 				const size = 4096
 				k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
-				in, staged, err := s.OpenAndStage(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal,
-					ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}, k)
-				if err != nil {
-					return err
-				}
-				if !staged {
-					return fmt.Errorf("%s: not staged", d)
+				var in store.Intent
+				if tc.postPut { // the POST's session, then the PUT's claim of it
+					var err error
+					if in, err = s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+						IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}); err != nil {
+						return err
+					}
+					if _, claimed, _, err := s.ClaimSessionAndStage(ctx, in.OperationID, upRepo, k, size); err != nil || !claimed {
+						return fmt.Errorf("%s: claimed %v, %v", d, claimed, err)
+					}
+				} else {
+					var staged bool
+					var err error
+					if in, staged, err = s.OpenAndStage(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal,
+						ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}, k); err != nil {
+						return err
+					}
+					if !staged {
+						return fmt.Errorf("%s: not staged", d)
+					}
 				}
 				out, err := s.Finalize(ctx, store.FinalizeRequest{OperationID: in.OperationID, Digest: d, Size: size,
 					Partition: upPartition, Node: upNode, Epoch: lease.Epoch, Replication: jobs.Replication{Client: rc},
@@ -204,6 +223,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			}
 			if st := s.ClaimBatchStats(); st.Batches > claims.Batches {
 				b.ReportMetric(float64(st.Batched-claims.Batched)/float64(st.Batches-claims.Batches), "claims/batch")
+				b.ReportMetric(float64(st.Merged-claims.Merged)/float64(st.Batches-claims.Batches), "merged-claims/batch")
 			}
 		})
 	}
