@@ -206,8 +206,11 @@ func (s *Store) queueMergedFinalize(ctx context.Context, b *pgx.Batch, batch []*
 	// until an ANALYZE replaced it (seen with auto_explain: 0.2-5 ms per
 	// batch). They run only in merged batches, whose transaction turns
 	// sequential scans off, so no plan made for them scans a table
-	// whole. (Planning each batch afresh, force_custom_plan, cost ~0.2 ms
-	// of Postgres CPU per upload: docs/performance.md item 30.)
+	// whole. (What decide runs in the same transaction for a call off
+	// the common path, and plans there first, is planned with them off
+	// too: those statements also reach their rows by key. Planning each
+	// batch afresh, force_custom_plan, cost ~0.2 ms of Postgres CPU per
+	// upload: docs/performance.md item 30.)
 	b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.FinalizeContextsRow, error) {
 		return s.q.FinalizeContexts(ctx, db, dbsqlc.FinalizeContextsParams{OperationIds: ids, Digests: digests, Sizes: sizes, PartitionIds: partitions})
