@@ -38,42 +38,36 @@ const maxClaimBatch = 64
 type claimCall struct {
 	digest blobplane.Digest
 	queue  func(b *pgx.Batch)
-	// For merged batches (below): what the claim is, when it is one of
-	// the kinds a batch can merge; nil otherwise.
-	open   *openClaim
+	// For merged batches (below): the intent the claim creates (a POST's,
+	// a single-request upload's) and, for a single-request upload, the
+	// stage of its key; nil for other claims.
 	create *createClaim
+	stage  *stageClaim
 }
 
-// openClaim is an OpenAndStage claim: its intent (with its operation
-// id), the key it stages, and where its answers go.
-type openClaim struct {
-	arg       dbsqlc.CreateIntentParams
-	key       placement.Key
-	size      int64
-	row       *dbsqlc.Intent
-	createErr *error
-	lockErr   *error
-	stage     *dbsqlc.Placement
-	stageErr  *error
-}
-
-// createClaim is a CreateIntent claim (an OCI POST): its intent and where
-// its answer goes.
+// createClaim is a claim's CreateIntent: its arguments and where its
+// answer goes.
 type createClaim struct {
 	arg dbsqlc.CreateIntentParams
 	row *dbsqlc.Intent
 	err *error
 }
 
+// stageClaim is an OpenAndStage claim's stage lock and stage of key,
+// claimed by its intent, and where their answers go.
+type stageClaim struct {
+	key     placement.Key
+	size    int64
+	lockErr *error
+	row     *dbsqlc.Placement
+	err     *error
+}
+
 // byClaimDigest orders a claim batch: stage locks in digest order.
 func byClaimDigest(a, b *claimCall) int { return strings.Compare(string(a.digest), string(b.digest)) }
 
 // ClaimBatchStats reads the counters of claim batching.
-func (s *Store) ClaimBatchStats() BatchStats {
-	st := s.claims.stats()
-	st.Merged = s.claimsMerged.Load()
-	return st
-}
+func (s *Store) ClaimBatchStats() BatchStats { return s.claims.stats() }
 
 // sendClaim sends c's statements, alone or in a batch, and returns the
 // error of their implicit transaction (nil: committed; else nothing of
@@ -101,7 +95,7 @@ func (s *Store) sendClaim(ctx context.Context, c *claimCall) error {
 		}
 		if m != nil { // committed: its answers are the calls' own, whatever they are
 			m.answer(calls)
-			s.claimsMerged.Add(1)
+			s.claims.merged.Add(1)
 		}
 		return true
 	}
@@ -129,28 +123,29 @@ type mergedClaims struct {
 }
 
 // queueMergedClaims queues calls' statements merged, when they can be
-// (else it queues nothing and returns nil).
+// (else it queues nothing and returns nil): every call creates an intent,
+// and either none stages or every one stages, no digest twice.
 func (s *Store) queueMergedClaims(ctx context.Context, b *pgx.Batch, calls []*claimCall) (*mergedClaims, error) {
-	open, create := true, true
+	staging := calls[0].stage != nil
 	for i, c := range calls {
-		open = open && c.open != nil && (i == 0 || calls[i-1].digest != c.digest)
-		create = create && c.create != nil
+		if c.create == nil || (c.stage != nil) != staging || staging && i > 0 && calls[i-1].digest == c.digest {
+			return nil, nil
+		}
 	}
-	if len(calls) < 2 || !open && !create {
+	if len(calls) < 2 {
 		return nil, nil
 	}
-	n := len(calls)
 	var arg dbsqlc.CreateIntentsParams
+	ins := dbsqlc.InsertPlacementsIfAbsentParams{MaxPerDigest: placement.MaxPerDigest}
 	for _, c := range calls {
-		a := c.open.argOr(c.create)
-		if !a.OperationID.Valid { // CreateIntent draws its id in SQL; here it is drawn now, to match the rows
+		if !c.create.arg.OperationID.Valid { // CreateIntent draws its id in SQL; here it is drawn now, to match the rows
 			id, err := newOperationID()
 			if err != nil {
 				return nil, err
 			}
-			a.OperationID = id
 			c.create.arg.OperationID = id
 		}
+		a := c.create.arg
 		arg.OperationIds = append(arg.OperationIds, a.OperationID)
 		arg.Repositories = append(arg.Repositories, a.Repository)
 		arg.Principals = append(arg.Principals, a.Principal)
@@ -164,80 +159,58 @@ func (s *Store) queueMergedClaims(ctx context.Context, b *pgx.Batch, calls []*cl
 		arg.Backends = append(arg.Backends, a.Backend)
 		arg.StagedLocations = append(arg.StagedLocations, a.StagedLocation.String)
 		arg.TtlSeconds = append(arg.TtlSeconds, a.TtlSeconds)
+		if st := c.stage; st != nil {
+			ins.Digests = append(ins.Digests, string(st.key.Digest))
+			ins.Backends = append(ins.Backends, st.key.Backend)
+			ins.Datacenters = append(ins.Datacenters, st.key.Datacenter)
+			ins.Locations = append(ins.Locations, st.key.Location)
+			ins.Sizes = append(ins.Sizes, st.size)
+			ins.Epochs = append(ins.Epochs, 0)
+			ins.ClaimedBy = append(ins.ClaimedBy, a.OperationID)
+		}
 	}
 	m := &mergedClaims{}
 	// No plan made for these scans a table whole (see queueMergedFinalize).
 	b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.Intent, error) { return s.q.CreateIntents(ctx, db, arg) }, &m.intents, &m.errs[0])
-	if !open {
+	if !staging {
 		m.errs[1], m.errs[2] = nil, nil
 		return m, nil
 	}
-	digests := make([]string, n)
-	ins := dbsqlc.InsertPlacementsIfAbsentParams{MaxPerDigest: placement.MaxPerDigest}
-	for i, c := range calls {
-		k := c.open.key
-		digests[i] = string(k.Digest)
-		ins.Digests = append(ins.Digests, string(k.Digest))
-		ins.Backends = append(ins.Backends, k.Backend)
-		ins.Datacenters = append(ins.Datacenters, k.Datacenter)
-		ins.Locations = append(ins.Locations, k.Location)
-		ins.Sizes = append(ins.Sizes, c.open.size)
-		ins.Epochs = append(ins.Epochs, 0)
-		ins.ClaimedBy = append(ins.ClaimedBy, c.open.arg.OperationID)
-	}
 	queueExec(b, func(db dbsqlc.DBTX) error {
-		return s.q.LockPlacementDigests(ctx, db, dbsqlc.LockPlacementDigestsParams{LockClass: placementDigestLockClass, Digests: digests})
+		return s.q.LockPlacementDigests(ctx, db, dbsqlc.LockPlacementDigestsParams{LockClass: placementDigestLockClass, Digests: ins.Digests})
 	}, &m.errs[1])
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.Placement, error) { return s.q.InsertPlacementsIfAbsent(ctx, db, ins) }, &m.stages, &m.errs[2])
 	return m, nil
 }
 
-// argOr is the CreateIntent arguments of the claim: o's, else c's.
-func (o *openClaim) argOr(c *createClaim) dbsqlc.CreateIntentParams {
-	if o != nil {
-		return o.arg
-	}
-	return c.arg
-}
-
 // answer gives each call of a committed merged batch its own answers:
-// its intent, and for OpenAndStage the lock and its stage (pgx.ErrNoRows
+// its intent, and for a staging call the lock and its stage (pgx.ErrNoRows
 // when its key was not staged, as its own insert would have answered).
 // The batch committed, so it is never sent again: an answer that could
 // not be read is every call's error.
 func (m *mergedClaims) answer(calls []*claimCall) {
 	if err := errors.Join(m.errs[:]...); err != nil {
 		for _, c := range calls {
-			_, rowErr, _ := c.open.outputs(c.create)
-			*rowErr = err
+			*c.create.err = err
 		}
 		return
 	}
 	intents := indexBy(m.intents, func(r dbsqlc.Intent) pgtype.UUID { return r.OperationID })
 	stages := indexBy(m.stages, rowKey)
 	for _, c := range calls {
-		row, rowErr, id := c.open.outputs(c.create)
-		r, ok := intents[id]
-		*row, *rowErr = r, nil
+		r, ok := intents[c.create.arg.OperationID]
+		*c.create.row, *c.create.err = r, nil
 		if !ok {
-			*rowErr = pgx.ErrNoRows
+			*c.create.err = pgx.ErrNoRows
 		}
-		if o := c.open; o != nil {
-			*o.lockErr = nil
-			st, ok := stages[o.key]
-			*o.stage, *o.stageErr = st, nil
+		if st := c.stage; st != nil {
+			*st.lockErr = nil
+			p, ok := stages[st.key]
+			*st.row, *st.err = p, nil
 			if !ok {
-				*o.stageErr = pgx.ErrNoRows
+				*st.err = pgx.ErrNoRows
 			}
 		}
 	}
-}
-
-// outputs are where the claim's intent answer goes, and its id.
-func (o *openClaim) outputs(c *createClaim) (*dbsqlc.Intent, *error, pgtype.UUID) {
-	if o != nil {
-		return o.row, o.createErr, o.arg.OperationID
-	}
-	return c.row, c.err, c.arg.OperationID
 }

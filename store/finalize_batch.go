@@ -61,11 +61,7 @@ const finalizeSlots = 2
 const maxFinalizeBatch = 64
 
 // FinalizeBatchStats reads the counters of Finalize batching.
-func (s *Store) FinalizeBatchStats() BatchStats {
-	st := s.fin.stats()
-	st.Merged = s.finMerged.Load()
-	return st
-}
+func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.stats() }
 
 // finalizeBatched runs c alone when a slot is free, else in the next
 // batch; a batch that does not commit leaves each of its calls to run
@@ -109,11 +105,8 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 	if err := br.Close(); err != nil {
 		return false
 	}
-	if merged != nil {
-		if !merged.answer(batch) {
-			return false
-		}
-		s.finMerged.Add(1)
+	if merged != nil && !merged.answer(batch) {
+		return false
 	}
 	for _, c := range batch {
 		out, verified, err := s.decide(ctx, tx, c)
@@ -129,7 +122,13 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 			}
 		}
 	}
-	return tx.Commit(ctx) == nil
+	if tx.Commit(ctx) != nil {
+		return false
+	}
+	if merged != nil {
+		s.fin.merged.Add(1)
+	}
+	return true
 }
 
 // Merged batches. With 16 clients most of the ledger's Postgres CPU is

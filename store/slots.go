@@ -34,6 +34,7 @@ type slotBatcher[C any] struct {
 	batches  atomic.Int64 // batches of two or more committed
 	batched  atomic.Int64 // calls those batches committed
 	fallback atomic.Int64 // calls whose batch did not commit, run alone
+	merged   atomic.Int64 // committed batches whose calls shared one statement per kind (commit counts them)
 	queued   func(n int)  // test hook: the queue's length after a call joined it
 }
 
@@ -58,7 +59,7 @@ type BatchStats struct {
 }
 
 func (sb *slotBatcher[C]) stats() BatchStats {
-	return BatchStats{Batches: sb.batches.Load(), Batched: sb.batched.Load(), Fallback: sb.fallback.Load()}
+	return BatchStats{Batches: sb.batches.Load(), Batched: sb.batched.Load(), Fallback: sb.fallback.Load(), Merged: sb.merged.Load()}
 }
 
 // do runs call: alone(call) at once when a slot is free; else queued, in

@@ -32,10 +32,8 @@ type Store struct {
 	authCache       atomic.Pointer[authCache]      // running while StartCaches' listener runs (authcache.go)
 	existenceCache  atomic.Pointer[existenceCache] // running while StartCaches' listener runs (existencecache.go)
 
-	fin          slotBatcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
-	finMerged    atomic.Int64               // Finalize batches sent as one statement per kind (finalize_batch.go)
-	claimsMerged atomic.Int64               // claim batches sent as one statement per kind (claim_batch.go)
-	claims       slotBatcher[*claimCall]    // claim batches likewise (claim_batch.go)
+	fin    slotBatcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
+	claims slotBatcher[*claimCall]    // claim batches likewise (claim_batch.go)
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.

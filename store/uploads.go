@@ -209,8 +209,8 @@ func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) 
 	var row dbsqlc.Intent
 	var stage dbsqlc.Placement
 	var createErr, lockErr, stageErr error
-	claim := &claimCall{digest: k.Digest, open: &openClaim{arg: arg, key: k, size: n.ExpectedSize,
-		row: &row, createErr: &createErr, lockErr: &lockErr, stage: &stage, stageErr: &stageErr}}
+	claim := &claimCall{digest: k.Digest, create: &createClaim{arg: arg, row: &row, err: &createErr},
+		stage: &stageClaim{key: k, size: n.ExpectedSize, lockErr: &lockErr, row: &stage, err: &stageErr}}
 	claim.queue = func(b *pgx.Batch) {
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &createErr)
 		queueExec(b, func(db dbsqlc.DBTX) error {
