@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -288,8 +289,7 @@ SELECT a.operation_id, a.repository, a.digest, 4096, '{}' FROM admitted a JOIN v
 func ledgerFloor(ctx context.Context, pool *pgxpool.Pool, ds []string) error {
 	ids := make([]pgtype.UUID, len(ds))
 	for i, d := range ds {
-		copy(ids[i].Bytes[:], d[len(blobplane.DigestPrefix):][:16])
-		ids[i].Valid = true
+		ids[i] = floorID(d)
 	}
 	if _, err := pool.Exec(ctx, floorClaim, ids, upRepo, upPrincipal, upDC, ds); err != nil {
 		return err
@@ -305,23 +305,35 @@ func ledgerFloor(ctx context.Context, pool *pgxpool.Pool, ds []string) error {
 // statements of each kind pipelined in one transaction: batched commits
 // without multi-row statements.
 func ledgerFloorTx(ctx context.Context, pool *pgxpool.Pool, ds []string) error {
+	var published int64
 	for _, q := range []string{floorClaim, floorPublish} {
 		var b pgx.Batch
 		b.Queue("BEGIN")
 		for _, d := range ds {
-			var id pgtype.UUID
-			copy(id.Bytes[:], d[len(blobplane.DigestPrefix):][:16])
-			id.Valid = true
+			ids, digests := []pgtype.UUID{floorID(d)}, []string{d}
 			if q == floorClaim {
-				b.Queue(q, []pgtype.UUID{id}, upRepo, upPrincipal, upDC, []string{d})
-			} else {
-				b.Queue(q, []pgtype.UUID{id}, []string{d}, upDC)
+				b.Queue(q, ids, upRepo, upPrincipal, upDC, digests)
+				continue
 			}
+			b.Queue(q, ids, digests, upDC).Exec(func(tag pgconn.CommandTag) error {
+				published += tag.RowsAffected()
+				return nil
+			})
 		}
 		b.Queue("COMMIT")
 		if err := pool.SendBatch(ctx, &b).Close(); err != nil {
 			return err
 		}
 	}
+	if published != int64(len(ds)) {
+		return fmt.Errorf("%s...: the floor published %d outcomes of %d", ds[0], published, len(ds))
+	}
 	return nil
+}
+
+// floorID is the floor's operation id for digest d.
+func floorID(d string) pgtype.UUID {
+	id := pgtype.UUID{Valid: true}
+	copy(id.Bytes[:], d[len(blobplane.DigestPrefix):][:16])
+	return id
 }
