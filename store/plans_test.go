@@ -25,12 +25,7 @@ import (
 func TestHotStatementsUseIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := pgtest.New(t)
-	s := store.New(d.Pool, nil)
-	// The placement ledger exists once something is staged.
-	if _, err := s.StagePlacement(ctx, placement.Key{Digest: blobplane.Digest("sha256:" + strings.Repeat("0", 64)), Backend: "fs", Datacenter: "eu-1", Location: "x"}, 1, 0); err != nil {
-		t.Fatal(err)
-	}
+	d, s := planStore(t)
 	seedGrants(t, d.Pool, 5000, 20000)
 	if _, err := d.Pool.Exec(ctx, `
 		INSERT INTO repositories (name) SELECT 'r' || g || '/app' FROM generate_series(1, 2000) g;
@@ -78,11 +73,7 @@ func TestHotStatementsUseIndexes(t *testing.T) {
 func TestByKeyStatementsUseTheKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := pgtest.New(t)
-	s := store.New(d.Pool, nil)
-	if _, err := s.StagePlacement(ctx, placement.Key{Digest: blobplane.Digest("sha256:" + strings.Repeat("0", 64)), Backend: "fs", Datacenter: "eu-1", Location: "x"}, 1, 0); err != nil {
-		t.Fatal(err)
-	}
+	d, s := planStore(t)
 	// Statistics from a store with no pending row, then 10,000 uploads'
 	// churn that no vacuum cleaned up.
 	if _, err := d.Pool.Exec(ctx, `
@@ -122,6 +113,19 @@ func TestByKeyStatementsUseTheKey(t *testing.T) {
 			}
 		}
 	}
+}
+
+// planStore is a Store on a database of its own whose placement ledger
+// exists (it does once something is staged).
+func planStore(t *testing.T) (*pgtest.DB, *store.Store) {
+	t.Helper()
+	d := pgtest.New(t)
+	s := store.New(d.Pool, nil)
+	if _, err := s.StagePlacement(context.Background(), placement.Key{Digest: blobplane.Digest("sha256:" + strings.Repeat("0", 64)),
+		Backend: "fs", Datacenter: "eu-1", Location: "x"}, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	return d, s
 }
 
 // explain is Postgres' plan for st (EXPLAIN with its arguments), parsed
