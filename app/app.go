@@ -173,6 +173,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	metrics.RegisterCache("existence", st.ExistenceCacheStats)
 	metrics.RegisterBatches("finalize", st.FinalizeBatchStats)
 	metrics.RegisterBatches("claim", st.ClaimBatchStats)
+	metrics.RegisterChainedCloses(st.ChainedCloses)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,

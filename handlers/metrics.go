@@ -125,3 +125,12 @@ func (m *Metrics) RegisterBatches(path string, stats func() store.BatchStats) {
 			func(s store.BatchStats) int64 { return s.Fallback }),
 	)
 }
+
+// RegisterChainedCloses exports how many uploads closed as chained closes
+// (store.ChainedClose: the claim and the publication's statements sent
+// at once).
+func (m *Metrics) RegisterChainedCloses(chained func() int64) {
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "blobplane_chained_closes_total",
+		Help: "Single-request uploads whose claim and publication statements went to Postgres at once (store.ChainedClose)."},
+		func() float64 { return float64(chained()) }))
+}

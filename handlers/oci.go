@@ -1,7 +1,10 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +55,10 @@ type UploadStore interface {
 	// step; staged false leaves the stage to ClaimAndStage. Errors: those
 	// of CreateIntent.
 	OpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key) (in store.Intent, staged bool, err error)
+	// ChainOpenAndStage sends OpenAndStage's statements and Finalize's
+	// at once on one connection (see store.ChainedClose); nil: not
+	// chained, the caller runs OpenAndStage and Finalize.
+	ChainOpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key, req store.FinalizeRequest) *store.ChainedClose
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
@@ -330,11 +337,19 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		// while the body is written, and committed before the bytes
 		// appear at d's key.
 		k := h.objectKey(d, h.Backend)
-		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
+		chain, body := h.chainClose(r, n, k)
+		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, body,
 			func(ctx context.Context) claimResult {
-				in, staged, err := h.Store.OpenAndStage(ctx, n, k)
+				var in store.Intent
+				var staged bool
+				var err error
+				if chain != nil {
+					in, staged, err = chain.Claim()
+				} else {
+					in, staged, err = h.Store.OpenAndStage(ctx, n, k)
+				}
 				if err != nil || staged {
-					return claimResult{in: in, fallback: ociNameUnknown, err: err}
+					return claimResult{in: in, fallback: ociNameUnknown, err: err, chain: chain}
 				}
 				already, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
 				return claimResult{in: in, alreadyVerified: already, fallback: ociUploadInvalid, err: err}
@@ -465,11 +480,11 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		// verified and recorded; only publication failed, and a refusal
 		// can succeed later.
 		if in.StagedLocation == "" {
-			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil)
+			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil, nil)
 			return
 		}
 		if _, err := be.UploadSize(r.Context(), in.StagedLocation); errors.Is(err, backend.ErrNotFound) {
-			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil)
+			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil, nil)
 			return
 		}
 	}
@@ -674,6 +689,9 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		}
 		in = claimed.in
 	}
+	if err != nil {
+		claimed.chain.Release() // its statements hold the intent's and the placement's rows
+	}
 	if errors.Is(err, backend.ErrMismatch) {
 		if !claimed.alreadyVerified {
 			if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), k, placement.DigestMismatch, 0); ferr != nil {
@@ -707,7 +725,42 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		go func() { synced <- deferredSync() }()
 		durable = sync.OnceValue(func() error { return <-synced })
 	}
-	h.publish(w, r, in, d, size, verify, durable)
+	h.publish(w, r, in, d, size, verify, durable, claimed.chain)
+}
+
+// chainBodyMax bounds the body a single-request upload reads whole
+// before its claim, to chain its close (chainClose).
+const chainBodyMax = 64 << 10
+
+// chainClose starts the chained close (store.ChainOpenAndStage: the
+// claim and the publication's statements sent at once, docs/performance.md
+// item 31) of a single-request upload of n's content to k, when this node
+// is the repository's home and the body is small: it reads the body
+// whole first (a small body arrives with its headers), and chains only
+// if the bytes hash to the declared digest, so that nothing but the link
+// stands between the claim and the publication. A body that does not is
+// left to the unchained close, which answers for it. body is the
+// request's body as the close must read it.
+func (h *ociHandler) chainClose(r *http.Request, n store.NewIntent, k placement.Key) (chain *store.ChainedClose, body io.Reader) {
+	size := n.ExpectedSize
+	home, ok := h.Home.Home(n.Repository)
+	if !ok || size > chainBodyMax || size != r.ContentLength {
+		return nil, r.Body
+	}
+	buf := make([]byte, size)
+	if got, err := io.ReadFull(r.Body, buf); err != nil {
+		return nil, io.MultiReader(bytes.NewReader(buf[:got]), r.Body)
+	}
+	body = bytes.NewReader(buf)
+	if sum := sha256.Sum256(buf); hex.EncodeToString(sum[:]) != n.ExpectedDigest.Hex() {
+		return nil, body
+	}
+	return h.Store.ChainOpenAndStage(r.Context(), n, k, store.FinalizeRequest{
+		Digest: n.ExpectedDigest, Size: size,
+		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
+		Targets: h.Targets, Replication: h.Replication,
+		Verify: &store.Verification{Key: k, Digest: n.ExpectedDigest, Size: size},
+	}), body
 }
 
 // claimFunc records what must precede d's bytes at its key (the intent's
@@ -721,6 +774,10 @@ type claimResult struct {
 	alreadyVerified bool
 	fallback        string
 	err             error
+	// chain, when set, holds the close's publication (store.ChainedClose,
+	// chainClose): publish finalizes through it, and any other path
+	// releases it before anything else touches the intent.
+	chain *store.ChainedClose
 }
 
 // claimStage is the claim of a close on the existing session in.
@@ -744,11 +801,14 @@ func (h *ociHandler) objectKey(d blobplane.Digest, backend string) placement.Key
 // it in its own transaction (one synchronous commit for the close),
 // elsewhere it is recorded first. durable, when set, waits for the bytes'
 // last sync: at the home Finalize calls it before its commit, elsewhere
-// it is waited for first.
-func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error) {
+// it is waited for first. chain, when set, is the close's chained
+// publication (chainClose), which Finalize goes through at the home.
+func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error, chain *store.ChainedClose) {
 	ctx := r.Context()
+	defer chain.Release()
 	home, ok := h.Home.Home(in.Repository)
 	if !ok {
+		chain.Release()
 		if durable != nil {
 			if err := durable(); err != nil {
 				h.fail(w, r, err, ociUploadInvalid)
@@ -769,7 +829,11 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 	if home.Ctx != nil {
 		defer context.AfterFunc(home.Ctx, cancel)()
 	}
-	if _, err := h.Store.Finalize(fctx, store.FinalizeRequest{
+	finalize := h.Store.Finalize
+	if chain != nil {
+		finalize = chain.Finalize
+	}
+	if _, err := finalize(fctx, store.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
 		Targets: h.Targets, Replication: h.Replication, Verify: verify, BeforeCommit: durable,

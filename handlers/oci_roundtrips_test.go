@@ -156,6 +156,9 @@ func TestOCIHotPathStatements(t *testing.T) {
 	if n, rt := counter.statements.Load(), counter.roundTrips.Load(); n != 9 || rt != 3 {
 		t.Errorf("a 4 KiB single-request POST sent %d statements in %d round trips, want 9 in 3", n, rt)
 	}
+	if n := st.ChainedCloses(); n != 1 {
+		t.Errorf("%d chained closes, want the single-request upload's", n)
+	}
 
 	send("HEAD", srv.URL+"/v2/team/app/blobs/"+d1, nil, http.StatusOK) // fills the existence cache
 	counter.reset()

@@ -67,8 +67,9 @@ func BenchmarkUploadLedger(b *testing.B) {
 		floor   bool
 		rows    int  // the floor's uploads per statement (floorRows)
 		postPut bool // the OCI POST+PUT path instead of the single request
-	}{{1, true, false, 1, false}, {1, false, true, 1, false}, {16, false, false, 1, false}, {16, true, false, 1, false}, {16, true, false, 1, true},
-		{16, false, true, 1, false}, {16, false, true, floorBatch, false}, {16, false, true, -floorBatch, false}} {
+		chained bool // the single request as a chained close (ChainOpenAndStage)
+	}{{1, true, false, 1, false, false}, {1, true, false, 1, false, true}, {1, false, true, 1, false, false}, {16, false, false, 1, false, false}, {16, true, false, 1, false, false}, {16, true, false, 1, true, false},
+		{16, false, true, 1, false, false}, {16, false, true, floorBatch, false, false}, {16, false, true, -floorBatch, false, false}} {
 		clients := tc.clients
 		name := fmt.Sprintf("clients=%d", clients)
 		switch {
@@ -80,6 +81,8 @@ func BenchmarkUploadLedger(b *testing.B) {
 			name += "/floor"
 		case tc.postPut:
 			name += "/post-put"
+		case tc.chained:
+			name += "/chained"
 		case clients > 1:
 			name += fmt.Sprintf("/batches=%v", tc.batches)
 		}
@@ -128,7 +131,25 @@ func BenchmarkUploadLedger(b *testing.B) {
 				const size = 4096
 				k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
 				var in store.Intent
-				if tc.postPut { // the POST's session, then the PUT's claim of it
+				req := store.FinalizeRequest{Digest: d, Size: size,
+					Partition: upPartition, Node: upNode, Epoch: lease.Epoch, Replication: jobs.Replication{Client: rc},
+					Verify: &store.Verification{Key: k, Digest: d, Size: size}}
+				n := store.NewIntent{Repository: upRepo, Principal: upPrincipal,
+					ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}
+				finalize := s.Finalize
+				var ch *store.ChainedClose
+				if tc.chained { // nil while other uploads are in flight (the warm-up's)
+					ch = s.ChainOpenAndStage(ctx, n, k, req)
+				}
+				if ch != nil {
+					defer ch.Release()
+					var staged bool
+					var err error
+					if in, staged, err = ch.Claim(); err != nil || !staged {
+						return fmt.Errorf("%s: staged %v, %v", d, staged, err)
+					}
+					finalize = ch.Finalize
+				} else if tc.postPut { // the POST's session, then the PUT's claim of it
 					var err error
 					if in, err = s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
 						IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}); err != nil {
@@ -140,17 +161,15 @@ func BenchmarkUploadLedger(b *testing.B) {
 				} else {
 					var staged bool
 					var err error
-					if in, staged, err = s.OpenAndStage(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal,
-						ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}, k); err != nil {
+					if in, staged, err = s.OpenAndStage(ctx, n, k); err != nil {
 						return err
 					}
 					if !staged {
 						return fmt.Errorf("%s: not staged", d)
 					}
 				}
-				out, err := s.Finalize(ctx, store.FinalizeRequest{OperationID: in.OperationID, Digest: d, Size: size,
-					Partition: upPartition, Node: upNode, Epoch: lease.Epoch, Replication: jobs.Replication{Client: rc},
-					Verify: &store.Verification{Key: k, Digest: d, Size: size}})
+				req.OperationID = in.OperationID
+				out, err := finalize(ctx, req)
 				if err == nil && !out.NewReference {
 					err = fmt.Errorf("%s: published no new reference", d)
 				}
@@ -195,7 +214,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 			wg.Wait()
 			backends := poolBackends(b, pool)
 
-			stats, claims := s.FinalizeBatchStats(), s.ClaimBatchStats()
+			stats, claims, chained := s.FinalizeBatchStats(), s.ClaimBatchStats(), s.ChainedCloses()
 			b.ResetTimer()
 			before := procstat.Times(backends)
 			start := time.Now()
@@ -217,6 +236,9 @@ func BenchmarkUploadLedger(b *testing.B) {
 			b.ReportMetric(ops/elapsed.Seconds(), "uploads/s")
 			if len(before) > 0 {
 				b.ReportMetric(float64(used.Microseconds())/ops, "pg-cpu-us/op")
+			}
+			if tc.chained {
+				b.ReportMetric(float64(s.ChainedCloses()-chained)/ops, "chained/op")
 			}
 			if st := s.FinalizeBatchStats(); st.Batches > stats.Batches {
 				b.ReportMetric(float64(st.Batched-stats.Batched)/float64(st.Batches-stats.Batches), "finalizes/batch")

@@ -138,6 +138,19 @@ func (sb *slotBatcher[C]) run(batch []*slotWaiter[C], commit func([]C) bool) {
 	sb.batched.Add(int64(len(batch)))
 }
 
+// takeIfIdle takes a slot when no transaction is in flight and none is
+// queued (a chained close's, chain.go), and reports whether it did;
+// release gives it back. With batching off it takes none.
+func (sb *slotBatcher[C]) takeIfIdle() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.off || sb.running > 0 || len(sb.queue) > 0 {
+		return false
+	}
+	sb.running++
+	return true
+}
+
 // release ends a transaction in flight: its slot goes to the caller at
 // the head of the queue, with the queue (up to maxBatch) as its batch, or
 // is freed.

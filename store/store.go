@@ -34,6 +34,9 @@ type Store struct {
 
 	fin    slotBatcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
 	claims slotBatcher[*claimCall]    // claim batches likewise (claim_batch.go)
+
+	chained     atomic.Int64    // closes ChainOpenAndStage chained (chain.go)
+	batchTracer pgx.BatchTracer // the pool's, for what pipe sends (pipe.go)
 }
 
 // Open connects a pool to databaseURL and checks that the server answers.
@@ -65,7 +68,8 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, q: dbsqlc.New(), logger: logger,
+	tracer, _ := pool.Config().ConnConfig.Tracer.(pgx.BatchTracer)
+	return &Store{pool: pool, q: dbsqlc.New(), logger: logger, batchTracer: tracer,
 		fin:    slotBatcher[*finalizeCall]{slots: finalizeSlots, maxBatch: maxFinalizeBatch, order: byFinalizeDigest},
 		claims: slotBatcher[*claimCall]{slots: claimSlots, maxBatch: maxClaimBatch, order: byClaimDigest}}
 }

@@ -187,52 +187,76 @@ func createIntentErr(n NewIntent, err error) error {
 // ClaimAndStage. Errors: those of CreateIntent; on error nothing is
 // recorded.
 func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) (in Intent, staged bool, err error) {
-	if n.ExpectedDigest != k.Digest || n.ExpectedSize < 0 {
-		return Intent{}, false, blobplane.Errorf(blobplane.CodeInvalid, "open and stage: the intent must declare %s and its size", k.Digest)
-	}
-	arg, err := createIntentArgs(n)
+	o, err := s.openStage(ctx, n, k)
 	if err != nil {
 		return Intent{}, false, err
 	}
+	return o.answer(s.sendClaim(ctx, o.call))
+}
+
+// openStaging is OpenAndStage's claim: its statements (call) and where
+// their answers go until answer reads them.
+type openStaging struct {
+	n                            NewIntent
+	id                           pgtype.UUID
+	call                         *claimCall
+	row                          dbsqlc.Intent
+	stage                        dbsqlc.Placement
+	createErr, lockErr, stageErr error
+}
+
+// openStage validates OpenAndStage's arguments and makes its claim.
+func (s *Store) openStage(ctx context.Context, n NewIntent, k placement.Key) (*openStaging, error) {
+	if n.ExpectedDigest != k.Digest || n.ExpectedSize < 0 {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "open and stage: the intent must declare %s and its size", k.Digest)
+	}
+	arg, err := createIntentArgs(n)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkTransition(k, 0); err != nil {
-		return Intent{}, false, err
+		return nil, err
 	}
 	if err := s.ensurePlacements(ctx); err != nil {
-		return Intent{}, false, err
+		return nil, err
 	}
 	// The id is drawn here so the stage can name the intent whose claim
 	// it requires, in the same batch: one implicit transaction (pgx sends
 	// a single Sync), committed by the server when the batch ends.
 	if arg.OperationID, err = newOperationID(); err != nil {
-		return Intent{}, false, err
+		return nil, err
 	}
-	var row dbsqlc.Intent
-	var stage dbsqlc.Placement
-	var createErr, lockErr, stageErr error
-	claim := &claimCall{digest: k.Digest, create: &createClaim{arg: arg, row: &row, err: &createErr},
-		stage: &stageClaim{key: k, size: n.ExpectedSize, lockErr: &lockErr, row: &stage, err: &stageErr}}
-	claim.queue = func(b *pgx.Batch) {
-		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &createErr)
+	o := &openStaging{n: n, id: arg.OperationID}
+	o.call = &claimCall{digest: k.Digest, create: &createClaim{arg: arg, row: &o.row, err: &o.createErr},
+		stage: &stageClaim{key: k, size: n.ExpectedSize, lockErr: &o.lockErr, row: &o.stage, err: &o.stageErr}}
+	o.call.queue = func(b *pgx.Batch) {
+		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &o.row, &o.createErr)
 		queueExec(b, func(db dbsqlc.DBTX) error {
 			return s.q.LockPlacementDigest(ctx, db, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)})
-		}, &lockErr)
+		}, &o.lockErr)
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 			return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, n.ExpectedSize, 0, arg.OperationID))
-		}, &stage, &stageErr)
+		}, &o.stage, &o.stageErr)
 	}
-	if err := s.sendClaim(ctx, claim); err != nil { // the first statement's error, the batch undone
-		return Intent{}, false, createIntentErr(n, err)
+	return o, nil
+}
+
+// answer is OpenAndStage's answer once the claim was sent; sendErr is
+// its implicit transaction's error (nil: committed).
+func (o *openStaging) answer(sendErr error) (in Intent, staged bool, err error) {
+	if sendErr != nil { // the first statement's error, the batch undone
+		return Intent{}, false, createIntentErr(o.n, sendErr)
 	}
-	if err := errors.Join(createErr, lockErr); err != nil {
+	if err := errors.Join(o.createErr, o.lockErr); err != nil {
 		return Intent{}, false, dbErr("open and stage", err)
 	}
-	if errors.Is(stageErr, pgx.ErrNoRows) {
-		return intentFromRow(row), false, nil
+	if errors.Is(o.stageErr, pgx.ErrNoRows) {
+		return intentFromRow(o.row), false, nil
 	}
-	if stageErr != nil {
-		return Intent{}, false, placementErr("open and stage", stageErr)
+	if o.stageErr != nil {
+		return Intent{}, false, placementErr("open and stage", o.stageErr)
 	}
-	return intentFromRow(row), true, nil
+	return intentFromRow(o.row), true, nil
 }
 
 // GetIntent returns the intent op. Errors: not_found (also for a malformed
@@ -584,6 +608,13 @@ type Verification struct {
 // either way.
 // Other errors: not_found (unknown operation), invalid, unavailable.
 func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+	return s.finalizeWith(ctx, req, s.finalize)
+}
+
+// finalizeWith is Finalize with run as its transaction (finalize, or a
+// chained close's, chain.go): req.BeforeCommit runs once, and a
+// verification that run did not record is recorded alone.
+func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(context.Context, FinalizeRequest) (Outcome, bool, error)) (Outcome, error) {
 	if before := req.BeforeCommit; before != nil {
 		var once sync.Once
 		var berr error
@@ -592,7 +623,7 @@ func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, err
 			return berr
 		}
 	}
-	out, verified, err := s.finalize(ctx, req)
+	out, verified, err := run(ctx, req)
 	if v := req.Verify; v != nil && !verified {
 		if req.BeforeCommit != nil {
 			if berr := req.BeforeCommit(); berr != nil {

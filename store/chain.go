@@ -1,0 +1,308 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/placement"
+)
+
+// Chained closes (docs/performance.md, item 31). A single-request upload
+// at its home is OpenAndStage, the link of its bytes at their key, then
+// Finalize: the claim must commit before the bytes appear at the key
+// (flow 1, S6), and Finalize's statements wait for the link. With one
+// client that is three round trips in a row, and Finalize's first
+// (its reads, the verification, the blob row, the writes) takes longer
+// than the bytes' sync it overlaps.
+//
+// A chained close sends both at once on one connection: the claim's
+// statements with their Sync (their implicit transaction, committed
+// asynchronously as OpenAndStage's), then BEGIN and Finalize's
+// statements with theirs. The server answers the claim as soon as it
+// committed; the caller links the bytes; meanwhile the server runs
+// Finalize's statements, whose row locks hold until the caller decides
+// on their answers (exactly as Finalize does, decide) and, once the
+// bytes are durable, sends the COMMIT. Nothing of Finalize can commit
+// before the link and the sync, as before: only the order in which the
+// server runs its statements changed, not what waits for what.
+//
+// Only a close whose bytes are in hand and hash to the declared digest
+// chains (nothing to wait for between the claim and Finalize's
+// statements but the link), and only while no claim and no Finalize is
+// in flight on this Store (with more clients the batches of
+// claim_batch.go and finalize_batch.go save more, and a chain holds a
+// slot of both while it runs). Whatever is not Finalize's common path
+// (the key staged already, a refusal, an error) goes the way it would
+// have without the chain: the chain rolls back its transaction first.
+
+// ChainedClose is a chained close in flight: ChainOpenAndStage sent its
+// statements; Claim answers as OpenAndStage would, Finalize as Finalize
+// would. Release (after Claim, if Finalize is not called) gives the
+// connection back and rolls back what did not commit. Its methods are
+// called in turn, not concurrently.
+type ChainedClose struct {
+	s    *Store
+	ctx  context.Context // the chain's: it is not cancelled
+	conn *pgxpool.Conn
+	pipe *pipe // nil once its answers were read
+	open *openStaging
+	call *finalizeCall
+
+	claimSlot, finSlot bool // the batchers' slots it holds
+	committed          bool
+}
+
+// ChainOpenAndStage starts a chained close: OpenAndStage(n, k), then
+// Finalize(req) of the intent it creates (req.OperationID and
+// req.BeforeCommit are ignored: Finalize passes the latter). req must
+// verify k as holding the declared content (req.Verify), which the
+// caller's bytes must already have proven. nil means the close does not
+// chain (this Store has claims or publications in flight, or the
+// arguments are anything but the common case): the caller then calls
+// OpenAndStage and Finalize.
+func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.Key, req FinalizeRequest) *ChainedClose {
+	if req.Verify == nil || req.Verify.Key != k || req.Digest != k.Digest || req.Size != n.ExpectedSize {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx) // the claim completes whatever happens to the request
+	o, err := s.openStage(ctx, n, k)
+	if err != nil {
+		return nil // OpenAndStage says why
+	}
+	req.OperationID, req.BeforeCommit = o.id.String(), nil
+	if !pipelinable(req) {
+		return nil
+	}
+	ch := &ChainedClose{s: s, ctx: ctx, open: o, call: &finalizeCall{req: req, id: o.id}}
+	if ch.claimSlot = s.claims.takeIfIdle(); !ch.claimSlot {
+		return nil
+	}
+	if ch.finSlot = s.fin.takeIfIdle(); !ch.finSlot {
+		ch.Release()
+		return nil
+	}
+	var claim, fin pgx.Batch
+	o.call.queue(&claim)
+	fin.BeginTx(pgx.TxOptions{})
+	if err := s.queueFinalize(ctx, &fin, ch.call); err != nil {
+		ch.Release()
+		return nil
+	}
+	if ch.conn, err = s.pool.Acquire(ctx); err != nil {
+		ch.Release()
+		return nil
+	}
+	// If sending fails the connection is closed: the server has not
+	// committed the claim, or (the write cut short after its Sync) has
+	// committed an intent nobody will use, which expires and is swept.
+	if ch.pipe, err = openPipe(ctx, ch.conn.Conn(), s.batchTracer, &claim, &fin); err != nil {
+		ch.Release()
+		return nil
+	}
+	s.chained.Add(1)
+	return ch
+}
+
+// ChainedCloses counts the closes ChainOpenAndStage chained since the
+// Store was made (exported as a metric by the api).
+func (s *Store) ChainedCloses() int64 { return s.chained.Load() }
+
+// Claim waits for the claim and answers as OpenAndStage would. Unless
+// it staged k, the chain is over (released): the caller goes on as
+// after OpenAndStage, and Finalize is Store.Finalize.
+func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
+	in, staged, err = ch.open.answer(ch.pipe.read())
+	ch.s.claims.release()
+	ch.claimSlot = false
+	if err != nil || !staged {
+		ch.Release()
+	}
+	return in, staged, err
+}
+
+// Finalize publishes as Store.Finalize(req) does. req must be the
+// chain's request (the same content, fence, targets and verification)
+// for the chain's statements to count; otherwise, or once the chain is
+// over, it runs Store.Finalize.
+func (ch *ChainedClose) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+	if ch.pipe == nil || ch.claimSlot || !ch.sameRequest(req) {
+		ch.Release()
+		return ch.s.Finalize(ctx, req)
+	}
+	return ch.s.finalizeWith(ctx, req, ch.finalize)
+}
+
+// sameRequest reports whether req asks for what the chain sent.
+func (ch *ChainedClose) sameRequest(req FinalizeRequest) bool {
+	sent := ch.call.req
+	return req.OperationID == sent.OperationID && req.Digest == sent.Digest && req.Size == sent.Size &&
+		req.Partition == sent.Partition && req.Node == sent.Node && req.Epoch == sent.Epoch &&
+		slices.Equal(req.Targets, sent.Targets) && (req.Targets == nil) == (sent.Targets == nil) &&
+		req.Verify != nil && *req.Verify == *sent.Verify
+}
+
+// finalize is finalize (uploads.go) on the chain's transaction: decide
+// on its statements' answers, req.BeforeCommit, COMMIT, as
+// finalizeAlone does after its first round trip.
+func (ch *ChainedClose) finalize(ctx context.Context, req FinalizeRequest) (out Outcome, verified bool, err error) {
+	defer ch.Release()
+	c := ch.call
+	c.req.BeforeCommit, c.req.Replication = req.BeforeCommit, req.Replication
+	out, verified, err = ch.publish(ctx, c)
+	if err != nil {
+		var e *blobplane.Error
+		if errors.As(err, &e) {
+			return Outcome{}, false, err
+		}
+		return Outcome{}, false, dbErr("finalize "+req.OperationID, err)
+	}
+	return out, verified, nil
+}
+
+func (ch *ChainedClose) publish(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
+	err = ch.pipe.read()
+	if cerr := ch.pipe.close(); err == nil {
+		err = cerr
+	}
+	ch.pipe = nil
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	tx := &chainTx{conn: ch.conn.Conn()}
+	if out, verified, err = ch.s.decide(ctx, tx, c); err != nil {
+		return Outcome{}, false, err
+	}
+	if c.req.BeforeCommit != nil {
+		if err := c.req.BeforeCommit(); err != nil {
+			return Outcome{}, false, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, false, err
+	}
+	ch.committed = true
+	return out, verified, nil
+}
+
+// Release ends the chain: it reads whatever answers are still coming,
+// rolls back a transaction that did not commit, gives the connection and
+// the batchers' slots back. It may be called more than once.
+func (ch *ChainedClose) Release() {
+	if ch == nil {
+		return
+	}
+	if ch.pipe != nil {
+		_ = ch.pipe.close()
+		ch.pipe = nil
+	}
+	if ch.conn != nil {
+		if pc := ch.conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+			_, _ = ch.conn.Exec(ch.ctx, "ROLLBACK")
+		}
+		ch.conn.Release() // a connection still in a transaction is closed, not reused
+		ch.conn = nil
+	}
+	if ch.claimSlot {
+		ch.s.claims.release()
+		ch.claimSlot = false
+	}
+	if ch.finSlot {
+		ch.s.fin.release()
+		ch.finSlot = false
+	}
+}
+
+// chainTx is the chained close's transaction, for decide: the
+// connection, whose BEGIN the chain sent. Statements run on the
+// connection; Begin (a savepoint) first makes pgx's own transaction
+// over it, at the cost of a round trip that only replication's enqueue
+// may spend.
+type chainTx struct {
+	conn *pgx.Conn
+	tx   pgx.Tx // pgx's, once Begin or LargeObjects asked for it
+}
+
+var _ pgx.Tx = (*chainTx)(nil)
+
+// pgxTx makes pgx's transaction over the open one: a statement that
+// changes nothing stands for the BEGIN already sent.
+func (t *chainTx) pgxTx(ctx context.Context) (pgx.Tx, error) {
+	if t.tx == nil {
+		tx, err := t.conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: "SELECT"})
+		if err != nil {
+			return nil, err
+		}
+		t.tx = tx
+	}
+	return t.tx, nil
+}
+
+func (t *chainTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := t.pgxTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tx.Begin(ctx)
+}
+
+func (t *chainTx) Commit(ctx context.Context) error {
+	if t.tx != nil {
+		return t.tx.Commit(ctx)
+	}
+	tag, err := t.conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	return err
+}
+
+func (t *chainTx) Rollback(ctx context.Context) error {
+	if t.tx != nil {
+		return t.tx.Rollback(ctx)
+	}
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+func (t *chainTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	return t.conn.CopyFrom(ctx, table, columns, rows)
+}
+
+func (t *chainTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.conn.SendBatch(ctx, b)
+}
+
+func (t *chainTx) LargeObjects() pgx.LargeObjects {
+	tx, err := t.pgxTx(context.Background())
+	if err != nil {
+		return pgx.LargeObjects{}
+	}
+	return tx.LargeObjects()
+}
+
+func (t *chainTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.conn.Prepare(ctx, name, sql)
+}
+
+func (t *chainTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+func (t *chainTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.conn.Query(ctx, sql, args...)
+}
+
+func (t *chainTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+func (t *chainTx) Conn() *pgx.Conn { return t.conn }

@@ -1,0 +1,243 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/jobs"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store"
+)
+
+// chainRequest is the Finalize request of a chained close of n at k,
+// before its operation id is known.
+func (u *uploads) chainRequest(n store.NewIntent, k placement.Key) store.FinalizeRequest {
+	return store.FinalizeRequest{Digest: n.ExpectedDigest, Size: n.ExpectedSize,
+		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
+		Replication: jobs.Replication{Client: u.river},
+		Verify:      &store.Verification{Key: k, Digest: n.ExpectedDigest, Size: n.ExpectedSize}}
+}
+
+// chain starts a chained close of content and waits for its claim.
+func (u *uploads) chain(t *testing.T, content string) (*store.ChainedClose, store.Intent, store.FinalizeRequest) {
+	t.Helper()
+	n, k := u.newIntent(content, upRepo)
+	req := u.chainRequest(n, k)
+	ch := u.s.ChainOpenAndStage(context.Background(), n, k, req)
+	if ch == nil {
+		t.Fatal("an idle store did not chain the close")
+	}
+	t.Cleanup(ch.Release)
+	in, staged, err := ch.Claim()
+	if err != nil || !staged {
+		t.Fatalf("chained claim: staged %v, %v", staged, err)
+	}
+	req.OperationID = in.OperationID
+	return ch, in, req
+}
+
+// A chained close (the claim and Finalize's statements sent at once on
+// one connection) answers as OpenAndStage then Finalize would: the
+// claim commits on its own, before Finalize's transaction, whose writes
+// nobody sees before its COMMIT, which waits for BeforeCommit.
+func TestChainedClosePublishes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	ch, in, req := u.chain(t, "chained close")
+
+	// The claim committed: another connection sees the intent and the
+	// stage; Finalize's writes, made already, are not visible.
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending || got.ExpectedDigest != req.Digest {
+		t.Fatalf("intent after the claim: %+v, %v", got, err)
+	}
+	if p, err := u.s.Placement(ctx, req.Verify.Key); err != nil || p.State != placement.Pending {
+		t.Fatalf("stage after the claim: %+v, %v", p, err)
+	}
+	before := func() error {
+		if n := u.outcomes(t); n != 0 {
+			t.Errorf("%d outcomes visible before the commit", n)
+		}
+		if p, err := u.s.Placement(ctx, req.Verify.Key); err != nil || p.State != placement.Pending {
+			t.Errorf("placement before the commit: %+v, %v", p, err)
+		}
+		return nil
+	}
+	req.BeforeCommit = before
+	out, err := ch.Finalize(ctx, req)
+	if err != nil || !out.NewReference || out.OperationID != in.OperationID || out.Repository != upRepo {
+		t.Fatalf("chained finalize: %+v, %v", out, err)
+	}
+	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
+	if got, err := u.s.Outcome(ctx, in.OperationID); err != nil || got.OperationID != out.OperationID || !got.PublishedAt.Equal(out.PublishedAt) {
+		t.Fatalf("stored outcome %+v, %v; answered %+v", got, err, out)
+	}
+	if n := u.s.ChainedCloses(); n != 1 {
+		t.Fatalf("%d chained closes counted", n)
+	}
+	// The connection went back to the pool idle: nothing left open.
+	if n := u.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`); n != 0 {
+		t.Fatalf("%d connections left in a transaction", n)
+	}
+	// A retry is Finalize's: the stored outcome.
+	req.BeforeCommit = nil
+	if again, err := u.s.Finalize(ctx, req); err != nil || again.PublishedAt != out.PublishedAt {
+		t.Fatalf("retry: %+v, %v", again, err)
+	}
+}
+
+// A chained close refused by Finalize's checks (here the fence: another
+// epoch) answers Finalize's refusal, publishes nothing, and records the
+// verification alone, as Finalize does.
+func TestChainedCloseRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	n, k := u.newIntent("chained, refused", upRepo)
+	req := u.chainRequest(n, k)
+	req.Epoch++
+	ch := u.s.ChainOpenAndStage(ctx, n, k, req)
+	if ch == nil {
+		t.Fatal("not chained")
+	}
+	defer ch.Release()
+	in, staged, err := ch.Claim()
+	if err != nil || !staged {
+		t.Fatalf("claim: %v, %v", staged, err)
+	}
+	req.OperationID = in.OperationID
+	if _, err := ch.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
+		t.Fatalf("finalize under another epoch: %v, want the fence", err)
+	}
+	if n := u.outcomes(t); n != 0 {
+		t.Fatalf("%d outcomes after a refusal", n)
+	}
+	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Verified {
+		t.Fatalf("placement after the refusal: %+v, %v", p, err)
+	}
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending {
+		t.Fatalf("intent after the refusal: %+v, %v", got, err)
+	}
+}
+
+// A chain whose key has a row already (the same content published
+// before) is over at its claim: it rolls back Finalize's statements and
+// answers staged false, as OpenAndStage does, and the close goes on
+// without it, on other connections, without waiting for the chain's
+// locks: ClaimAndStage finds the key verified, and Finalize publishes
+// through Store.Finalize.
+func TestChainedCloseOfAStagedKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	const content = "the same content twice"
+	first, _, req := u.chain(t, content)
+	if _, err := first.Finalize(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	n, k := u.newIntent(content, upRepo)
+	ch := u.s.ChainOpenAndStage(ctx, n, k, u.chainRequest(n, k))
+	if ch == nil {
+		t.Fatal("not chained")
+	}
+	defer ch.Release()
+	in, staged, err := ch.Claim()
+	if err != nil || staged {
+		t.Fatalf("claim of a verified key: staged %v, %v", staged, err)
+	}
+	if already, err := u.s.ClaimAndStage(ctx, in.OperationID, k, n.ExpectedSize); err != nil || !already {
+		t.Fatalf("claim and stage after the chain: already %v, %v", already, err)
+	}
+	req = u.chainRequest(n, k)
+	req.OperationID, req.Verify = in.OperationID, nil
+	if out, err := ch.Finalize(ctx, req); err != nil || out.NewReference {
+		t.Fatalf("finalize after the chain: %+v, %v", out, err)
+	}
+	if n := u.outcomes(t); n != 2 {
+		t.Fatalf("%d outcomes, want both closes'", n)
+	}
+}
+
+// A chain in flight holds a claim slot until its claim is answered and a
+// Finalize slot until it ends: no other close chains meanwhile, and
+// once its claim is answered another close's claim runs alone.
+func TestChainedCloseHoldsTheSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	ch, _, req := u.chain(t, "the first close")
+	n, k := u.newIntent("the second close", upRepo)
+	if other := u.s.ChainOpenAndStage(ctx, n, k, u.chainRequest(n, k)); other != nil {
+		other.Release()
+		t.Fatal("a second close chained while a chain was in flight")
+	}
+	if _, staged, err := u.s.OpenAndStage(ctx, n, k); err != nil || !staged {
+		t.Fatalf("the second close's claim: staged %v, %v", staged, err)
+	}
+	if _, err := ch.Finalize(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if next := u.s.ChainOpenAndStage(ctx, n, k, u.chainRequest(n, k)); next == nil {
+		t.Fatal("an idle store did not chain")
+	} else {
+		next.Release()
+	}
+}
+
+// S5 across a chain: between its claim and its COMMIT the chain holds
+// the intent's row lock (Finalize's FOR UPDATE, taken by the statements
+// the server ran right after the claim), so an abandonment of the intent
+// waits, and once the chain publishes it fails on the row: exactly one
+// of them happens.
+func TestChainedClosePublishVersusAbandon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	ch, in, req := u.chain(t, "chained, then raced")
+	var abErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, abErr = u.s.AbandonIntent(ctx, in.OperationID)
+	}()
+	pgtest.WaitForLockWaiters(t, u.pool, 1)
+	if _, err := ch.Finalize(ctx, req); err != nil {
+		t.Fatalf("the chain's publication: %v", err)
+	}
+	<-done
+	if !errors.Is(abErr, store.ErrIntentClosed) {
+		t.Fatalf("abandon after the chain published: %v, want ErrIntentClosed", abErr)
+	}
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentAdmitted {
+		t.Fatalf("intent: %+v, %v", got, err)
+	}
+	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
+}
+
+// Release without Finalize (the bytes could not be linked) rolls back
+// Finalize's statements: the claim stays, as after OpenAndStage, and
+// the intent can be abandoned at once.
+func TestChainedCloseReleased(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	ch, in, req := u.chain(t, "chained, then released")
+	ch.Release()
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); err != nil {
+		t.Fatalf("abandon after release: %v", err)
+	}
+	if p, err := u.s.Placement(ctx, req.Verify.Key); err != nil || p.State == placement.Verified {
+		t.Fatalf("placement after release: %+v, %v", p, err)
+	}
+	if n := u.outcomes(t); n != 0 {
+		t.Fatalf("%d outcomes", n)
+	}
+	// The chain is over: Finalize is Store.Finalize's (which now finds
+	// the intent abandoned).
+	if _, err := ch.Finalize(ctx, req); blobplane.ErrorCode(err) != blobplane.CodeConflict {
+		t.Fatalf("finalize after release: %v, want conflict", err)
+	}
+}
