@@ -55,10 +55,12 @@ type UploadStore interface {
 	// step; staged false leaves the stage to ClaimAndStage. Errors: those
 	// of CreateIntent.
 	OpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key) (in store.Intent, staged bool, err error)
-	// ChainOpenAndStage sends OpenAndStage's statements and Finalize's
+	// ChainOpenAndStage and ChainClaimSessionAndStage send
+	// OpenAndStage's (ClaimSessionAndStage's) statements and Finalize's
 	// at once on one connection (see store.ChainedClose); nil: not
-	// chained, the caller runs OpenAndStage and Finalize.
+	// chained, the caller runs them one after the other.
 	ChainOpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key, req store.FinalizeRequest) *store.ChainedClose
+	ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req store.FinalizeRequest) *store.ChainedClose
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
@@ -337,8 +339,11 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		// while the body is written, and committed before the bytes
 		// appear at d's key.
 		k := h.objectKey(d, h.Backend)
-		chain, body := h.chainClose(r, n, k)
-		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, body,
+		var chain *store.ChainedClose
+		if req, ok := h.chainable(r, name, d, size, k); ok {
+			chain = h.Store.ChainOpenAndStage(ctx, n, k, req)
+		}
+		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
 			func(ctx context.Context) claimResult {
 				var in store.Intent
 				var staged bool
@@ -453,17 +458,33 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 	if size := r.ContentLength; size > 0 && size <= h.MaxBlobSize {
 		// The common close, the whole blob in this PUT of a session that
 		// staged nothing: the session's read and its claim (with the
-		// stage) are one round trip, before the body is read. Any other
-		// session is left untouched and takes the checked path below.
+		// stage) are one round trip, before the body is written (and,
+		// for a small body, chained with the publication: chainable). Any
+		// other session is left untouched and takes the checked path
+		// below.
 		if be, ok := h.Backends[h.Backend]; ok {
-			in, claimed, already, err := h.Store.ClaimSessionAndStage(r.Context(), id, name, h.objectKey(d, h.Backend), size)
+			k := h.objectKey(d, h.Backend)
+			var chain *store.ChainedClose
+			if req, ok := h.chainable(r, name, d, size, k); ok {
+				chain = h.Store.ChainClaimSessionAndStage(r.Context(), id, name, k, size, req)
+			}
+			var in store.Intent
+			var claimed, already bool
+			if chain != nil {
+				in, claimed, already, err = chain.ClaimSession()
+			} else {
+				// As before a body is read: the claim completes even if
+				// the client went away while chainable read (a cut-short
+				// body then leaves the session claimed, received 0).
+				in, claimed, already, err = h.Store.ClaimSessionAndStage(context.WithoutCancel(r.Context()), id, name, k, size)
+			}
 			if err != nil {
 				h.fail(w, r, err, ociUploadInvalid)
 				return
 			}
 			if claimed {
 				h.close(w, r, be, in, d, size, r.Body, func(context.Context) claimResult {
-					return claimResult{in: in, alreadyVerified: already}
+					return claimResult{in: in, alreadyVerified: already, chain: chain}
 				})
 				return
 			}
@@ -728,39 +749,42 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 	h.publish(w, r, in, d, size, verify, durable, claimed.chain)
 }
 
-// chainBodyMax bounds the body a single-request upload reads whole
-// before its claim, to chain its close (chainClose).
+// chainBodyMax bounds the body an upload's close reads whole before its
+// claim, to chain its close (chainable).
 const chainBodyMax = 64 << 10
 
-// chainClose starts the chained close (store.ChainOpenAndStage: the
-// claim and the publication's statements sent at once, docs/performance.md
-// item 31) of a single-request upload of n's content to k, when this node
-// is the repository's home and the body is small: it reads the body
-// whole first (a small body arrives with its headers), and chains only
-// if the bytes hash to the declared digest, so that nothing but the link
-// stands between the claim and the publication. A body that does not is
-// left to the unchained close, which answers for it. body is the
-// request's body as the close must read it.
-func (h *ociHandler) chainClose(r *http.Request, n store.NewIntent, k placement.Key) (chain *store.ChainedClose, body io.Reader) {
-	size := n.ExpectedSize
-	home, ok := h.Home.Home(n.Repository)
+// chainable prepares the chained close (store.ChainedClose: the claim and
+// the publication's statements sent at once, docs/performance.md item
+// 31) of r, which carries the whole content of d, size bytes, for repo:
+// when this node is repo's home and the body is small, it reads the body
+// whole first (a small body arrives with its headers) and reports whether
+// it hashes to d, with the publication the chain sends. Only then does
+// nothing but the link stand between the claim and the publication. A
+// body that does not hash to d is left to the unchained close, which
+// answers for it: r.Body is replaced by the bytes read and whatever
+// follows them.
+func (h *ociHandler) chainable(r *http.Request, repo string, d blobplane.Digest, size int64, k placement.Key) (store.FinalizeRequest, bool) {
+	home, ok := h.Home.Home(repo)
 	if !ok || size > chainBodyMax || size != r.ContentLength {
-		return nil, r.Body
+		return store.FinalizeRequest{}, false
 	}
 	buf := make([]byte, size)
-	if got, err := io.ReadFull(r.Body, buf); err != nil {
-		return nil, io.MultiReader(bytes.NewReader(buf[:got]), r.Body)
+	got, err := io.ReadFull(r.Body, buf)
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf[:got]), r.Body), r.Body}
+	if err != nil {
+		return store.FinalizeRequest{}, false
 	}
-	body = bytes.NewReader(buf)
-	if sum := sha256.Sum256(buf); hex.EncodeToString(sum[:]) != n.ExpectedDigest.Hex() {
-		return nil, body
+	if sum := sha256.Sum256(buf); hex.EncodeToString(sum[:]) != d.Hex() {
+		return store.FinalizeRequest{}, false
 	}
-	return h.Store.ChainOpenAndStage(r.Context(), n, k, store.FinalizeRequest{
-		Digest: n.ExpectedDigest, Size: size,
+	return store.FinalizeRequest{Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
 		Targets: h.Targets, Replication: h.Replication,
-		Verify: &store.Verification{Key: k, Digest: n.ExpectedDigest, Size: size},
-	}), body
+		Verify: &store.Verification{Key: k, Digest: d, Size: size},
+	}, true
 }
 
 // claimFunc records what must precede d's bytes at its key (the intent's

@@ -136,6 +136,7 @@ func TestOCIHotPathStatements(t *testing.T) {
 	upload() // warm: the token, the placement ledger, prepared statements
 
 	counter.reset()
+	chained := st.ChainedCloses()
 	d1 := upload()
 	// POST: CreateIntent. PUT: ClaimSessionAndStage (the session's read
 	// and its claim in one round trip, one implicit transaction: its
@@ -144,6 +145,9 @@ func TestOCIHotPathStatements(t *testing.T) {
 	// Publish; then COMMIT). The token comes from the cache.
 	if n, rt := counter.statements.Load(), counter.roundTrips.Load(); n != 10 || rt != 4 {
 		t.Errorf("a 4 KiB POST+PUT sent %d statements in %d round trips, want 10 in 4", n, rt)
+	}
+	if n := st.ChainedCloses() - chained; n != 1 {
+		t.Errorf("%d chained closes, want the PUT's", n)
 	}
 	// The single-request upload (POST ?digest= with the body):
 	// OpenAndStage (one round trip: the intent with its claim, the stage
@@ -156,8 +160,8 @@ func TestOCIHotPathStatements(t *testing.T) {
 	if n, rt := counter.statements.Load(), counter.roundTrips.Load(); n != 9 || rt != 3 {
 		t.Errorf("a 4 KiB single-request POST sent %d statements in %d round trips, want 9 in 3", n, rt)
 	}
-	if n := st.ChainedCloses(); n != 1 {
-		t.Errorf("%d chained closes, want the single-request upload's", n)
+	if n := st.ChainedCloses() - chained; n != 2 {
+		t.Errorf("%d chained closes, want the PUT's and the single-request upload's", n)
 	}
 
 	send("HEAD", srv.URL+"/v2/team/app/blobs/"+d1, nil, http.StatusOK) // fills the existence cache

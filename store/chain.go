@@ -7,10 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
 // Chained closes (docs/performance.md, item 31). A single-request upload
@@ -41,33 +43,35 @@ import (
 // (the key staged already, a refusal, an error) goes the way it would
 // have without the chain: the chain rolls back its transaction first.
 
-// ChainedClose is a chained close in flight: ChainOpenAndStage sent its
-// statements; Claim answers as OpenAndStage would, Finalize as Finalize
-// would. Release (after Claim, if Finalize is not called) gives the
-// connection back and rolls back what did not commit. Its methods are
-// called in turn, not concurrently.
+// ChainedClose is a chained close in flight: ChainOpenAndStage or
+// ChainClaimSessionAndStage sent its statements; Claim (or ClaimSession)
+// answers as OpenAndStage (ClaimSessionAndStage) would, Finalize as
+// Finalize would. Release (after the claim, if Finalize is not called)
+// gives the connection back and rolls back what did not commit. Its
+// methods are called in turn, not concurrently.
 type ChainedClose struct {
-	s    *Store
-	ctx  context.Context // the chain's: it is not cancelled
-	conn *pgxpool.Conn
-	pipe *pipe // nil once its answers were read
-	open *openStaging
-	call *finalizeCall
+	s       *Store
+	ctx     context.Context // the chain's: it is not cancelled
+	conn    *pgxpool.Conn
+	pipe    *pipe         // nil once its answers were read
+	open    *openStaging  // ChainOpenAndStage's claim
+	session *claimStaging // ChainClaimSessionAndStage's
+	call    *finalizeCall
 
 	claimSlot, finSlot bool // the batchers' slots it holds
 	committed          bool
 }
 
-// ChainOpenAndStage starts a chained close: OpenAndStage(n, k), then
-// Finalize(req) of the intent it creates (req.OperationID and
-// req.BeforeCommit are ignored: Finalize passes the latter). req must
-// verify k as holding the declared content (req.Verify), which the
-// caller's bytes must already have proven. nil means the close does not
-// chain (this Store has claims or publications in flight, or the
-// arguments are anything but the common case): the caller then calls
-// OpenAndStage and Finalize.
+// ChainOpenAndStage starts a chained close of a single-request upload:
+// OpenAndStage(n, k), then Finalize(req) of the intent it creates
+// (req.OperationID and req.BeforeCommit are ignored: Finalize passes the
+// latter). req must verify k as holding the declared content
+// (req.Verify), which the caller's bytes must already have proven. nil
+// means the close does not chain (this Store has claims or publications
+// in flight, or the arguments are anything but the common case): the
+// caller then calls OpenAndStage and Finalize.
 func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.Key, req FinalizeRequest) *ChainedClose {
-	if req.Verify == nil || req.Verify.Key != k || req.Digest != k.Digest || req.Size != n.ExpectedSize {
+	if req.Size != n.ExpectedSize {
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx) // the claim completes whatever happens to the request
@@ -75,11 +79,43 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.
 	if err != nil {
 		return nil // OpenAndStage says why
 	}
-	req.OperationID, req.BeforeCommit = o.id.String(), nil
-	if !pipelinable(req) {
+	req.OperationID = o.id.String()
+	ch := s.chain(ctx, o.call, o.id, k, req)
+	if ch != nil {
+		ch.open = o
+	}
+	return ch
+}
+
+// ChainClaimSessionAndStage is ChainOpenAndStage for the PUT that closes
+// the upload session op of repository with its whole body:
+// ClaimSessionAndStage(op, repository, k, size), then Finalize(req) of op.
+func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req FinalizeRequest) *ChainedClose {
+	id, err := parseOpID(op)
+	if err != nil || repository == "" || req.Size != size {
 		return nil
 	}
-	ch := &ChainedClose{s: s, ctx: ctx, open: o, call: &finalizeCall{req: req, id: o.id}}
+	ctx = context.WithoutCancel(ctx)
+	c, err := s.claimStaging(ctx, id, k, size, repository)
+	if err != nil {
+		return nil
+	}
+	req.OperationID = op
+	ch := s.chain(ctx, c.call, id, k, req)
+	if ch != nil {
+		ch.session = c
+	}
+	return ch
+}
+
+// chain sends claim's statements, then BEGIN and Finalize's first round
+// trip for req, on one connection, when this Store is idle.
+func (s *Store) chain(ctx context.Context, claim *claimCall, id pgtype.UUID, k placement.Key, req FinalizeRequest) *ChainedClose {
+	req.BeforeCommit = nil
+	if req.Verify == nil || req.Verify.Key != k || req.Digest != k.Digest || !pipelinable(req) {
+		return nil
+	}
+	ch := &ChainedClose{s: s, ctx: ctx, call: &finalizeCall{req: req, id: id}}
 	if ch.claimSlot = s.claims.takeIfIdle(); !ch.claimSlot {
 		return nil
 	}
@@ -87,21 +123,22 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.
 		ch.Release()
 		return nil
 	}
-	var claim, fin pgx.Batch
-	o.call.queue(&claim)
-	fin.BeginTx(pgx.TxOptions{})
-	if err := s.queueFinalize(ctx, &fin, ch.call); err != nil {
+	var cb, fb pgx.Batch
+	claim.queue(&cb)
+	fb.BeginTx(pgx.TxOptions{})
+	if err := s.queueFinalize(ctx, &fb, ch.call); err != nil {
 		ch.Release()
 		return nil
 	}
+	var err error
 	if ch.conn, err = s.pool.Acquire(ctx); err != nil {
 		ch.Release()
 		return nil
 	}
 	// If sending fails the connection is closed: the server has not
 	// committed the claim, or (the write cut short after its Sync) has
-	// committed an intent nobody will use, which expires and is swept.
-	if ch.pipe, err = openPipe(ctx, ch.conn.Conn(), s.batchTracer, &claim, &fin); err != nil {
+	// committed one nobody goes on with, which expires and is swept.
+	if ch.pipe, err = openPipe(ctx, ch.conn.Conn(), s.batchTracer, &cb, &fb); err != nil {
 		ch.Release()
 		return nil
 	}
@@ -109,21 +146,51 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.
 	return ch
 }
 
-// ChainedCloses counts the closes ChainOpenAndStage chained since the
-// Store was made (exported as a metric by the api).
+// ChainedCloses counts the closes this Store chained since it was made
+// (exported as a metric by the api).
 func (s *Store) ChainedCloses() int64 { return s.chained.Load() }
 
-// Claim waits for the claim and answers as OpenAndStage would. Unless
-// it staged k, the chain is over (released): the caller goes on as
-// after OpenAndStage, and Finalize is Store.Finalize.
-func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
-	in, staged, err = ch.open.answer(ch.pipe.read())
+var errNotThisChain = errors.New("store: the chained close was started for another claim")
+
+// readClaim reads the claim's answers: its implicit transaction's error.
+func (ch *ChainedClose) readClaim() error {
+	err := ch.pipe.read()
 	ch.s.claims.release()
 	ch.claimSlot = false
+	return err
+}
+
+// Claim waits for ChainOpenAndStage's claim and answers as OpenAndStage
+// would. Unless it staged k, the chain is over (released): the caller
+// goes on as after OpenAndStage, and Finalize is Store.Finalize.
+func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
+	if ch.open == nil {
+		return Intent{}, false, errNotThisChain
+	}
+	in, staged, err = ch.open.answer(ch.readClaim())
 	if err != nil || !staged {
 		ch.Release()
 	}
 	return in, staged, err
+}
+
+// ClaimSession waits for ChainClaimSessionAndStage's claim and answers
+// as ClaimSessionAndStage would. Unless the claim staged k, the chain is
+// over (released before anything else runs, such as re-staging k).
+func (ch *ChainedClose) ClaimSession() (in Intent, claimed, alreadyVerified bool, err error) {
+	c := ch.session
+	if c == nil {
+		return Intent{}, false, false, errNotThisChain
+	}
+	sendErr := ch.readClaim()
+	if sendErr != nil || !c.stagedAll() {
+		ch.Release()
+	}
+	row, claimed, alreadyVerified, err := c.answer(ch.ctx, sendErr)
+	if err != nil || !claimed {
+		return Intent{}, false, false, err
+	}
+	return intentFromRow(dbsqlc.Intent(row)), true, alreadyVerified, nil
 }
 
 // Finalize publishes as Store.Finalize(req) does. req must be the

@@ -385,14 +385,35 @@ func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string,
 // set ClaimSessionAndStage's; claimed is false when the claim touched no
 // row (nothing is recorded then).
 func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed, alreadyVerified bool, err error) {
-	if err := checkTransition(k, 0); err != nil {
+	c, err := s.claimStaging(ctx, id, k, size, repository)
+	if err != nil {
 		return row, false, false, err
+	}
+	return c.answer(ctx, s.sendClaim(ctx, c.call))
+}
+
+// claimStaging is claimAndStage's claim: its statements (call) and where
+// their answers go until answer reads them.
+type claimStaging struct {
+	s                  *Store
+	k                  placement.Key
+	size               int64
+	call               *claimCall
+	row                dbsqlc.ClaimIntentContentRow
+	staged             dbsqlc.Placement
+	claimErr, stageErr error
+}
+
+// claimStaging validates claimAndStage's arguments and makes its claim.
+func (s *Store) claimStaging(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (*claimStaging, error) {
+	if err := checkTransition(k, 0); err != nil {
+		return nil, err
 	}
 	if size < 0 {
-		return row, false, false, blobplane.Errorf(blobplane.CodeInvalid, "size %d: must be >= 0", size)
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "size %d: must be >= 0", size)
 	}
 	if err := s.ensurePlacements(ctx); err != nil {
-		return row, false, false, err
+		return nil, err
 	}
 	// Like CreateIntent's, these commits do not wait for their WAL flush:
 	// the close's next commit (Finalize recording the verification, or
@@ -404,35 +425,45 @@ func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.K
 	// One round trip, one implicit transaction (a single Sync): the
 	// setting, the claim with the digest's stage lock, and the common
 	// stage, an insert that happens only if the claim did, after the lock.
-	var claimErr, stageErr error
-	var staged dbsqlc.Placement
-	claim := &claimCall{digest: k.Digest, queue: func(b *pgx.Batch) {
+	c := &claimStaging{s: s, k: k, size: size}
+	c.call = &claimCall{digest: k.Digest, queue: func(b *pgx.Batch) {
 		b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.ClaimIntentContentRow, error) {
 			return s.q.ClaimIntentContent(ctx, db, dbsqlc.ClaimIntentContentParams{
 				LockClass: placementDigestLockClass, Digest: string(k.Digest), SizeBytes: size, OperationID: id,
 				SessionRepository: optText(repository), SessionBackend: optText(k.Backend),
 			})
-		}, &row, &claimErr)
+		}, &c.row, &c.claimErr)
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Placement, error) {
 			return s.q.InsertPlacementIfAbsent(ctx, db, insertPlacementArgs(k, size, 0, id))
-		}, &staged, &stageErr)
+		}, &c.staged, &c.stageErr)
 	}}
-	if err := s.sendClaim(ctx, claim); err != nil { // the first error, the batch undone
-		return row, false, false, placementErr("claim and stage", err)
+	return c, nil
+}
+
+// stagedAll reports whether the claim, sent and committed, claimed and
+// staged k: the common case, all in its one round trip.
+func (c *claimStaging) stagedAll() bool { return c.claimErr == nil && c.stageErr == nil }
+
+// answer is claimAndStage's answer once the claim was sent; sendErr is
+// its implicit transaction's error (nil: committed). A claim that did
+// not stage k re-stages it here.
+func (c *claimStaging) answer(ctx context.Context, sendErr error) (row dbsqlc.ClaimIntentContentRow, claimed, alreadyVerified bool, err error) {
+	if sendErr != nil { // the first error, the batch undone
+		return row, false, false, placementErr("claim and stage", sendErr)
 	}
 	switch {
-	case errors.Is(claimErr, pgx.ErrNoRows):
+	case errors.Is(c.claimErr, pgx.ErrNoRows):
 		return row, false, false, nil
-	case claimErr != nil:
-		return row, false, false, placementErr("claim and stage", claimErr)
-	case errors.Is(stageErr, pgx.ErrNoRows):
-		alreadyVerified, err = s.restageClaimed(ctx, k, size)
-		return row, true, alreadyVerified, err
-	case stageErr != nil:
-		return row, false, false, placementErr("claim and stage", stageErr)
+	case c.claimErr != nil:
+		return row, false, false, placementErr("claim and stage", c.claimErr)
+	case errors.Is(c.stageErr, pgx.ErrNoRows):
+		alreadyVerified, err = c.s.restageClaimed(ctx, c.k, c.size)
+		return c.row, true, alreadyVerified, err
+	case c.stageErr != nil:
+		return row, false, false, placementErr("claim and stage", c.stageErr)
 	}
-	return row, true, false, nil
+	return c.row, true, false, nil
 }
 
 // restageClaimed re-stages k, which has a row already (or whose digest is
