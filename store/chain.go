@@ -150,7 +150,8 @@ func (s *Store) chain(ctx context.Context, claim *claimCall, id pgtype.UUID, k p
 // (exported as a metric by the api).
 func (s *Store) ChainedCloses() int64 { return s.chained.Load() }
 
-var errNotThisChain = errors.New("store: the chained close was started for another claim")
+// ErrNotThisChain is Claim (ClaimSession) of a chain another claim started.
+var ErrNotThisChain = errors.New("store: the chained close was started for another claim")
 
 // readClaim reads the claim's answers: its implicit transaction's error.
 func (ch *ChainedClose) readClaim() error {
@@ -165,7 +166,7 @@ func (ch *ChainedClose) readClaim() error {
 // goes on as after OpenAndStage, and Finalize is Store.Finalize.
 func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
 	if ch.open == nil {
-		return Intent{}, false, errNotThisChain
+		return Intent{}, false, ErrNotThisChain
 	}
 	in, staged, err = ch.open.answer(ch.readClaim())
 	if err != nil || !staged {
@@ -180,7 +181,7 @@ func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
 func (ch *ChainedClose) ClaimSession() (in Intent, claimed, alreadyVerified bool, err error) {
 	c := ch.session
 	if c == nil {
-		return Intent{}, false, false, errNotThisChain
+		return Intent{}, false, false, ErrNotThisChain
 	}
 	sendErr := ch.readClaim()
 	if sendErr != nil || !c.stagedAll() {

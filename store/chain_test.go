@@ -241,3 +241,46 @@ func TestChainedCloseReleased(t *testing.T) {
 		t.Fatalf("finalize after release: %v, want conflict", err)
 	}
 }
+
+// The PUT that closes a session chains as well: ClaimSession answers as
+// ClaimSessionAndStage (the session claimed, with its declared content),
+// and the chain publishes the session's operation. A session that is not
+// claimable (here: named with another repository) ends the chain at its
+// claim, recording nothing, as ClaimSessionAndStage does.
+func TestChainedSessionClose(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	session := u.open(t, upRepo)
+	n, k := u.newIntent("a session's chained close", upRepo)
+	req := u.chainRequest(n, k)
+
+	other := u.s.ChainClaimSessionAndStage(ctx, session.OperationID, "team/other", k, n.ExpectedSize, req)
+	if other == nil {
+		t.Fatal("not chained")
+	}
+	if _, claimed, _, err := other.ClaimSession(); err != nil || claimed {
+		t.Fatalf("claim of another repository's session: claimed %v, %v", claimed, err)
+	}
+	if got, err := u.s.GetIntent(ctx, session.OperationID); err != nil || got.ExpectedDigest != "" {
+		t.Fatalf("session after a refused claim: %+v, %v", got, err)
+	}
+
+	ch := u.s.ChainClaimSessionAndStage(ctx, session.OperationID, upRepo, k, n.ExpectedSize, req)
+	if ch == nil {
+		t.Fatal("not chained")
+	}
+	defer ch.Release()
+	if _, _, err := ch.Claim(); !errors.Is(err, store.ErrNotThisChain) {
+		t.Fatalf("Claim of a session's chain: %v", err)
+	}
+	in, claimed, already, err := ch.ClaimSession()
+	if err != nil || !claimed || already || in.OperationID != session.OperationID || in.ExpectedDigest != n.ExpectedDigest {
+		t.Fatalf("session claim: %+v claimed %v already %v, %v", in, claimed, already, err)
+	}
+	req.OperationID = in.OperationID
+	if out, err := ch.Finalize(ctx, req); err != nil || !out.NewReference || out.OperationID != session.OperationID {
+		t.Fatalf("finalize: %+v, %v", out, err)
+	}
+	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
+}
