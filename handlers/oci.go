@@ -342,6 +342,7 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		var chain *store.ChainedClose
 		if req, ok := h.chainable(r, name, d, size, k); ok {
 			chain = h.Store.ChainOpenAndStage(ctx, n, k, req)
+			defer chain.Release() // publish or a failure path releases it first
 		}
 		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
 			func(ctx context.Context) claimResult {
@@ -466,7 +467,11 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 			k := h.objectKey(d, h.Backend)
 			var chain *store.ChainedClose
 			if req, ok := h.chainable(r, name, d, size, k); ok {
+				// The claim is the session's claim of exactly d and size, so
+				// close's content check passes and publish (or a failure
+				// path) releases the chain first.
 				chain = h.Store.ChainClaimSessionAndStage(r.Context(), id, name, k, size, req)
+				defer chain.Release()
 			}
 			var in store.Intent
 			var claimed, already bool
@@ -799,7 +804,7 @@ type claimResult struct {
 	fallback        string
 	err             error
 	// chain, when set, holds the close's publication (store.ChainedClose,
-	// chainClose): publish finalizes through it, and any other path
+	// chainable): publish finalizes through it, and any other path
 	// releases it before anything else touches the intent.
 	chain *store.ChainedClose
 }
@@ -826,7 +831,7 @@ func (h *ociHandler) objectKey(d blobplane.Digest, backend string) placement.Key
 // elsewhere it is recorded first. durable, when set, waits for the bytes'
 // last sync: at the home Finalize calls it before its commit, elsewhere
 // it is waited for first. chain, when set, is the close's chained
-// publication (chainClose), which Finalize goes through at the home.
+// publication (chainable), which Finalize goes through at the home.
 func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error, chain *store.ChainedClose) {
 	ctx := r.Context()
 	defer chain.Release()

@@ -57,8 +57,14 @@ func openPipe(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batch
 		}
 		for j, qq := range b.QueuedQueries {
 			if err := eqb.Build(conn.TypeMap(), sds[i][j], qq.Arguments); err != nil {
-				_ = p.p.Close()
-				return nil, fmt.Errorf("pipeline: %w", err)
+				err = fmt.Errorf("pipeline: %w", err)
+				if tracer != nil {
+					for _, pb := range append(p.sent, pipeBatch{b: b, ctx: tctx}) {
+						tracer.TraceBatchEnd(pb.ctx, conn, pgx.TraceBatchEndData{Err: err})
+					}
+				}
+				_ = p.p.Close() // with requests unsynced, it closes the connection
+				return nil, err
 			}
 			// The pipeline keeps the result formats until the answer
 			// comes; eqb reuses its slice.
