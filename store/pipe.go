@@ -57,14 +57,9 @@ func openPipe(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batch
 		}
 		for j, qq := range b.QueuedQueries {
 			if err := eqb.Build(conn.TypeMap(), sds[i][j], qq.Arguments); err != nil {
-				err = fmt.Errorf("pipeline: %w", err)
-				if tracer != nil {
-					for _, pb := range append(p.sent, pipeBatch{b: b, ctx: tctx}) {
-						tracer.TraceBatchEnd(pb.ctx, conn, pgx.TraceBatchEndData{Err: err})
-					}
-				}
+				p.sent = append(p.sent, pipeBatch{b: b, ctx: tctx})
 				_ = p.p.Close() // with requests unsynced, it closes the connection
-				return nil, err
+				return nil, p.failed(fmt.Errorf("pipeline: %w", err))
 			}
 			// The pipeline keeps the result formats until the answer
 			// comes; eqb reuses its slice.
@@ -74,9 +69,21 @@ func openPipe(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batch
 		p.sent = append(p.sent, pipeBatch{b: b, ctx: tctx})
 	}
 	if err := p.p.Flush(); err != nil {
-		return nil, err // the pipeline closed the connection
+		return nil, p.failed(err) // the pipeline closed the connection
 	}
 	return p, nil
+}
+
+// failed ends the traces of the batches sent (or being sent) when
+// sending them failed, and returns err.
+func (p *pipe) failed(err error) error {
+	if p.tracer != nil {
+		for _, pb := range p.sent {
+			p.tracer.TraceBatchEnd(pb.ctx, p.conn, pgx.TraceBatchEndData{Err: err})
+		}
+	}
+	p.sent = nil
+	return err
 }
 
 // read reads the answers of the oldest batch not read yet, running its
