@@ -284,3 +284,39 @@ func TestChainedSessionClose(t *testing.T) {
 	}
 	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
 }
+
+// A chained close with replication targets enqueues the transfers in its
+// own transaction (decide on the chain's connection: River inserts
+// through it), so they commit with the publication and not before it.
+func TestChainedCloseEnqueuesReplication(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	n, k := u.newIntent("chained, replicated", upRepo)
+	req := u.chainRequest(n, k)
+	req.Targets = []string{"us-1", "ap-1"}
+	ch := u.s.ChainOpenAndStage(ctx, n, k, req)
+	if ch == nil {
+		t.Fatal("not chained")
+	}
+	defer ch.Release()
+	in, staged, err := ch.Claim()
+	if err != nil || !staged {
+		t.Fatalf("claim: %v, %v", staged, err)
+	}
+	req.OperationID = in.OperationID
+	req.BeforeCommit = func() error {
+		if n := u.count(t, `SELECT count(*) FROM river_job`); n != 0 {
+			t.Errorf("%d jobs visible before the publication committed", n)
+		}
+		return nil
+	}
+	out, err := ch.Finalize(ctx, req)
+	if err != nil || len(out.ReplicationTargets) != 2 {
+		t.Fatalf("finalize: %+v, %v", out, err)
+	}
+	if n := u.count(t, `SELECT count(*) FROM river_job WHERE kind = 'replicate' AND args->>'operation_id' = $1
+		AND args->>'source_datacenter' = $2 AND args->>'target_datacenter' IN ('us-1', 'ap-1')`, req.OperationID, upDC); n != 2 {
+		t.Fatalf("%d replication jobs of the close, want one per target", n)
+	}
+}
