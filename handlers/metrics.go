@@ -131,6 +131,6 @@ func (m *Metrics) RegisterBatches(path string, stats func() store.BatchStats) {
 // at once).
 func (m *Metrics) RegisterChainedCloses(chained func() int64) {
 	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "blobplane_chained_closes_total",
-		Help: "Single-request uploads whose claim and publication statements went to Postgres at once (store.ChainedClose)."},
+		Help: "Upload closes whose claim and publication statements went to Postgres at once (store.ChainedClose)."},
 		func() float64 { return float64(chained()) }))
 }

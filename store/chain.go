@@ -15,13 +15,14 @@ import (
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
-// Chained closes (docs/performance.md, item 31). A single-request upload
-// at its home is OpenAndStage, the link of its bytes at their key, then
+// Chained closes (docs/performance.md, item 31). A close at the home is
+// its claim (a single-request upload's OpenAndStage, a session PUT's
+// ClaimSessionAndStage), the link of its bytes at their key, then
 // Finalize: the claim must commit before the bytes appear at the key
-// (flow 1, S6), and Finalize's statements wait for the link. With one
-// client that is three round trips in a row, and Finalize's first
-// (its reads, the verification, the blob row, the writes) takes longer
-// than the bytes' sync it overlaps.
+// (flow 1, S6), and Finalize's statements waited for the link. With one
+// client that is three round trips in a row, and Finalize's first (its
+// reads, the verification, the blob row, the writes) took longer than
+// the bytes' sync it overlaps.
 //
 // A chained close sends both at once on one connection: the claim's
 // statements with their Sync (their implicit transaction, committed
@@ -74,17 +75,18 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.
 	if req.Size != n.ExpectedSize {
 		return nil
 	}
-	ctx = context.WithoutCancel(ctx) // the claim completes whatever happens to the request
-	o, err := s.openStage(ctx, n, k)
+	ch := s.startChain(ctx)
+	if ch == nil {
+		return nil
+	}
+	o, err := s.openStage(ch.ctx, n, k)
 	if err != nil {
+		ch.Release()
 		return nil // OpenAndStage says why
 	}
 	req.OperationID = o.id.String()
-	ch := s.chain(ctx, o.call, o.id, k, req)
-	if ch != nil {
-		ch.open = o
-	}
-	return ch
+	ch.open = o
+	return ch.send(o.call, o.id, k, req)
 }
 
 // ChainClaimSessionAndStage is ChainOpenAndStage for the PUT that closes
@@ -95,31 +97,43 @@ func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository st
 	if err != nil || repository == "" || req.Size != size {
 		return nil
 	}
-	ctx = context.WithoutCancel(ctx)
-	c, err := s.claimStaging(ctx, id, k, size, repository)
+	ch := s.startChain(ctx)
+	if ch == nil {
+		return nil
+	}
+	c, err := s.claimStaging(ch.ctx, id, k, size, repository)
 	if err != nil {
+		ch.Release()
 		return nil
 	}
 	req.OperationID = op
-	ch := s.chain(ctx, c.call, id, k, req)
-	if ch != nil {
-		ch.session = c
-	}
-	return ch
+	ch.session = c
+	return ch.send(c.call, id, k, req)
 }
 
-// chain sends claim's statements, then BEGIN and Finalize's first round
-// trip for req, on one connection, when this Store is idle.
-func (s *Store) chain(ctx context.Context, claim *claimCall, id pgtype.UUID, k placement.Key, req FinalizeRequest) *ChainedClose {
-	req.BeforeCommit = nil
-	if req.Verify == nil || req.Verify.Key != k || req.Digest != k.Digest || !pipelinable(req) {
-		return nil
-	}
-	ch := &ChainedClose{s: s, ctx: ctx, call: &finalizeCall{req: req, id: id}}
+// startChain takes a claim slot and a Finalize slot for a chain when
+// this Store has neither kind in flight; nil otherwise.
+func (s *Store) startChain(ctx context.Context) *ChainedClose {
+	// The claim completes whatever happens to the request.
+	ch := &ChainedClose{s: s, ctx: context.WithoutCancel(ctx)}
 	if ch.claimSlot = s.claims.takeIfIdle(); !ch.claimSlot {
 		return nil
 	}
 	if ch.finSlot = s.fin.takeIfIdle(); !ch.finSlot {
+		ch.Release()
+		return nil
+	}
+	return ch
+}
+
+// send sends claim's statements, then BEGIN and Finalize's first round
+// trip for req, on one connection. nil (the chain released): req is not
+// Finalize's common case, or the statements could not be sent.
+func (ch *ChainedClose) send(claim *claimCall, id pgtype.UUID, k placement.Key, req FinalizeRequest) *ChainedClose {
+	s, ctx := ch.s, ch.ctx
+	req.BeforeCommit = nil
+	ch.call = &finalizeCall{req: req, id: id}
+	if req.Verify == nil || req.Verify.Key != k || req.Digest != k.Digest || !pipelinable(req) {
 		ch.Release()
 		return nil
 	}
