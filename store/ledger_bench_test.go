@@ -32,8 +32,11 @@ import (
 // upload at the home, without HTTP or bytes: OpenAndStage (the intent,
 // its claim and the placement's stage) then Finalize recording the
 // verification, as handlers.close runs them (clients=16/post-put: an OCI
-// POST's CreateIntent, then the PUT's ClaimSessionAndStage and Finalize),
-// with 1 and 16 uploads at a
+// POST's CreateIntent, then the PUT's ClaimSessionAndStage and Finalize;
+// clients=1/chained: the same as a chained close, ChainOpenAndStage, its
+// Claim, then its Finalize, with nothing between them to overlap, so it
+// shows what the chain costs or saves Postgres, not its gain end to end:
+// docs/performance.md item 31), with 1 and 16 uploads at a
 // time on a pool configured like the api's (synchronous commits, 8
 // connections); with 16, also with batching off (each claim and each
 // publication its own transaction: claim_batch.go, finalize_batch.go)
