@@ -24,8 +24,15 @@ func (u *uploads) chainRequest(n store.NewIntent, k placement.Key) store.Finaliz
 // chain starts a chained close of content and waits for its claim.
 func (u *uploads) chain(t *testing.T, content string) (*store.ChainedClose, store.Intent, store.FinalizeRequest) {
 	t.Helper()
+	return u.chainWith(t, content, func(*store.FinalizeRequest) {})
+}
+
+// chainWith is chain with the request edited by edit first.
+func (u *uploads) chainWith(t *testing.T, content string, edit func(*store.FinalizeRequest)) (*store.ChainedClose, store.Intent, store.FinalizeRequest) {
+	t.Helper()
 	n, k := u.newIntent(content, upRepo)
 	req := u.chainRequest(n, k)
+	edit(&req)
 	ch := u.s.ChainOpenAndStage(context.Background(), n, k, req)
 	if ch == nil {
 		t.Fatal("an idle store did not chain the close")
@@ -96,19 +103,8 @@ func TestChainedCloseRefusal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	n, k := u.newIntent("chained, refused", upRepo)
-	req := u.chainRequest(n, k)
-	req.Epoch++
-	ch := u.s.ChainOpenAndStage(ctx, n, k, req)
-	if ch == nil {
-		t.Fatal("not chained")
-	}
-	defer ch.Release()
-	in, staged, err := ch.Claim()
-	if err != nil || !staged {
-		t.Fatalf("claim: %v, %v", staged, err)
-	}
-	req.OperationID = in.OperationID
+	ch, in, req := u.chainWith(t, "chained, refused", func(req *store.FinalizeRequest) { req.Epoch++ })
+	k := req.Verify.Key
 	if _, err := ch.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
 		t.Fatalf("finalize under another epoch: %v, want the fence", err)
 	}
@@ -292,19 +288,7 @@ func TestChainedCloseEnqueuesReplication(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	n, k := u.newIntent("chained, replicated", upRepo)
-	req := u.chainRequest(n, k)
-	req.Targets = []string{"us-1", "ap-1"}
-	ch := u.s.ChainOpenAndStage(ctx, n, k, req)
-	if ch == nil {
-		t.Fatal("not chained")
-	}
-	defer ch.Release()
-	in, staged, err := ch.Claim()
-	if err != nil || !staged {
-		t.Fatalf("claim: %v, %v", staged, err)
-	}
-	req.OperationID = in.OperationID
+	ch, _, req := u.chainWith(t, "chained, replicated", func(req *store.FinalizeRequest) { req.Targets = []string{"us-1", "ap-1"} })
 	req.BeforeCommit = func() error {
 		if n := u.count(t, `SELECT count(*) FROM river_job`); n != 0 {
 			t.Errorf("%d jobs visible before the publication committed", n)
