@@ -60,7 +60,6 @@ type ChainedClose struct {
 	call    *finalizeCall
 
 	claimSlot, finSlot bool // the batchers' slots it holds
-	committed          bool
 }
 
 // ChainOpenAndStage starts a chained close of a single-request upload:
@@ -271,7 +270,6 @@ func (ch *ChainedClose) publish(ctx context.Context, c *finalizeCall) (out Outco
 	if err := tx.Commit(ctx); err != nil {
 		return Outcome{}, false, err
 	}
-	ch.committed = true
 	return out, verified, nil
 }
 
