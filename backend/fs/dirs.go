@@ -88,14 +88,24 @@ func (b *Backend) syncLeaf(d *os.File, dir, file string, parents []string) error
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if len(parents) > 0 {
-		l1, leaf := fanoutIndex(file)
-		if slices.Contains(parents, objectsDir) {
-			set(b.durable.l1[:], l1)
-		}
-		set(b.durable.leaf[:], leaf)
-	}
+	b.fanoutDurable(file, parents)
 	return nil
+}
+
+// fanoutDurable records that the fan-out directories of file's object
+// are durable entries of their parents, once parents (what leafDir
+// returned with it) were synced: by syncLeaf, or by a group sync, whose
+// syncfs makes every directory durable. Later writes below them then
+// neither make nor sync them again.
+func (b *Backend) fanoutDurable(file string, parents []string) {
+	if len(parents) == 0 {
+		return
+	}
+	l1, leaf := fanoutIndex(file)
+	if slices.Contains(parents, objectsDir) {
+		set(b.durable.l1[:], l1)
+	}
+	set(b.durable.leaf[:], leaf)
 }
 
 // syncDir fsyncs dir, relative to the root.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/blobplane/blobplane"
@@ -164,5 +165,64 @@ func TestOpenCreatesNestedRoot(t *testing.T) {
 		if got := rec.take(); len(got) != 3 {
 			t.Fatalf("first write into a new root synced %v, want the leaf and its two parents", got)
 		}
+	}
+}
+
+// A group sync (backend.SyncFilesystem) makes the fan-out directories of
+// the objects it covers durable too, and the backend remembers them as
+// it does after syncing them itself: once the group has failed and
+// writes fsync their own files and directories, a write below a leaf a
+// group sync covered syncs only the leaf, while a write below a leaf no
+// sync covered syncs its parents as well.
+func TestGroupSyncMakesFanoutDirectoriesDurable(t *testing.T) {
+	t.Parallel()
+	b, err := fs.OpenWith(t.TempDir(), fs.Options{Sync: backend.SyncFilesystem})
+	if errors.Is(err, backend.ErrInvalid) {
+		t.Skipf("sync=filesystem is not supported here: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	rec := &syncRecorder{}
+	fs.SetSyncHook(b, rec.hook)
+	var failGroup atomic.Bool
+	fs.SetGroupSyncHook(b, func() error {
+		if failGroup.Load() {
+			return errors.New("injected group sync failure")
+		}
+		return nil
+	})
+
+	a, ac := blobWhere(t, func(string) bool { return true })
+	ab, cd := a.Hex()[0:2], a.Hex()[2:4]
+	if err := write(t, b, a, ac); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("a group-synced write synced directories itself: %v", got)
+	}
+	// The group fails (sticky): this write fails, later ones fsync.
+	other, oc := blobWhere(t, func(h string) bool { return h[0:2] != ab })
+	failGroup.Store(true)
+	if err := write(t, b, other, oc); err == nil {
+		t.Fatal("a write whose group sync failed succeeded")
+	}
+	rec.take()
+
+	sameLeaf, slc := blobWhere(t, func(h string) bool { return h[0:4] == ab+cd && h != a.Hex() })
+	if err := write(t, b, sameLeaf, slc); err != nil {
+		t.Fatal(err)
+	}
+	leaf := "sha256/" + ab + "/" + cd
+	if got, want := rec.take(), []string{leaf}; !slices.Equal(got, want) {
+		t.Fatalf("a write below a leaf the group sync covered synced %v, want %v", got, want)
+	}
+	fresh, fc := blobWhere(t, func(h string) bool { return h[0:2] != ab && h[0:2] != other.Hex()[0:2] })
+	if err := write(t, b, fresh, fc); err != nil {
+		t.Fatal(err)
+	}
+	l1 := "sha256/" + fresh.Hex()[0:2]
+	if got, want := rec.take(), []string{"sha256", l1, l1 + "/" + fresh.Hex()[2:4]}; !slices.Equal(got, want) {
+		t.Fatalf("a write below a new leaf synced %v, want %v", got, want)
 	}
 }

@@ -315,7 +315,11 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	durable := func() error {
 		if group != nil {
 			_ = d.Close()
-			return classify(op, fileDurable())
+			if err := fileDurable(); err != nil {
+				return classify(op, err)
+			}
+			b.fanoutDurable(file, parents) // the group's syncfs made them durable too
+			return nil
 		}
 		leafErr := b.syncLeaf(d, dir, file, parents)
 		return classify(op, errors.Join(fileDone(), leafErr))
