@@ -597,3 +597,86 @@ func TestOCIMonolithicRefusedStoresNothing(t *testing.T) {
 		t.Fatalf("files after one upload: %v", got)
 	}
 }
+
+// Concurrent closes, single-request and POST+PUT, each content twice,
+// whichever way each goes (chained, batched, alone, or finding its key
+// staged by its twin): every one publishes, every blob reads back, no
+// connection is left in a transaction, and once all are done a close
+// chains again (every slot and connection was given back).
+func TestOCIConcurrentClosesAllPublish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := ociSetup(t, 1<<20)
+	send := func(method, path, body string) (int, http.Header, error) {
+		req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		req.SetBasicAuth("oras", e.writer)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Header, nil
+	}
+	upload := func(content string, single bool) error {
+		d := ociDigest(content)
+		if single {
+			status, _, err := send("POST", "/v2/team/app/blobs/uploads/?digest="+d, content)
+			if err == nil && status != http.StatusCreated {
+				err = fmt.Errorf("single-request %s: %d", d, status)
+			}
+			return err
+		}
+		status, hdr, err := send("POST", "/v2/team/app/blobs/uploads/", "")
+		if err != nil || status != http.StatusAccepted {
+			return fmt.Errorf("POST: %d, %v", status, err)
+		}
+		loc := hdr.Get("Location")
+		sep := "?"
+		if strings.Contains(loc, "?") {
+			sep = "&"
+		}
+		if status, _, err = send("PUT", strings.TrimPrefix(loc, e.srv.URL)+sep+"digest="+d, content); err == nil && status != http.StatusCreated {
+			err = fmt.Errorf("PUT %s: %d", d, status)
+		}
+		return err
+	}
+	var contents []string
+	for i := range 12 {
+		contents = append(contents, fmt.Sprintf("concurrent close %d %s", i, strings.Repeat("x", i*300)))
+	}
+	errs := make(chan error, 2*len(contents))
+	var wg sync.WaitGroup
+	for i, c := range contents {
+		for twin := range 2 {
+			wg.Go(func() { errs <- upload(c, (i+twin)%2 == 0) })
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for _, c := range contents {
+		if a := e.do(t, "GET", "/v2/team/app/blobs/"+ociDigest(c), "", e.writer, nil); a.status != http.StatusOK || a.body != c {
+			t.Fatalf("GET %s: %d, %d bytes", ociDigest(c), a.status, len(a.body))
+		}
+	}
+	var open int
+	if err := e.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&open); err != nil || open != 0 {
+		t.Fatalf("%d connections left in a transaction, %v", open, err)
+	}
+	before := e.st.ChainedCloses()
+	if err := upload("after the concurrent closes", true); err != nil {
+		t.Fatal(err)
+	}
+	if e.st.ChainedCloses() != before+1 {
+		t.Fatal("a close with nothing in flight did not chain: a slot was not given back")
+	}
+}
