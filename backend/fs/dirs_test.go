@@ -176,22 +176,15 @@ func TestOpenCreatesNestedRoot(t *testing.T) {
 // sync covered syncs its parents as well.
 func TestGroupSyncMakesFanoutDirectoriesDurable(t *testing.T) {
 	t.Parallel()
-	b, err := fs.OpenWith(t.TempDir(), fs.Options{Sync: backend.SyncFilesystem})
-	if errors.Is(err, backend.ErrInvalid) {
-		t.Skipf("sync=filesystem is not supported here: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	rec := &syncRecorder{}
-	fs.SetSyncHook(b, rec.hook)
 	var failGroup atomic.Bool
-	fs.SetGroupSyncHook(b, func() error {
+	b, _, _ := openGroup(t, func() error {
 		if failGroup.Load() {
 			return errors.New("injected group sync failure")
 		}
 		return nil
 	})
+	rec := &syncRecorder{}
+	fs.SetSyncHook(b, rec.hook)
 
 	a, ac := blobWhere(t, func(string) bool { return true })
 	ab, cd := a.Hex()[0:2], a.Hex()[2:4]
