@@ -407,10 +407,7 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 		return false
 	}
 	if atHome {
-		_, err = h.Store.Finalize(ctx, store.FinalizeRequest{
-			OperationID: in.OperationID, Digest: d, Size: size,
-			Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Targets: h.Targets, Replication: h.Replication,
-		})
+		_, err = h.Store.Finalize(ctx, h.finalizeRequest(home, in.OperationID, d, size))
 	} else {
 		// Not the home: the home publishes it, or the mount falls back
 		// (no finalize job: the client uploads instead).
@@ -785,11 +782,17 @@ func (h *ociHandler) chainable(r *http.Request, repo string, d blobplane.Digest,
 	if sum := sha256.Sum256(buf); hex.EncodeToString(sum[:]) != d.Hex() {
 		return store.FinalizeRequest{}, false
 	}
-	return store.FinalizeRequest{Digest: d, Size: size,
+	req := h.finalizeRequest(home, "", d, size) // the chain names the operation
+	req.Verify = &store.Verification{Key: k, Digest: d, Size: size}
+	return req, true
+}
+
+// finalizeRequest is the publication of operation op's content d, size
+// bytes, fenced by home, with this handler's replication policy.
+func (h *ociHandler) finalizeRequest(home HomeLease, op string, d blobplane.Digest, size int64) store.FinalizeRequest {
+	return store.FinalizeRequest{OperationID: op, Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
-		Targets: h.Targets, Replication: h.Replication,
-		Verify: &store.Verification{Key: k, Digest: d, Size: size},
-	}, true
+		Targets: h.Targets, Replication: h.Replication}
 }
 
 // claimFunc records what must precede d's bytes at its key (the intent's
@@ -862,11 +865,9 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 	if chain != nil {
 		finalize = chain.Finalize
 	}
-	if _, err := finalize(fctx, store.FinalizeRequest{
-		OperationID: in.OperationID, Digest: d, Size: size,
-		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
-		Targets: h.Targets, Replication: h.Replication, Verify: verify, BeforeCommit: durable,
-	}); err != nil {
+	req := h.finalizeRequest(home, in.OperationID, d, size)
+	req.Verify, req.BeforeCommit = verify, durable
+	if _, err := finalize(fctx, req); err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
 		return
 	}

@@ -78,7 +78,7 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.
 	if ch == nil {
 		return nil
 	}
-	o, err := s.openStage(ch.ctx, n, k)
+	o, err := s.newOpenStaging(ch.ctx, n, k)
 	if err != nil {
 		ch.Release()
 		return nil // OpenAndStage says why
@@ -100,7 +100,7 @@ func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository st
 	if ch == nil {
 		return nil
 	}
-	c, err := s.claimStaging(ch.ctx, id, k, size, repository)
+	c, err := s.newClaimStaging(ch.ctx, id, k, size, repository)
 	if err != nil {
 		ch.Release()
 		return nil

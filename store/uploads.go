@@ -187,7 +187,7 @@ func createIntentErr(n NewIntent, err error) error {
 // ClaimAndStage. Errors: those of CreateIntent; on error nothing is
 // recorded.
 func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) (in Intent, staged bool, err error) {
-	o, err := s.openStage(ctx, n, k)
+	o, err := s.newOpenStaging(ctx, n, k)
 	if err != nil {
 		return Intent{}, false, err
 	}
@@ -205,8 +205,8 @@ type openStaging struct {
 	createErr, lockErr, stageErr error
 }
 
-// openStage validates OpenAndStage's arguments and makes its claim.
-func (s *Store) openStage(ctx context.Context, n NewIntent, k placement.Key) (*openStaging, error) {
+// newOpenStaging validates OpenAndStage's arguments and makes its claim.
+func (s *Store) newOpenStaging(ctx context.Context, n NewIntent, k placement.Key) (*openStaging, error) {
 	if n.ExpectedDigest != k.Digest || n.ExpectedSize < 0 {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "open and stage: the intent must declare %s and its size", k.Digest)
 	}
@@ -385,7 +385,7 @@ func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string,
 // set ClaimSessionAndStage's; claimed is false when the claim touched no
 // row (nothing is recorded then).
 func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed, alreadyVerified bool, err error) {
-	c, err := s.claimStaging(ctx, id, k, size, repository)
+	c, err := s.newClaimStaging(ctx, id, k, size, repository)
 	if err != nil {
 		return row, false, false, err
 	}
@@ -404,8 +404,8 @@ type claimStaging struct {
 	claimErr, stageErr error
 }
 
-// claimStaging validates claimAndStage's arguments and makes its claim.
-func (s *Store) claimStaging(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (*claimStaging, error) {
+// newClaimStaging validates claimAndStage's arguments and makes its claim.
+func (s *Store) newClaimStaging(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (*claimStaging, error) {
 	if err := checkTransition(k, 0); err != nil {
 		return nil, err
 	}
