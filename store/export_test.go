@@ -59,6 +59,9 @@ type HotStatementForTest struct {
 	Name string
 	SQL  string
 	Args []any
+	// SeqScanOff: the statement runs only in a merged batch, whose
+	// transaction turns sequential scans off before it (queueMergedFinalize).
+	SeqScanOff bool
 }
 
 // HotStatementsForTest records, without sending them, the statements an
@@ -130,6 +133,28 @@ func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, 
 	rec("PublishMany", func(db dbsqlc.DBTX) {
 		_, _ = s.q.PublishMany(ctx, db, dbsqlc.PublishManyParams{OperationIds: ids, Digests: digests, Sizes: sizes, Results: [][]byte{[]byte(`{}`), []byte(`{}`)}})
 	})
+	// A merged claim batch's statements (claim_batch.go), likewise.
+	rec("CreateIntents", func(db dbsqlc.DBTX) {
+		_, _ = s.q.CreateIntents(ctx, db, dbsqlc.CreateIntentsParams{OperationIds: ids, Repositories: []string{repository, repository},
+			Principals: []string{principal, principal}, ExpectedDigests: digests, ExpectedSizes: sizes,
+			IngressDatacenters: []string{"eu-1", "eu-1"}, Backends: []string{"fs", "fs"}, StagedLocations: []string{"", ""},
+			TtlSeconds: []float64{3600, 3600}})
+	})
+	rec("LockPlacementDigests", func(db dbsqlc.DBTX) {
+		_ = s.q.LockPlacementDigests(ctx, db, dbsqlc.LockPlacementDigestsParams{LockClass: placementDigestLockClass, Digests: digests})
+	})
+	rec("InsertPlacementsIfAbsent", func(db dbsqlc.DBTX) {
+		_, _ = s.q.InsertPlacementsIfAbsent(ctx, db, dbsqlc.InsertPlacementsIfAbsentParams{Digests: digests, Backends: []string{"fs", "fs"},
+			Datacenters: []string{"eu-1", "eu-1"}, Locations: []string{k.Location, k.Location + "0"}, Sizes: sizes,
+			Epochs: []int64{0, 0}, ClaimedBy: ids, MaxPerDigest: placement.MaxPerDigest})
+	})
+	for i := range out {
+		switch out[i].Name {
+		case "FinalizeContexts", "VerifyPendingPlacements", "EnsureBlobsUnderLease", "PublishMany",
+			"CreateIntents", "LockPlacementDigests", "InsertPlacementsIfAbsent":
+			out[i].SeqScanOff = true
+		}
+	}
 	rec("GetReferencedBlob", func(db dbsqlc.DBTX) {
 		_, _ = s.q.GetReferencedBlob(ctx, db, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
 	})

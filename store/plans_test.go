@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -110,6 +111,72 @@ func TestByKeyStatementsUseTheKey(t *testing.T) {
 		for _, n := range root.scans() {
 			if ok, watched := byKey[n.Relation]; watched && !ok[n.IndexName] {
 				t.Errorf("%s reaches %s through %s %q, not by its key:\n%s", st.Name, n.Relation, n.NodeType, n.IndexName, plan)
+			}
+		}
+	}
+}
+
+// The same statements keep reaching their rows by key in a store that is
+// new: Postgres plans a prepared statement with its arguments five times,
+// then settles on the generic plan (no argument values) when that costs no
+// more, and keeps it for the connection's life, until a relation's
+// statistics change. In a new store, with tables of a few pages and never
+// analyzed, a key lookup and a scan of any index on an equality cost the
+// same; written with datacenter = @datacenter, VerifyPendingPlacement's
+// generic plan reached its placement through placements (datacenter,
+// state) and visited every placement of the datacenter, each upload's
+// verification walking all earlier ones until autovacuum's first ANALYZE
+// replanned it: 348 µs per call on average over a 20 s bench run of
+// 28,000 uploads, 49 µs with the key (docs/performance.md item 33). The
+// plans are Postgres' generic ones, as a pooled connection caches them:
+// each statement PREPAREd exactly as sqlc sends it (a merged batch's with
+// sequential scans off, as that batch plans it), then EXPLAIN EXECUTE
+// under plan_cache_mode = force_generic_plan, in a store whose tables hold
+// nothing but the one placement planStore stages.
+func TestByKeyStatementsUseTheKeyInANewStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, s := planStore(t)
+	conn, err := d.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	digest := blobplane.Digest("sha256:" + strings.Repeat("ab", 32))
+	byKey := map[string]map[string]bool{
+		"intents":    {"intents_pkey": true, "intents_pending_digest_idx": true},
+		"placements": {"placements_pkey": true},
+	}
+	for i, st := range s.HotStatementsForTest("00000000-0000-0000-0000-000000000001", "r/app", "p", "no-token", digest) {
+		name := fmt.Sprintf("hot_%d", i)
+		// Planned as the store sends it: a merged batch's statement with
+		// sequential scans off.
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET enable_seqscan = %t", !st.SeqScanOff)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+st.SQL); err != nil {
+			t.Fatalf("%s: %v", st.Name, err)
+		}
+		var params int
+		if err := conn.QueryRow(ctx, "SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = $1", name).Scan(&params); err != nil {
+			t.Fatal(err)
+		}
+		// A generic plan does not depend on the values: NULL for each.
+		args := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+		var plan []byte
+		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+args+")").Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", st.Name, err)
+		}
+		var nodes []struct{ Plan planNode }
+		if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
+			t.Fatalf("%s: plan %s: %v", st.Name, plan, err)
+		}
+		for _, n := range nodes[0].Plan.scans() {
+			if ok, watched := byKey[n.Relation]; watched && !ok[n.IndexName] {
+				t.Errorf("%s's generic plan reaches %s through %s %q, not by its key:\n%s", st.Name, n.Relation, n.NodeType, n.IndexName, plan)
 			}
 		}
 	}

@@ -58,8 +58,9 @@ UPDATE deletions SET deleted_at = now(), result = @result WHERE id = @id AND del
 SELECT * FROM deletions WHERE deleted_at IS NULL ORDER BY decided_at LIMIT @max_rows;
 
 -- name: PlacementsAt :many
--- Placements of a digest in one backend of one datacenter (inventory).
-SELECT * FROM placements WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter;
+-- Placements of a digest in one backend of one datacenter (inventory),
+-- by the primary key (coalesce(datacenter, ''): placements.sql says why).
+SELECT * FROM placements WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text;
 
 -- name: LockBlobIfExists :many
 SELECT digest, state FROM blobs WHERE digest = @digest FOR UPDATE;
@@ -131,12 +132,13 @@ ORDER BY m.digest, d.id;
 -- name: ClassifyObjects :many
 -- The inventory's unlocked classification of a page of stored objects of
 -- one backend in one datacenter, in one statement: the same order of
--- tests as the locked re-classification (store.classify).
+-- tests as the locked re-classification (store.classify). Placements by
+-- the primary key (coalesce(datacenter, ''): placements.sql says why).
 SELECT o.digest::text AS digest,
        (CASE
             WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
             WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
-            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend AND p.datacenter = @datacenter
+            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend AND coalesce(p.datacenter, '') = @datacenter::text
                          AND p.state IN ('pending', 'verified')) THEN 'staged'
             ELSE 'orphan'
         END)::text AS class

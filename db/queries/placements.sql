@@ -1,5 +1,17 @@
 -- Placement ledger queries. The table is an optional persistence domain
 -- (db/schema/placements.sql); store creates it before the first write.
+--
+-- A statement that reaches one placement by its key writes the
+-- datacenter's equality as coalesce(datacenter, '') = @datacenter
+-- (datacenter is NOT NULL: the coalesce changes nothing but the plan).
+-- Written datacenter = @datacenter, the (datacenter, state) index could
+-- serve it too; a connection caches a statement's generic plan, and one
+-- made while the table was a few pages (a new store, never analyzed)
+-- costed that index below the primary key and kept it: each lookup then
+-- walked every placement of the datacenter until an ANALYZE replanned it
+-- (TestByKeyStatementsUseTheKeyInANewStore, docs/performance.md item 33).
+-- The state is written coalesce(state, '') for the same reason
+-- (uploads.sql).
 
 -- name: LockPlacementDigest :exec
 -- Serializes stages of one digest (the 64-placement bound) for the rest of
@@ -8,16 +20,16 @@ SELECT pg_advisory_xact_lock(@lock_class::int4, hashtext(@digest::text));
 
 -- name: GetPlacementForUpdate :one
 SELECT * FROM placements
-WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
+WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text AND location = @location
 FOR UPDATE;
 
 -- name: GetPlacement :one
 SELECT * FROM placements
-WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location;
+WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text AND location = @location;
 
 -- name: GetPlacementIfChanged :one
 SELECT * FROM placements
-WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
+WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text AND location = @location
   AND generation <> @since_generation::bigint;
 
 -- name: UpdatePlacement :one
@@ -32,7 +44,7 @@ SET state = @state,
     generation = generation + 1,
     updated_at = now(),
     verified_at = CASE WHEN @state::text = 'verified' THEN now() ELSE verified_at END
-WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
+WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text AND location = @location
   AND epoch <= @epoch
   AND generation = @generation
 RETURNING *;
@@ -44,13 +56,14 @@ RETURNING *;
 -- transition pending -> verified (placement.Transition). No row back: not
 -- that case (absent, another state, another size, a higher epoch); the
 -- caller takes the general path (GetPlacementForUpdate, Transition).
--- The pending check is written so that neither placements_pending_idx nor
--- (datacenter, state) can serve it: the row is reached by its key, not by
--- walking every pending entry, dead ones included (see uploads.sql).
+-- The pending check and the datacenter are written so that neither
+-- placements_pending_idx nor (datacenter, state) can serve it: the row is
+-- reached by its key, not by walking every pending entry, dead ones
+-- included, or every placement of the datacenter (see above).
 UPDATE placements
 SET state = 'verified', reason = NULL, revoke_reason = NULL,
     epoch = @epoch, generation = generation + 1, updated_at = now(), verified_at = now()
-WHERE digest = @digest AND backend = @backend AND datacenter = @datacenter AND location = @location
+WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text AND location = @location
   AND coalesce(state, '') = 'pending' AND size_bytes = @size_bytes AND epoch <= @epoch
 RETURNING *;
 

@@ -35,7 +35,7 @@ SELECT o.digest::text AS digest,
        (CASE
             WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
             WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
-            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1 AND p.datacenter = $2
+            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1 AND coalesce(p.datacenter, '') = $2::text
                          AND p.state IN ('pending', 'verified')) THEN 'staged'
             ELSE 'orphan'
         END)::text AS class
@@ -55,7 +55,8 @@ type ClassifyObjectsRow struct {
 
 // The inventory's unlocked classification of a page of stored objects of
 // one backend in one datacenter, in one statement: the same order of
-// tests as the locked re-classification (store.classify).
+// tests as the locked re-classification (store.classify). Placements by
+// the primary key (coalesce(datacenter, ”): placements.sql says why).
 func (q *Queries) ClassifyObjects(ctx context.Context, db DBTX, arg ClassifyObjectsParams) ([]ClassifyObjectsRow, error) {
 	rows, err := db.Query(ctx, classifyObjects, arg.Backend, arg.Datacenter, arg.Digests)
 	if err != nil {
@@ -446,7 +447,7 @@ func (q *Queries) OldestUnfinishedDeletionAge(ctx context.Context, db DBTX) (flo
 }
 
 const placementsAt = `-- name: PlacementsAt :many
-SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements WHERE digest = $1 AND backend = $2 AND datacenter = $3
+SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements WHERE digest = $1 AND backend = $2 AND coalesce(datacenter, '') = $3::text
 `
 
 type PlacementsAtParams struct {
@@ -455,7 +456,8 @@ type PlacementsAtParams struct {
 	Datacenter string
 }
 
-// Placements of a digest in one backend of one datacenter (inventory).
+// Placements of a digest in one backend of one datacenter (inventory),
+// by the primary key (coalesce(datacenter, ”): placements.sql says why).
 func (q *Queries) PlacementsAt(ctx context.Context, db DBTX, arg PlacementsAtParams) ([]Placement, error) {
 	rows, err := db.Query(ctx, placementsAt, arg.Digest, arg.Backend, arg.Datacenter)
 	if err != nil {

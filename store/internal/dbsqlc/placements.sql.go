@@ -13,7 +13,7 @@ import (
 
 const getPlacement = `-- name: GetPlacement :one
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements
-WHERE digest = $1 AND backend = $2 AND datacenter = $3 AND location = $4
+WHERE digest = $1 AND backend = $2 AND coalesce(datacenter, '') = $3::text AND location = $4
 `
 
 type GetPlacementParams struct {
@@ -51,7 +51,7 @@ func (q *Queries) GetPlacement(ctx context.Context, db DBTX, arg GetPlacementPar
 
 const getPlacementForUpdate = `-- name: GetPlacementForUpdate :one
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements
-WHERE digest = $1 AND backend = $2 AND datacenter = $3 AND location = $4
+WHERE digest = $1 AND backend = $2 AND coalesce(datacenter, '') = $3::text AND location = $4
 FOR UPDATE
 `
 
@@ -90,7 +90,7 @@ func (q *Queries) GetPlacementForUpdate(ctx context.Context, db DBTX, arg GetPla
 
 const getPlacementIfChanged = `-- name: GetPlacementIfChanged :one
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements
-WHERE digest = $1 AND backend = $2 AND datacenter = $3 AND location = $4
+WHERE digest = $1 AND backend = $2 AND coalesce(datacenter, '') = $3::text AND location = $4
   AND generation <> $5::bigint
 `
 
@@ -324,6 +324,18 @@ type LockPlacementDigestParams struct {
 
 // Placement ledger queries. The table is an optional persistence domain
 // (db/schema/placements.sql); store creates it before the first write.
+//
+// A statement that reaches one placement by its key writes the
+// datacenter's equality as coalesce(datacenter, ”) = @datacenter
+// (datacenter is NOT NULL: the coalesce changes nothing but the plan).
+// Written datacenter = @datacenter, the (datacenter, state) index could
+// serve it too; a connection caches a statement's generic plan, and one
+// made while the table was a few pages (a new store, never analyzed)
+// costed that index below the primary key and kept it: each lookup then
+// walked every placement of the datacenter until an ANALYZE replanned it
+// (TestByKeyStatementsUseTheKeyInANewStore, docs/performance.md item 33).
+// The state is written coalesce(state, ”) for the same reason
+// (uploads.sql).
 // Serializes stages of one digest (the 64-placement bound) for the rest of
 // the transaction. The two-key form keeps these locks apart from others.
 func (q *Queries) LockPlacementDigest(ctx context.Context, db DBTX, arg LockPlacementDigestParams) error {
@@ -341,7 +353,7 @@ SET state = $1,
     generation = generation + 1,
     updated_at = now(),
     verified_at = CASE WHEN $1::text = 'verified' THEN now() ELSE verified_at END
-WHERE digest = $6 AND backend = $7 AND datacenter = $8 AND location = $9
+WHERE digest = $6 AND backend = $7 AND coalesce(datacenter, '') = $8::text AND location = $9
   AND epoch <= $5
   AND generation = $10
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
@@ -398,7 +410,7 @@ const verifyPendingPlacement = `-- name: VerifyPendingPlacement :one
 UPDATE placements
 SET state = 'verified', reason = NULL, revoke_reason = NULL,
     epoch = $1, generation = generation + 1, updated_at = now(), verified_at = now()
-WHERE digest = $2 AND backend = $3 AND datacenter = $4 AND location = $5
+WHERE digest = $2 AND backend = $3 AND coalesce(datacenter, '') = $4::text AND location = $5
   AND coalesce(state, '') = 'pending' AND size_bytes = $6 AND epoch <= $1
 RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
 `
@@ -418,9 +430,10 @@ type VerifyPendingPlacementParams struct {
 // transition pending -> verified (placement.Transition). No row back: not
 // that case (absent, another state, another size, a higher epoch); the
 // caller takes the general path (GetPlacementForUpdate, Transition).
-// The pending check is written so that neither placements_pending_idx nor
-// (datacenter, state) can serve it: the row is reached by its key, not by
-// walking every pending entry, dead ones included (see uploads.sql).
+// The pending check and the datacenter are written so that neither
+// placements_pending_idx nor (datacenter, state) can serve it: the row is
+// reached by its key, not by walking every pending entry, dead ones
+// included, or every placement of the datacenter (see above).
 func (q *Queries) VerifyPendingPlacement(ctx context.Context, db DBTX, arg VerifyPendingPlacementParams) (Placement, error) {
 	row := db.QueryRow(ctx, verifyPendingPlacement,
 		arg.Epoch,
