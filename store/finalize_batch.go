@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -145,8 +146,9 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 
 // mergeable reports whether batch's calls can share one statement per
 // kind: at least two; each verifies its placement on the common path
-// (pipelinable) of its own digest and takes the default replication
-// policy; no digest twice (a blob row's ON CONFLICT DO UPDATE cannot
+// (pipelinable) of its own digest; all take the same replication targets
+// (an api's are its configuration's: BLOBPLANE_REPLICATE_TO, or the
+// default policy); no digest twice (a blob row's ON CONFLICT DO UPDATE cannot
 // touch a row twice in one statement, and rows are matched by digest).
 // batch is in digest order (byFinalizeDigest).
 func mergeable(batch []*finalizeCall) bool {
@@ -154,7 +156,7 @@ func mergeable(batch []*finalizeCall) bool {
 		return false
 	}
 	for i, c := range batch {
-		if !pipelinable(c.req) || c.req.Verify.Key.Digest != c.req.Digest || c.req.Targets != nil {
+		if !pipelinable(c.req) || c.req.Verify.Key.Digest != c.req.Digest || !sameTargets(c.req.Targets, batch[0].req.Targets) {
 			return false
 		}
 		if i > 0 && batch[i-1].req.Digest == c.req.Digest {
@@ -162,6 +164,12 @@ func mergeable(batch []*finalizeCall) bool {
 		}
 	}
 	return true
+}
+
+// sameTargets reports whether two calls' replication targets are the
+// same: both the default policy (nil), or the same list.
+func sameTargets(a, b []string) bool {
+	return (a == nil) == (b == nil) && slices.Equal(a, b)
 }
 
 // mergedFinalize holds the answers of a merged batch's statements until
@@ -223,7 +231,8 @@ func (s *Store) queueMergedFinalize(ctx context.Context, b *pgx.Batch, batch []*
 			PartitionIds: partitions, Nodes: nodes, Epochs: epochs})
 	}, &m.blobs, &m.blobErr)
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.PublishManyRow, error) {
-		return s.q.PublishMany(ctx, db, dbsqlc.PublishManyParams{OperationIds: ids, Digests: digests, Sizes: sizes, Results: results})
+		return s.q.PublishMany(ctx, db, dbsqlc.PublishManyParams{OperationIds: ids, Digests: digests, Sizes: sizes, Results: results,
+			Targets: batch[0].req.Targets})
 	}, &m.pubs, &m.pubErr)
 	return m, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 
@@ -201,6 +202,55 @@ func TestFinalizeBatchMergesStatements(t *testing.T) {
 	}
 	// 2 holders + the one published before + 4 uploads.
 	wantPublished(t, u, reqs, 7)
+}
+
+// An api configured with its replication targets (BLOBPLANE_REPLICATE_TO;
+// the bench's "none") sends them with every Finalize: a batch whose calls
+// all name the same targets is merged as one on the default policy is, and
+// each call stores and enqueues exactly its own. Calls whose targets
+// differ (one on the default policy) each send their own statements.
+func TestFinalizeBatchMergesCallsWithTheSameTargets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		targets [][]string // per call
+		merged  bool
+	}{
+		{"none", [][]string{{}, {}, {}}, true},
+		{"listed", [][]string{{"ap-1", "us-1"}, {"ap-1", "us-1"}, {"ap-1", "us-1"}}, true},
+		{"different", [][]string{{"us-1"}, {"ap-1"}, {"us-1"}}, false},
+		{"one on the default policy", [][]string{{}, nil, {}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newBatchRig(t)
+			u := r.u
+			reqs := u.closings(t, tc.name, len(tc.targets))
+			for i := range reqs {
+				reqs[i].Targets = tc.targets[i]
+			}
+			before := u.s.FinalizeBatchStats()
+			outs, errs := r.finalizeQueued(t, reqs)
+			got := u.s.FinalizeBatchStats()
+			if got.Batches-before.Batches != 1 || got.Merged-before.Merged != map[bool]int64{true: 1}[tc.merged] {
+				t.Fatalf("stats %+v -> %+v: want one batch, merged %v", before, got, tc.merged)
+			}
+			for i, err := range errs {
+				want := tc.targets[i]
+				if want == nil {
+					want = []string{} // no other datacenter is registered
+				}
+				if err != nil || !slices.Equal(outs[i].ReplicationTargets, want) {
+					t.Fatalf("call %d: %+v, %v; want replication targets %q", i, outs[i], err, want)
+				}
+				if n := u.count(t, `SELECT count(*) FROM river_job WHERE kind = 'replicate' AND args->>'operation_id' = $1`,
+					reqs[i].OperationID); n != len(want) {
+					t.Fatalf("call %d: %d replication jobs, want %d", i, n, len(want))
+				}
+			}
+			wantPublished(t, u, reqs, 2+len(reqs))
+		})
+	}
 }
 
 // A refusal in a batch rolls the batch back and every call runs alone: the

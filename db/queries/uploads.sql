@@ -273,7 +273,8 @@ ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
 RETURNING *;
 
 -- name: PublishMany :many
--- Publish of each call, with the default replication policy. The intents
+-- Publish of each call, all with the same replication targets: @targets,
+-- or (NULL) the default policy, read per call. The intents
 -- are reached by key: a LATERAL lookup each, and the operation ids as an
 -- array (= ANY) for the transition.
 WITH c AS (
@@ -302,9 +303,9 @@ INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, re
 SELECT t.operation_id, t.repository, t.digest, t.size_bytes,
        t.result || jsonb_build_object(
            'repository', t.repository,
-           'replication_targets', to_jsonb(ARRAY(
+           'replication_targets', to_jsonb(coalesce(sqlc.narg(targets)::text[], ARRAY(
                SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
-           )::text[]),
+           )::text[])),
            'new_reference', EXISTS (SELECT 1 FROM ref WHERE ref.operation_id = t.operation_id))
 FROM admitted a JOIN intent t ON t.operation_id = a.operation_id
 RETURNING operation_id, result, published_at;

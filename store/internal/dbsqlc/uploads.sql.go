@@ -892,8 +892,8 @@ func (q *Queries) Publish(ctx context.Context, db DBTX, arg PublishParams) (Publ
 
 const publishMany = `-- name: PublishMany :many
 WITH c AS (
-    SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS digest,
-           unnest($3::bigint[]) AS size_bytes, unnest($4::jsonb[]) AS result
+    SELECT unnest($2::uuid[]) AS operation_id, unnest($3::text[]) AS digest,
+           unnest($4::bigint[]) AS size_bytes, unnest($5::jsonb[]) AS result
 ), intent AS (
     SELECT p.operation_id, p.repository, c.digest, c.size_bytes, c.result FROM c
     CROSS JOIN LATERAL (
@@ -909,7 +909,7 @@ WITH c AS (
     RETURNING operation_id
 ), admitted AS (
     UPDATE intents i SET state = 'admitted', updated_at = now()
-    WHERE i.operation_id = ANY ($1::uuid[])
+    WHERE i.operation_id = ANY ($2::uuid[])
       AND i.operation_id IN (SELECT intent.operation_id FROM intent)
     RETURNING i.operation_id, i.ingress_datacenter
 )
@@ -917,15 +917,16 @@ INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, re
 SELECT t.operation_id, t.repository, t.digest, t.size_bytes,
        t.result || jsonb_build_object(
            'repository', t.repository,
-           'replication_targets', to_jsonb(ARRAY(
+           'replication_targets', to_jsonb(coalesce($1::text[], ARRAY(
                SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
-           )::text[]),
+           )::text[])),
            'new_reference', EXISTS (SELECT 1 FROM ref WHERE ref.operation_id = t.operation_id))
 FROM admitted a JOIN intent t ON t.operation_id = a.operation_id
 RETURNING operation_id, result, published_at
 `
 
 type PublishManyParams struct {
+	Targets      []string
 	OperationIds []pgtype.UUID
 	Digests      []string
 	Sizes        []int64
@@ -938,11 +939,13 @@ type PublishManyRow struct {
 	PublishedAt pgtype.Timestamptz
 }
 
-// Publish of each call, with the default replication policy. The intents
+// Publish of each call, all with the same replication targets: @targets,
+// or (NULL) the default policy, read per call. The intents
 // are reached by key: a LATERAL lookup each, and the operation ids as an
 // array (= ANY) for the transition.
 func (q *Queries) PublishMany(ctx context.Context, db DBTX, arg PublishManyParams) ([]PublishManyRow, error) {
 	rows, err := db.Query(ctx, publishMany,
+		arg.Targets,
 		arg.OperationIds,
 		arg.Digests,
 		arg.Sizes,
