@@ -131,3 +131,9 @@ func (a answeredRows) QueryRow(context.Context, string, ...any) pgx.Row { return
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
+
+// genericPlans is queued first in a hot path's transaction: its
+// statements run the generic plans (PREPAREd once per connection) that
+// TestByKeyStatementsUseTheKeyInANewStore checks, not plans made anew
+// for each call's arguments (docs/performance.md item 35).
+const genericPlans = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"

@@ -137,8 +137,10 @@ func (ch *ChainedClose) send(claim *claimCall, id pgtype.UUID, k placement.Key, 
 		return nil
 	}
 	var cb, fb pgx.Batch
+	cb.Queue(genericPlans)
 	claim.queue(&cb)
 	fb.BeginTx(pgx.TxOptions{})
+	fb.Queue(genericPlans)
 	if err := s.queueFinalize(ctx, &fb, ch.call); err != nil {
 		ch.Release()
 		return nil

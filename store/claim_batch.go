@@ -76,11 +76,13 @@ func (s *Store) sendClaim(ctx context.Context, c *claimCall) error {
 	var err error
 	alone := func(c *claimCall) {
 		var b pgx.Batch
+		b.Queue(genericPlans)
 		c.queue(&b)
 		err = s.pool.SendBatch(ctx, &b).Close()
 	}
 	commit := func(calls []*claimCall) bool {
 		var b pgx.Batch
+		b.Queue(genericPlans)
 		m, err := s.queueMergedClaims(context.WithoutCancel(ctx), &b, calls)
 		if err != nil {
 			return false

@@ -87,6 +87,7 @@ func byFinalizeDigest(a, b *finalizeCall) int {
 func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) bool {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
+	b.Queue(genericPlans)
 	var merged *mergedFinalize
 	if mergeable(batch) {
 		var err error
@@ -207,17 +208,18 @@ func (s *Store) queueMergedFinalize(ctx context.Context, b *pgx.Batch, batch []*
 		backends[i], datacenters[i], locations[i], verifySizes[i], keyEpochs[i] = v.Key.Backend, v.Key.Datacenter, v.Key.Location, v.Size, int64(v.Epoch)
 	}
 	m := &mergedFinalize{}
-	// These statements reach every row by its key. Their plans are made
-	// once per connection, and one made while the tables were small (a
-	// fresh store's first batches) scanned them whole, batch after batch,
-	// until an ANALYZE replaced it (seen with auto_explain: 0.2-5 ms per
+	// These statements reach every row by its key. Their generic plans
+	// (genericPlans: the batch's transaction runs no other) are made once
+	// per connection, and one made while the tables were small (a fresh
+	// store's first batches) scanned them whole, batch after batch, until
+	// an ANALYZE replaced it (seen with auto_explain: 0.2-5 ms per
 	// batch). They run only in merged batches, whose transaction turns
 	// sequential scans off, so no plan made for them scans a table
 	// whole. (What decide runs in the same transaction for a call off
 	// the common path, and plans there first, is planned with them off
 	// too: those statements also reach their rows by key. Planning each
-	// batch afresh, force_custom_plan, cost ~0.2 ms of Postgres CPU per
-	// upload: docs/performance.md item 30.)
+	// batch afresh cost 0.3-0.5 ms of Postgres CPU per statement and
+	// batch: docs/performance.md items 30 and 35.)
 	b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.FinalizeContextsRow, error) {
 		return s.q.FinalizeContexts(ctx, db, dbsqlc.FinalizeContextsParams{OperationIds: ids, Digests: digests, Sizes: sizes, PartitionIds: partitions})

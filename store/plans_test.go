@@ -323,3 +323,78 @@ func (n analyzedNode) maxRows() float64 {
 	}
 	return m
 }
+
+// The hot paths' transactions run the generic plans the test above
+// checks, from their first call on a connection: no plan is made again
+// for a call's arguments. Left to choose (plan_cache_mode = auto),
+// Postgres plans a prepared statement afresh for its first five runs on
+// each connection, and for good when it costs a plan with the arguments
+// below the generic one: over a 15 s put4k-16 run it planned PublishMany
+// at every call (0.34 ms each, more than half its execution) and
+// FinalizeContexts at three calls in four (0.42 ms) (docs/performance.md
+// item 35). After closes of every kind (a session claimed and finalized
+// alone, a merged Finalize batch, a chained single-request close), every
+// connection's prepared statements of those paths (pg_prepared_statements)
+// show generic plans only.
+func TestHotPathsRunGenericPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	for _, req := range u.closings(t, "alone", 3) {
+		if _, err := u.s.Finalize(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := parkFinalizeSlots(t, u, u.s, "holder")
+	for i, err := range func() []error { _, errs := r.finalizeQueued(t, u.closings(t, "merged", 3)); return errs }() {
+		if err != nil {
+			t.Fatalf("merged call %d: %v", i, err)
+		}
+	}
+	ch, _, req := u.chainWith(t, "chained", func(*store.FinalizeRequest) {})
+	if _, err := ch.Finalize(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	hot := map[string]bool{"CreateIntent": true, "ClaimIntentContent": true, "LockPlacementDigest": true,
+		"InsertPlacementIfAbsent": true, "FinalizeContext": true, "VerifyPendingPlacement": true,
+		"EnsureBlobUnderLease": true, "Publish": true, "FinalizeContexts": true, "VerifyPendingPlacements": true,
+		"EnsureBlobsUnderLease": true, "PublishMany": true}
+	generic := map[string]bool{}
+	conns := u.pool.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for _, c := range conns {
+		rows, err := c.Query(ctx, `SELECT substring(statement FROM '^-- name: (\w+)'), generic_plans, custom_plans
+			FROM pg_prepared_statements WHERE statement LIKE '-- name: %'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var name string
+			var genericPlans, customPlans int64
+			if err := rows.Scan(&name, &genericPlans, &customPlans); err != nil {
+				t.Fatal(err)
+			}
+			if !hot[name] {
+				continue
+			}
+			if customPlans != 0 {
+				t.Errorf("%s: %d plans made for a call's arguments (and %d runs of the generic plan) on one connection", name, customPlans, genericPlans)
+			}
+			if genericPlans > 0 {
+				generic[name] = true
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range hot {
+		if !generic[name] {
+			t.Errorf("%s never ran: the closes above did not take every hot path", name)
+		}
+	}
+}

@@ -781,6 +781,7 @@ func pipelinable(req FinalizeRequest) bool {
 func (s *Store) finalizeAlone(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
+	b.Queue(genericPlans)
 	if err := s.queueFinalize(ctx, &b, c); err != nil {
 		return Outcome{}, false, err
 	}
