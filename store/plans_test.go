@@ -137,11 +137,12 @@ func TestByKeyStatementsUseTheKeyInANewStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, s := planStore(t)
-	conn, err := d.Pool.Acquire(ctx)
+	pooled, err := d.Pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
+	conn := pooled.Hijack() // its settings and statements are this test's: closed, not pooled again
+	defer conn.Close(ctx)   //nolint:errcheck
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
