@@ -347,7 +347,8 @@ func TestHotPathsRunGenericPlans(t *testing.T) {
 		}
 	}
 	r := parkFinalizeSlots(t, u, u.s, "holder")
-	for i, err := range func() []error { _, errs := r.finalizeQueued(t, u.closings(t, "merged", 3)); return errs }() {
+	_, errs := r.finalizeQueued(t, u.closings(t, "merged", 3))
+	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("merged call %d: %v", i, err)
 		}
