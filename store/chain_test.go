@@ -193,6 +193,10 @@ func TestChainedClosePublishVersusAbandon(t *testing.T) {
 	ctx := context.Background()
 	u := setupUploads(t)
 	ch, in, req := u.chain(t, "chained, then raced")
+	// The claim was answered; Finalize's statements, sent behind it, may
+	// still be running: the abandon starts once they all ran (the intent
+	// locked by FinalizeContext, the transaction waiting for its COMMIT).
+	pgtest.WaitForIdleInTransaction(t, u.pool, "-- name: Publish :one")
 	var abErr error
 	done := make(chan struct{})
 	go func() {

@@ -250,3 +250,26 @@ func WaitForLockWaiters(t testing.TB, pool *pgxpool.Pool, n int) {
 		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
 	}
 }
+
+// WaitForIdleInTransaction polls until a backend of pool's database is
+// idle in a transaction whose last statement's text contains fragment:
+// that transaction ran its statements (and holds what they locked) and
+// waits for its client. It fails the test after 15 s.
+func WaitForIdleInTransaction(t testing.TB, pool *pgxpool.Pool, fragment string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var got int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle in transaction' AND strpos(query, $1) > 0`, fragment).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backend idle in a transaction after %q", fragment)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
+	}
+}
