@@ -234,21 +234,7 @@ func randomHex(n int) string {
 // holds.
 func WaitForLockWaiters(t testing.TB, pool *pgxpool.Pool, n int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var got int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backends waiting on a lock, want %d", got, n)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
-	}
+	waitForBackends(t, pool, n, "waiting on a lock", "wait_event_type = 'Lock'")
 }
 
 // WaitForIdleInTransaction polls until a backend of pool's database is
@@ -257,18 +243,27 @@ func WaitForLockWaiters(t testing.TB, pool *pgxpool.Pool, n int) {
 // waits for its client. It fails the test after 15 s.
 func WaitForIdleInTransaction(t testing.TB, pool *pgxpool.Pool, fragment string) {
 	t.Helper()
+	waitForBackends(t, pool, 1, fmt.Sprintf("idle in a transaction after %q", fragment),
+		"state = 'idle in transaction' AND strpos(query, $1) > 0", fragment)
+}
+
+// waitForBackends polls pg_stat_activity until at least n backends of
+// pool's database match where (a condition on its columns, args its
+// parameters), or fails the test after 15 s saying how many were what.
+func waitForBackends(t testing.TB, pool *pgxpool.Pool, n int, what, where string, args ...any) {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		var got int
 		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND state = 'idle in transaction' AND strpos(query, $1) > 0`, fragment).Scan(&got); err != nil {
+			WHERE datname = current_database() AND `+where, args...).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if got > 0 {
+		if got >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no backend idle in a transaction after %q", fragment)
+			t.Fatalf("%d backends %s, want %d", got, what, n)
 		}
 		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the race
 	}
