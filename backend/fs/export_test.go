@@ -27,3 +27,19 @@ func GroupSyncs(b *Backend) uint64 {
 
 // GroupMax is the largest write the group sync makes durable.
 const GroupMax = groupMax
+
+// SetDirectMin makes every write of b of at least n content bytes go past
+// the page cache (O_DIRECT); a negative n turns that off.
+func SetDirectMin(b *Backend, n int64) {
+	if n < 0 {
+		n = 1 << 62
+	}
+	b.directMin = n
+}
+
+// DirectBufSize is the size of each aligned buffer of a direct write.
+const DirectBufSize = directBufSize
+
+// SetDirectHook makes b call hook before each write past the page cache,
+// with its file offset; an error from hook is taken as the write's.
+func SetDirectHook(b *Backend, hook func(off int64) error) { b.directHook = hook }

@@ -89,6 +89,12 @@ type Backend struct {
 	// groupSyncHook, when set (tests), runs before every syncfs; an error
 	// fails it.
 	groupSyncHook func() error
+	// directMin is the smallest write that goes past the page cache
+	// (directMin, the constant, unless a test changed it).
+	directMin int64
+	// directHook, when set (tests), runs before each write past the
+	// page cache with its file offset; its error is the write's.
+	directHook func(off int64) error
 }
 
 // groupMax is the largest write made durable by the group sync: a larger
@@ -136,7 +142,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, classify(op, err)
 	}
-	b := &Backend{root: root, dir: dir, policy: policy, mode: mode}
+	b := &Backend{root: root, dir: dir, policy: policy, mode: mode, directMin: directMin}
 	if mode == backend.SyncFilesystem {
 		syncfs, closeSyncfs, err := openSyncfs(root, func() error {
 			if b.groupSyncHook != nil {
@@ -235,7 +241,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	}
 	defer leaf.Close()
 	tmp := tmpPrefix + file[:8] + "-" + randHex(8)
-	f, err := leaf.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, w, err := b.createTemp(leaf, tmp, req.Size)
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
@@ -247,6 +253,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		if linked {
 			return
 		}
+		w.abort()
 		if fileDone != nil {
 			_ = fileDone()
 		} else {
@@ -255,23 +262,18 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		_ = leaf.Remove(tmp)
 	}()
 
-	// Reserve the header; the representation is known only at the end.
-	if _, err := f.Write(header(backend.Representation{})); err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	w := &writeback{f: f, off: HeaderSize}
 	repr, err := backend.Encode(ctx, w, req, backend.StoredCodec(b.policy, req.Codec))
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if _, err := f.WriteAt(header(repr), 0); err != nil {
+	if err := w.finish(header(repr)); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
 	// A small write in backend.SyncFilesystem becomes durable with the
 	// group sync after the link (file, name and new directories at
 	// once); any other fsyncs its file now, while the rest happens.
 	group := b.group
-	if group != nil && (w.off > HeaderSize+groupMax || group.failed() != nil) {
+	if group != nil && (w.size() > HeaderSize+groupMax || group.failed() != nil) {
 		group = nil
 	}
 	// fileDurable returns when the file's bytes are durable.
@@ -332,6 +334,39 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, err
 	}
 	return backend.Info{Digest: req.Digest, Repr: repr}, nil
+}
+
+// createTemp creates the temp file of a write of size content bytes and
+// its writer, past the page cache for a large one (direct.go) where the
+// filesystem allows it, with the header's place reserved either way.
+func (b *Backend) createTemp(leaf *os.Root, tmp string, size int64) (*os.File, objectWriter, error) {
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if oDirect != 0 && size >= b.directMin {
+		f, err := leaf.OpenFile(tmp, flags|oDirect, 0o644)
+		if err == nil {
+			return f, newDirect(f, b.directHook), nil
+		}
+		if !errors.Is(err, syscall.EINVAL) {
+			return nil, nil, err
+		}
+		// This filesystem has no O_DIRECT (ramfs; tmpfs before Linux
+		// 6.6): the page cache then. open(2) refuses the flag after
+		// creating the file, so the new name is free again first.
+		if err := leaf.Remove(tmp); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return nil, nil, err
+		}
+	}
+	f, err := leaf.OpenFile(tmp, flags, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Reserve the header; the representation is known only at the end.
+	if _, err := f.Write(header(backend.Representation{})); err != nil {
+		_ = f.Close()
+		_ = leaf.Remove(tmp)
+		return nil, nil, err
+	}
+	return f, &writeback{f: f, off: HeaderSize}, nil
 }
 
 // open opens an object and reads its header, from the same file handle that

@@ -27,12 +27,18 @@ func newFS(t *testing.T, policy backend.StorePolicy) backend.Backend {
 
 // harness opens backends in one sync mode ("" picks, as Open does).
 func harness(mode backend.SyncMode) backendtest.Harness {
+	return harnessWith(mode, func(*fs.Backend) {})
+}
+
+// harnessWith is harness with setup applied to every backend opened.
+func harnessWith(mode backend.SyncMode, setup func(*fs.Backend)) backendtest.Harness {
 	open := func(t *testing.T, dir string, policy backend.StorePolicy) backend.Backend {
 		t.Helper()
 		b, err := fs.OpenWith(dir, fs.Options{Store: policy, Sync: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
+		setup(b)
 		t.Cleanup(func() { _ = b.Close() })
 		return b
 	}
@@ -50,6 +56,10 @@ func TestConformance(t *testing.T) {
 			backendtest.Run(t, harness(mode))
 		})
 	}
+	// Every write past the page cache, whatever its size (direct.go).
+	t.Run("direct", func(t *testing.T) {
+		backendtest.Run(t, harnessWith(backend.SyncFile, func(b *fs.Backend) { fs.SetDirectMin(b, 0) }))
+	})
 }
 
 func TestOpenViaSpec(t *testing.T) {
@@ -307,6 +317,7 @@ func TestWriteDefersDirectorySync(t *testing.T) {
 func TestWriteLargerThanWritebackChunk(t *testing.T) {
 	t.Parallel()
 	b := newFS(t, backend.StoreAsSubmitted)
+	fs.SetDirectMin(b.(*fs.Backend), -1) // through the page cache
 	blob := backendtest.NewBlob(22, 20<<20+12345)
 	backendtest.MustWrite(t, b, blob.Identity())
 	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
