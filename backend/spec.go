@@ -57,6 +57,9 @@ type Spec struct {
 	// Sync is how a filesystem backend makes objects durable; "" picks
 	// (KindFilesystem).
 	Sync SyncMode
+	// Direct, when > 0, is the smallest content size a filesystem backend
+	// writes past the page cache (O_DIRECT); 0 never (KindFilesystem).
+	Direct int64
 	// S3 is the bucket configuration (KindS3).
 	S3 S3Config
 }
@@ -91,6 +94,9 @@ func (s Spec) String() string {
 		if s.Sync != "" {
 			q.Set("sync", string(s.Sync))
 		}
+		if s.Direct > 0 {
+			q.Set("direct", strconv.FormatInt(s.Direct, 10))
+		}
 		if len(q) > 0 {
 			return fmt.Sprintf("%s=filesystem:%s?%s", s.Name, s.Path, q.Encode())
 		}
@@ -124,7 +130,7 @@ func (s Spec) String() string {
 
 // ParseSpecs parses a comma-separated list of named backends:
 //
-//	name=filesystem:<path>[?store=as-submitted|zstd|identity][&sync=file|filesystem]
+//	name=filesystem:<path>[?store=as-submitted|zstd|identity][&sync=file|filesystem][&direct=<bytes>]
 //	name=s3://<bucket>[/<prefix>]?endpoint=<url>&region=<r>&path_style=true
 //	       [&access_key_id=<id>&secret_access_key=<secret>][&part_size=<bytes>][&store=...]
 //
@@ -184,6 +190,13 @@ func ParseSpec(entry string) (Spec, error) {
 			spec.Sync = m
 		default:
 			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: sync %q: want file or filesystem", truncate(string(m)))
+		}
+		if d := take(q, "direct"); d != "" {
+			n, err := strconv.ParseInt(d, 10, 64)
+			if err != nil || n < 1 {
+				return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: direct %q: want the smallest size in bytes (≥ 1) written past the page cache", truncate(d))
+			}
+			spec.Direct = n
 		}
 		if err := noneLeft("filesystem", q); err != nil {
 			return Spec{}, err

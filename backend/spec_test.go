@@ -47,6 +47,10 @@ func TestParseSpecsErrors(t *testing.T) {
 		"a=filesystem:/x?store=lz4":                   `store "lz4"`,
 		"a=filesystem:/x?colour=red":                  `unknown option "colour"`,
 		"a=filesystem:/x?sync=always":                 `sync "always": want file or filesystem`,
+		"a=filesystem:/x?direct=8MiB":                 `direct "8MiB": want the smallest size in bytes`,
+		"a=filesystem:/x?direct=0":                    `direct "0"`,
+		"a=filesystem:/x?direct=-5":                   `direct "-5"`,
+		"a=s3://bucket?direct=1":                      `unknown option "direct"`,
 		"a=s3://B?region=x":                           `bucket "B"`,
 		"a=s3://bucket?endpoint=127.0.0.1:9000":       "endpoint",
 		"a=s3://bucket?path_style=maybe":              "path_style",
@@ -86,6 +90,26 @@ func TestParseSyncMode(t *testing.T) {
 	}
 	if _, err := backend.ParseSpec("s3=s3://bucket?sync=file"); !errors.Is(err, backend.ErrInvalid) || !strings.Contains(err.Error(), `unknown option "sync"`) {
 		t.Errorf("sync on an s3 backend: %v", err)
+	}
+}
+
+// direct=<bytes> sets the smallest write a filesystem backend makes past
+// the page cache, and survives String().
+func TestParseDirect(t *testing.T) {
+	for in, want := range map[string]int64{
+		"fs=filesystem:/x":                              0,
+		"fs=filesystem:/x?direct=8388608":               8 << 20,
+		"fs=filesystem:/x?sync=file&direct=1":           1,
+		"fs=filesystem:/x?direct=1073741824&store=zstd": 1 << 30,
+	} {
+		spec, err := backend.ParseSpec(in)
+		if err != nil || spec.Direct != want {
+			t.Errorf("ParseSpec(%q): direct %d, %v; want %d", in, spec.Direct, err, want)
+			continue
+		}
+		if back, err := backend.ParseSpec(spec.String()); err != nil || back != spec {
+			t.Errorf("String() of %q = %q, which parses to %+v, %v", in, spec.String(), back, err)
+		}
 	}
 }
 

@@ -9,19 +9,18 @@ import (
 	"unsafe"
 )
 
-// A write of a large object goes past the page cache: its temp file is
-// opened with O_DIRECT and filled from a few aligned buffers, each written
-// by a second goroutine while the next one fills. The fsync at the end
-// then has little left to flush but the metadata. On the 2-core VMs this
-// project measures on, a 1 GiB file written that way streams 2–3× faster
-// than through the page cache with early writeback (docs/performance.md,
-// item 36): the kernel no longer copies every page, tracks it dirty and
-// writes it back behind the writer.
+// A write of a large object can go past the page cache (Options.Direct,
+// the backend spec's direct=<bytes>): its temp file is opened with
+// O_DIRECT and filled from a few aligned buffers, each written by a second
+// goroutine while the next one fills. The fsync at the end then has little
+// left to flush but the metadata. Measured on this project's 2-core VMs
+// (docs/performance.md, item 36), a 1 GiB upload through the API ran
+// ×1.2–1.3 faster that way, and its download right after ×3–5 slower: it
+// came from the disk instead of from the pages the write left cached. So
+// it is an operator's choice, off unless set.
 const (
-	// directMin is the smallest declared content size written with
-	// O_DIRECT; smaller writes stay in the page cache (they are synced
-	// as a group and read soon after).
-	directMin = 8 << 20
+	// never is a directMin no write reaches.
+	never = 1 << 62
 	// directAlign is the alignment O_DIRECT needs of buffer addresses,
 	// file offsets and lengths: 4096 satisfies every logical block size
 	// up to a page.

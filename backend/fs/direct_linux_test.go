@@ -15,20 +15,29 @@ import (
 	"github.com/blobplane/blobplane/backend/fs"
 )
 
-// A large write leaves its bytes out of the page cache (it went past it);
-// the same write below the threshold leaves them all in. The residency is
-// read with mincore(2) over a mapping of the object.
+// A large write with the spec's direct=<bytes> leaves its bytes out of
+// the page cache (it went past it); without the option (the default) the
+// same write leaves them all in. The residency is read with mincore(2)
+// over a mapping of the object.
 func TestDirectWriteBypassesPageCache(t *testing.T) {
 	t.Parallel()
-	resident := func(t *testing.T, minDirect int64) (cached, pages int) {
-		b := newFS(t, backend.StoreIdentity).(*fs.Backend)
-		if unsupported(b.Dir()) {
+	resident := func(t *testing.T, option string) (cached, pages int) {
+		dir := t.TempDir()
+		if unsupported(dir) {
 			t.Skip("the test directory's filesystem has no O_DIRECT")
 		}
-		fs.SetDirectMin(b, minDirect)
+		spec, err := backend.ParseSpec("local=filesystem:" + dir + "?store=identity" + option)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := backend.Open(t.Context(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
 		blob := backendtest.NewBlob(7, 3*fs.DirectBufSize+999)
 		backendtest.MustWrite(t, b, blob.Identity())
-		f, err := os.Open(filepath.Join(b.Dir(), fs.ObjectPath(blob.Digest)))
+		f, err := os.Open(filepath.Join(dir, fs.ObjectPath(blob.Digest)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,11 +60,14 @@ func TestDirectWriteBypassesPageCache(t *testing.T) {
 		}
 		return cached, len(vec)
 	}
-	if cached, pages := resident(t, 1); cached != 0 {
-		t.Fatalf("direct write: %d of %d pages in the page cache, want 0", cached, pages)
+	if cached, pages := resident(t, "&direct=8388608"); cached != 0 {
+		t.Fatalf("direct=8388608: %d of %d pages in the page cache, want 0", cached, pages)
 	}
-	if cached, pages := resident(t, -1); cached != pages {
-		t.Fatalf("buffered write: %d of %d pages in the page cache, want all", cached, pages)
+	if cached, pages := resident(t, "&direct=16777216"); cached != pages {
+		t.Fatalf("direct=16777216 (above the blob's size): %d of %d pages in the page cache, want all", cached, pages)
+	}
+	if cached, pages := resident(t, ""); cached != pages {
+		t.Fatalf("default: %d of %d pages in the page cache, want all", cached, pages)
 	}
 }
 

@@ -32,7 +32,7 @@ const GroupMax = groupMax
 // the page cache (O_DIRECT); a negative n turns that off.
 func SetDirectMin(b *Backend, n int64) {
 	if n < 0 {
-		n = 1 << 62
+		n = never
 	}
 	b.directMin = n
 }

@@ -53,7 +53,7 @@ const (
 
 func init() {
 	backend.Register(backend.KindFilesystem, func(_ context.Context, spec backend.Spec) (backend.Backend, error) {
-		return OpenWith(spec.Path, Options{Store: spec.Store, Sync: spec.Sync})
+		return OpenWith(spec.Path, Options{Store: spec.Store, Sync: spec.Sync, Direct: spec.Direct})
 	})
 }
 
@@ -90,7 +90,7 @@ type Backend struct {
 	// fails it.
 	groupSyncHook func() error
 	// directMin is the smallest write that goes past the page cache
-	// (directMin, the constant, unless a test changed it).
+	// (Options.Direct; never when not set).
 	directMin int64
 	// directHook, when set (tests), runs before each write past the
 	// page cache with its file offset; its error is the write's.
@@ -108,6 +108,9 @@ type Options struct {
 	Store backend.StorePolicy
 	// Sync is how writes become durable; "" picks (backend.SyncMode).
 	Sync backend.SyncMode
+	// Direct, when > 0, is the smallest content size written past the
+	// page cache (direct.go); 0 never.
+	Direct int64
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -131,6 +134,9 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	default:
 		return nil, backend.Invalid(op, "store policy %q: want as-submitted, zstd or identity", policy)
 	}
+	if o.Direct < 0 {
+		return nil, backend.Invalid(op, "direct %d: want a size in bytes, or 0 for never", o.Direct)
+	}
 	mode, err := pickSyncMode(o.Sync)
 	if err != nil {
 		return nil, err
@@ -142,7 +148,10 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, classify(op, err)
 	}
-	b := &Backend{root: root, dir: dir, policy: policy, mode: mode, directMin: directMin}
+	b := &Backend{root: root, dir: dir, policy: policy, mode: mode, directMin: never}
+	if o.Direct > 0 {
+		b.directMin = o.Direct
+	}
 	if mode == backend.SyncFilesystem {
 		syncfs, closeSyncfs, err := openSyncfs(root, func() error {
 			if b.groupSyncHook != nil {
