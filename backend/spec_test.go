@@ -119,3 +119,40 @@ func TestOpenUnknownKind(t *testing.T) {
 		t.Fatalf("Open of an unregistered kind: %v", err)
 	}
 }
+
+// FuzzParseSpecs: any input either fails with ErrInvalid or gives specs
+// that render back (String) to the same specs, secrets aside (String
+// redacts them).
+//
+//	go test -run '^$' -fuzz FuzzParseSpecs -fuzztime 30s ./backend/
+func FuzzParseSpecs(f *testing.F) {
+	for _, seed := range []string{
+		"fs=filesystem:./.data/local/blobs",
+		"fs=filesystem:/x?store=zstd&sync=file&direct=8388608",
+		"fs=filesystem:/x?direct=0",
+		"s3main=s3://bucket/p?endpoint=http://127.0.0.1:9000&path_style=true&region=us-east-1&part_size=8388608",
+		"a=s3://bucket?access_key_id=x&secret_access_key=y,b=filesystem:/y",
+		"a=filesystem:/x?sync=always",
+		"",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		specs, err := backend.ParseSpecs(in)
+		if err != nil {
+			if !errors.Is(err, backend.ErrInvalid) {
+				t.Fatalf("ParseSpecs(%q): %v, want ErrInvalid", in, err)
+			}
+			return
+		}
+		for _, spec := range specs {
+			if spec.S3.SecretAccessKey != "" {
+				continue
+			}
+			back, err := backend.ParseSpec(spec.String())
+			if err != nil || back != spec {
+				t.Fatalf("ParseSpecs(%q): %+v renders as %q, which parses to %+v, %v", in, spec, spec.String(), back, err)
+			}
+		}
+	})
+}
