@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,14 +82,19 @@ func OpenBackends(ctx context.Context, specs []backend.Spec) (*Backends, error) 
 
 // Describe names each backend, in order, with its kind and, for a
 // filesystem backend, the sync mode it resolved to (the default depends
-// on the kernel: docs/backends.md), e.g. "fs=filesystem(sync=filesystem)":
-// what the api and worker log when they start.
+// on the kernel: docs/backends.md) and its direct=<bytes> when set, e.g.
+// "fs=filesystem(sync=filesystem)": what the api and worker log when they
+// start.
 func (b *Backends) Describe() []string {
 	out := make([]string, len(b.Order))
 	for i, name := range b.Order {
 		out[i] = name + "=" + b.kinds[i]
 		if s, ok := b.ByName[name].(interface{ SyncMode() backend.SyncMode }); ok {
-			out[i] += "(sync=" + string(s.SyncMode()) + ")"
+			opts := "sync=" + string(s.SyncMode())
+			if d, ok := b.ByName[name].(interface{ Direct() int64 }); ok && d.Direct() > 0 {
+				opts += ",direct=" + strconv.FormatInt(d.Direct(), 10)
+			}
+			out[i] += "(" + opts + ")"
 		}
 	}
 	return out

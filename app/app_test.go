@@ -244,11 +244,11 @@ func TestNewAPIRefusesUnusableBackend(t *testing.T) {
 }
 
 // The api and the worker log each backend with the sync mode it resolved
-// to.
+// to, and its direct=<bytes> when set.
 func TestBackendsDescribe(t *testing.T) {
 	dir := t.TempDir()
 	var specs []backend.Spec
-	for _, s := range []string{"a=filesystem:" + filepath.Join(dir, "a") + "?sync=file", "b=filesystem:" + filepath.Join(dir, "b")} {
+	for _, s := range []string{"a=filesystem:" + filepath.Join(dir, "a") + "?sync=file", "b=filesystem:" + filepath.Join(dir, "b"), "c=filesystem:" + filepath.Join(dir, "c") + "?sync=file&direct=67108864"} {
 		spec, err := backend.ParseSpec(s)
 		if err != nil {
 			t.Fatal(err)
@@ -261,7 +261,8 @@ func TestBackendsDescribe(t *testing.T) {
 	}
 	defer bs.Close()
 	got := bs.Describe()
-	if len(got) != 2 || got[0] != "a=filesystem(sync=file)" || !strings.HasPrefix(got[1], "b=filesystem(sync=") {
+	if len(got) != 3 || got[0] != "a=filesystem(sync=file)" || !strings.HasPrefix(got[1], "b=filesystem(sync=") || strings.Contains(got[1], "direct") ||
+		got[2] != "c=filesystem(sync=file,direct=67108864)" {
 		t.Fatalf("Describe = %q", got)
 	}
 }

@@ -186,6 +186,15 @@ func (b *Backend) SyncMode() backend.SyncMode { return b.mode }
 // Dir returns the directory the backend is rooted at.
 func (b *Backend) Dir() string { return b.dir }
 
+// Direct reports the smallest write b makes past the page cache
+// (Options.Direct), 0 when none does.
+func (b *Backend) Direct() int64 {
+	if b.directMin >= never {
+		return 0
+	}
+	return b.directMin
+}
+
 // Close releases the root directory handle (and the group sync's).
 func (b *Backend) Close() error {
 	var err error
