@@ -116,7 +116,13 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("--workloads sweep,large --sweep-batch 50: %v %d, %v", o.workloads, o.batch, err)
 	}
 
+	if o, err = parse("--blobplane-backend-options", "direct=8388608&sync=file"); err != nil || o.bpOptions != "direct=8388608&sync=file" {
+		t.Errorf("--blobplane-backend-options direct=8388608&sync=file: %q, %v", o.bpOptions, err)
+	}
+
 	for _, args := range [][]string{
+		{"--blobplane-backend-options", "direct=8MiB"},
+		{"--blobplane-backend-options", "colour=red"},
 		{"--systems", "raw,ceph"},
 		{"--systems", ","},
 		{"--workloads", "large,nap"},
@@ -337,6 +343,13 @@ func TestReport(t *testing.T) {
 	}
 
 	rep := &Report{Started: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), Mode: "quick", Systems: tb.Systems, Tables: []*Table{tb}}
+	if md := rep.Markdown(); strings.Contains(md, "filesystem backend with") {
+		t.Error("the report names backend options none were given")
+	}
+	rep.Settings.BlobplaneBackendOptions = "direct=8388608"
+	if md := rep.Markdown(); !strings.Contains(md, "Blobplane's filesystem backend with `direct=8388608`.") {
+		t.Errorf("the report does not name the backend options: %s", md)
+	}
 	dir := filepath.Join(t.TempDir(), "results")
 	paths, err := rep.write(dir)
 	if err != nil {

@@ -119,9 +119,12 @@ func withDatabase(base, name string) (string, error) {
 // and a published map — and waits until the api is the home of bpRepo, so
 // uploads publish synchronously (201). cleanup (set even on error) stops
 // what was started.
-func startBlobplane(ctx context.Context, bin, dbURL, dir string, cleanup *cleanups) (*blobplane, error) {
+func startBlobplane(ctx context.Context, bin, dbURL, dir, backendOptions string, cleanup *cleanups) (*blobplane, error) {
 	blobs := filepath.Join(dir, "blobs")
-	if err := os.MkdirAll(blobs, 0o755); err != nil {
+	if backendOptions != "" {
+		blobs += "?" + backendOptions
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "blobs"), 0o755); err != nil {
 		return nil, err
 	}
 	b := &blobplane{bin: bin, env: []string{

@@ -134,7 +134,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 	r.Machine = describeMachine(ctx, o.databaseURL)
 	r.Machine.PageCache = dropPageCache(dropCachesPath, o.dropCaches)
 	fmt.Fprintf(progress, "bench: page cache %s\n", r.Machine.PageCache)
-	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch}
+	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch, BlobplaneBackendOptions: o.bpOptions}
 
 	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{}}
 	_, _ = rand.Read(s.block)
@@ -166,7 +166,7 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 				defer cancel()
 				return drop(ctx)
 			})
-			if s.bp, err = startBlobplane(ctx, bins[name], dbURL, dir, &cl); err != nil {
+			if s.bp, err = startBlobplane(ctx, bins[name], dbURL, dir, o.bpOptions, &cl); err != nil {
 				return nil, nil, fmt.Errorf("blobplane: %w", err)
 			}
 			t, cpu = s.bp, s.bp.serverPIDs

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/blobplane/blobplane/backend"
 )
 
 // The systems, in column order. Blobplane's ratios are to the others.
@@ -36,6 +38,9 @@ type options struct {
 	intents  int           // abandoned intents per sweep
 	batch    int           // BLOBPLANE_SWEEP_BATCH of each sweep pass
 	preload  int           // 4 KiB blobs HEAD, GET and routing read
+	// bpOptions are the options of Blobplane's filesystem backend, as
+	// in BLOBPLANE_BACKENDS (e.g. "direct=8388608"); "" none.
+	bpOptions string
 	// workloads is a subset of allWorkloads, in their order.
 	workloads []string
 	// dropCaches: sync and drop the page cache before starting the
@@ -84,6 +89,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
 	dropCaches := fs.String("drop-caches", "", "sync and drop the page cache before the systems start, so that no run inherits an earlier one's deleted files (Linux, root; default true, --quick false)")
+	bpOptions := fs.String("blobplane-backend-options", "", "options of Blobplane's filesystem backend, as after the '?' in BLOBPLANE_BACKENDS (docs/backends.md), e.g. direct=8388608 or sync=file (default none)")
 	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
 	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
 	minioBin := fs.String("minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: what scripts/minio.sh prints; it builds and caches it once)")
@@ -120,6 +126,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return options{}, errors.New("--sweep-batch must be from 1 to 1000000 (what BLOBPLANE_SWEEP_BATCH accepts)")
 	}
 	o.batch = *batch
+	if *bpOptions != "" {
+		if _, err := backend.ParseSpec("bench=filesystem:/bench?" + *bpOptions); err != nil {
+			return options{}, fmt.Errorf("--blobplane-backend-options: %w", err)
+		}
+		o.bpOptions = *bpOptions
+	}
 	if *duration > 0 {
 		o.duration = *duration
 	}

@@ -35,6 +35,8 @@ type Settings struct {
 	Preload    int     `json:"preload"`
 	Intents    int     `json:"intents"`
 	SweepBatch int     `json:"sweep_batch"`
+	// BlobplaneBackendOptions: --blobplane-backend-options ("" none).
+	BlobplaneBackendOptions string `json:"blobplane_backend_options,omitempty"`
 }
 
 // Table is one workload: figures per system (the columns) and, for its
@@ -124,6 +126,9 @@ func (r *Report) Markdown() string {
 	s := r.Settings
 	fmt.Fprintf(&b, "Settings: %d repetition(s) of every workload; timed loads of %gs; large blob %s; small blobs %s; %d preloaded blobs for HEAD/GET/routing; %d intents per sweep in passes of %d. Figures are median (min–max) over the repetitions; latencies are the median of each repetition's percentile.\n",
 		s.Reps, s.DurationS, formatSize(s.LargeBytes), formatSize(int64(s.SmallBytes)), s.Preload, s.Intents, s.SweepBatch)
+	if s.BlobplaneBackendOptions != "" {
+		fmt.Fprintf(&b, "Blobplane's filesystem backend with `%s`.\n", s.BlobplaneBackendOptions)
+	}
 	for _, t := range r.Tables {
 		b.WriteString("\n")
 		b.WriteString(t.Markdown())
