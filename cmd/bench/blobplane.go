@@ -121,16 +121,17 @@ func withDatabase(base, name string) (string, error) {
 // what was started.
 func startBlobplane(ctx context.Context, bin, dbURL, dir, backendOptions string, cleanup *cleanups) (*blobplane, error) {
 	blobs := filepath.Join(dir, "blobs")
-	if backendOptions != "" {
-		blobs += "?" + backendOptions
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "blobs"), 0o755); err != nil {
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return nil, err
+	}
+	spec := bpBackend + "=filesystem:" + blobs
+	if backendOptions != "" {
+		spec += "?" + backendOptions
 	}
 	b := &blobplane{bin: bin, env: []string{
 		"DATABASE_URL=" + dbURL,
 		"BLOBPLANE_DATA_DIR=" + filepath.Join(dir, "data"),
-		"BLOBPLANE_BACKENDS=" + bpBackend + "=filesystem:" + blobs,
+		"BLOBPLANE_BACKENDS=" + spec,
 		"BLOBPLANE_DATACENTER=" + bpDatacenter,
 		"BLOBPLANE_NODE_ID=bench-node",
 		"BLOBPLANE_REPLICATE_TO=none",
