@@ -87,12 +87,6 @@ func BenchmarkWriteNew4KiB(b *testing.B) {
 // writeRound writes clients new 4 KiB objects below sha256/00 to be
 // concurrently (timed; making them is not) and returns how long it took.
 func writeRound(b *testing.B, be *fs.Backend, clients int) time.Duration {
-	return writeRoundClaim(b, be, clients, -1)
-}
-
-// writeRoundClaim is writeRound whose writes each have a claim
-// (BeforeVisible) taking claim, when it is not negative.
-func writeRoundClaim(b *testing.B, be *fs.Backend, clients int, claim time.Duration) time.Duration {
 	b.StopTimer()
 	reqs := make([]backend.WriteRequest, clients)
 	for i := range reqs {
@@ -102,9 +96,6 @@ func writeRoundClaim(b *testing.B, be *fs.Backend, clients int, claim time.Durat
 			_, _ = rand.Read(content)
 		}
 		reqs[i] = backend.WriteRequest{Digest: blobplane.Digest(fmt.Sprintf("sha256:%x", sum)), Size: 4096, Body: bytes.NewReader(content)}
-		if claim >= 0 {
-			reqs[i].BeforeVisible = func() error { time.Sleep(claim); return nil }
-		}
 	}
 	b.StartTimer()
 	start := time.Now()
@@ -155,49 +146,5 @@ func BenchmarkWriteSyncModes(b *testing.B) {
 			b.ReportMetric(writes/fileTime.Seconds(), "file-writes/s")
 			b.ReportMetric(fileTime.Seconds()/groupTime.Seconds(), "x-file")
 		})
-	}
-}
-
-// BenchmarkWritePending measures new 4 KiB objects written as in
-// BenchmarkWriteNew4KiB in backend.SyncFilesystem, in the pending
-// directory (pending.go: the group sync runs during the claim, then the
-// link) beside the same writes linked first and synced after
-// (SetPending false), on two roots of the same disk, in alternating
-// rounds. Each write's claim (BeforeVisible) takes claim: 0 is a claim
-// already answered (a PUT's, sent before its body was read), 300µs one
-// round trip to Postgres. Reported: writes/s of each and their ratio
-// (x-linked-first > 1: pending is faster).
-//
-//	go test -run '^$' -bench WritePending -benchtime 300x ./backend/fs/
-func BenchmarkWritePending(b *testing.B) {
-	for _, clients := range []int{1, 16} {
-		for _, claim := range []time.Duration{0, 300 * time.Microsecond} {
-			b.Run(fmt.Sprintf("clients=%d/claim=%s", clients, claim), func(b *testing.B) {
-				open := func(pending bool) *fs.Backend {
-					be, err := fs.OpenWith(b.TempDir(), fs.Options{Sync: backend.SyncFilesystem})
-					if err != nil {
-						b.Skip(err)
-					}
-					b.Cleanup(func() { _ = be.Close() })
-					fs.SetPending(be, pending)
-					return be
-				}
-				pending, linkedFirst := open(true), open(false)
-				var pendingTime, linkedFirstTime time.Duration
-				for i := 0; b.Loop(); i++ {
-					if i%2 == 0 {
-						pendingTime += writeRoundClaim(b, pending, clients, claim)
-						linkedFirstTime += writeRoundClaim(b, linkedFirst, clients, claim)
-					} else {
-						linkedFirstTime += writeRoundClaim(b, linkedFirst, clients, claim)
-						pendingTime += writeRoundClaim(b, pending, clients, claim)
-					}
-				}
-				writes := float64(b.N * clients)
-				b.ReportMetric(writes/pendingTime.Seconds(), "pending-writes/s")
-				b.ReportMetric(writes/linkedFirstTime.Seconds(), "linked-first-writes/s")
-				b.ReportMetric(linkedFirstTime.Seconds()/pendingTime.Seconds(), "x-linked-first")
-			})
-		}
 	}
 }

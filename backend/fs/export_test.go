@@ -1,7 +1,5 @@
 package fs
 
-import "time"
-
 // SetSyncHook makes b call hook before every directory fsync with the
 // directory's path relative to the root; an error from hook fails the sync.
 func SetSyncHook(b *Backend, hook func(dir string) error) { b.syncHook = hook }
@@ -45,38 +43,3 @@ const DirectBufSize = directBufSize
 // SetDirectHook makes b call hook before each write past the page cache,
 // with its file offset; an error from hook is taken as the write's.
 func SetDirectHook(b *Backend, hook func(off int64) error) { b.directHook = hook }
-
-// SetSettleMax sets how long a pending name waits for a writer's group
-// sync before the settler runs one of its own.
-func SetSettleMax(b *Backend, d time.Duration) { b.settleMax = d }
-
-// Settle removes the pending names a completed group sync covers, after
-// running one when force is set, and returns how many remain.
-func Settle(b *Backend, force bool) int { return b.settle(force) }
-
-// PendingDir returns b's pending directory relative to its root, "" when
-// it has none.
-func PendingDir(b *Backend) string {
-	if b.pending == nil {
-		return ""
-	}
-	return "pending/" + b.pending.id
-}
-
-// Crash drops b as a killed process would: no settling, every
-// descriptor closed (its lock with them), its files left as they are.
-func Crash(b *Backend) {
-	if p := b.pending; p != nil {
-		close(p.stop)
-		<-p.done
-		_ = p.root.Close()
-		_ = p.dir.Close()
-		b.pending = nil
-	}
-	_ = b.Close()
-}
-
-// SetPending turns b's pending writes (pending.go) off or back on; off,
-// small writes in backend.SyncFilesystem are linked first and synced
-// after, to measure against.
-func SetPending(b *Backend, on bool) { b.noPending = !on }

@@ -3,11 +3,9 @@
 // Layout under the configured root (opened as an os.Root, so no operation can
 // leave it, even through a symlink planted in the tree):
 //
-//	sha256/ab/cd/<64 hex>              one object per content digest
-//	sha256/ab/cd/.tmp-<random>         a write in progress (never listed or read)
-//	pending/<32 hex>/<64 hex>-<random> a small write of one process
-//	                                   (backend.SyncFilesystem; pending.go)
-//	staging/<32 hex>                   a staged upload (OCI upload session)
+//	sha256/ab/cd/<64 hex>        one object per content digest
+//	sha256/ab/cd/.tmp-<random>   a write in progress (never listed or read)
+//	staging/<32 hex>             a staged upload (OCI upload session)
 //
 // Locations derive only from a validated digest or a backend-chosen upload
 // id, never from client input.
@@ -37,7 +35,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
@@ -98,17 +95,6 @@ type Backend struct {
 	// directHook, when set (tests), runs before each write past the
 	// page cache with its file offset; its error is the write's.
 	directHook func(off int64) error
-	// pending is this process's pending directory (pending.go), where
-	// the small writes of backend.SyncFilesystem are made; nil in
-	// backend.SyncFile.
-	pending *pendingSet
-	// noPending, when set (benchmarks), makes small writes in
-	// backend.SyncFilesystem link first and sync after, as before
-	// pending.go.
-	noPending bool
-	// settleMax is how long a pending name waits for a writer's group
-	// sync before the settler runs one (settleMax; tests change it).
-	settleMax time.Duration
 }
 
 // groupMax is the largest write made durable by the group sync: a larger
@@ -162,7 +148,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, classify(op, err)
 	}
-	b := &Backend{root: root, dir: dir, policy: policy, mode: mode, directMin: never, settleMax: settleMax}
+	b := &Backend{root: root, dir: dir, policy: policy, mode: mode, directMin: never}
 	if o.Direct > 0 {
 		b.directMin = o.Direct
 	}
@@ -179,7 +165,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 		}
 		b.group, b.closeGroup = newGroupSyncer(syncfs), closeSyncfs
 	}
-	for _, d := range []string{objectsDir, stagingDir, pendingDir} {
+	for _, d := range []string{objectsDir, stagingDir} {
 		if err := root.MkdirAll(d, 0o755); err != nil {
 			_ = b.Close()
 			return nil, classify(op, err)
@@ -188,16 +174,6 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	// Their entries in the root are durable before anything is stored
 	// under them (created now or by a process that has not synced yet).
 	if err := b.syncDir("."); err != nil {
-		_ = b.Close()
-		return nil, classify(op, err)
-	}
-	if b.group != nil {
-		if err := b.openPending(); err != nil {
-			_ = b.Close()
-			return nil, classify(op, err)
-		}
-	}
-	if err := b.recoverPending(); err != nil {
 		_ = b.Close()
 		return nil, classify(op, err)
 	}
@@ -219,17 +195,13 @@ func (b *Backend) Direct() int64 {
 	return b.directMin
 }
 
-// Close settles and removes the pending directory (pending.go) and
-// releases the root directory handle (and the group sync's).
+// Close releases the root directory handle (and the group sync's).
 func (b *Backend) Close() error {
-	var errs []error
-	if b.pending != nil {
-		errs = append(errs, b.closePending())
-	}
+	var err error
 	if b.closeGroup != nil {
-		errs = append(errs, b.closeGroup())
+		err = b.closeGroup()
 	}
-	return errors.Join(append(errs, b.root.Close())...)
+	return errors.Join(err, b.root.Close())
 }
 
 // location derives an object's directory and file name from a validated
@@ -252,10 +224,9 @@ func ObjectPath(d blobplane.Digest) string {
 // (and, the first time this process writes below a fan-out directory, of
 // its parents: dirs.go); or hand the wait for those syncs to
 // req.DeferSync. In backend.SyncFilesystem a write of up to groupMax
-// bytes syncs nothing itself: it is made in the pending directory and
-// waits for one group sync (groupsync.go), started when its file is
-// written, while req.BeforeVisible runs, before the link (pending.go).
-// The temp file is removed on any failure before it is linked, so
+// bytes syncs nothing itself: after the link it waits for the group
+// sync (groupsync.go), which makes file, name and directories durable at
+// once. The temp file is removed on any failure before it is linked, so
 // nothing appears at the content-addressed location unless the digest
 // matched (S2).
 //
@@ -287,19 +258,8 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, classify(op, err)
 	}
 	defer leaf.Close()
-	// A small write in backend.SyncFilesystem is made in the pending
-	// directory and needs one group sync before it may be published
-	// (pending.go); any other beside its object.
-	group := b.group
-	if group != nil && group.failed() != nil {
-		group = nil
-	}
-	pend := group != nil && b.pending != nil && !b.noPending && req.Size <= groupMax
-	tmpDir, tmp := leaf, tmpPrefix+file[:8]+"-"+randHex(8)
-	if pend {
-		tmpDir, tmp = b.pending.root, file+"-"+randHex(8)
-	}
-	f, w, err := b.createTemp(tmpDir, tmp, req.Size)
+	tmp := tmpPrefix + file[:8] + "-" + randHex(8)
+	f, w, err := b.createTemp(leaf, tmp, req.Size)
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
@@ -317,7 +277,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		} else {
 			_ = f.Close()
 		}
-		_ = tmpDir.Remove(tmp)
+		_ = leaf.Remove(tmp)
 	}()
 
 	repr, err := backend.Encode(ctx, w, req, backend.StoredCodec(b.policy, req.Codec))
@@ -327,13 +287,11 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if err := w.finish(header(repr)); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if pend {
-		return b.writePending(req, leaf, dir, file, parents, f, tmp, repr, &linked)
-	}
 	// A small write in backend.SyncFilesystem becomes durable with the
 	// group sync after the link (file, name and new directories at
 	// once); any other fsyncs its file now, while the rest happens.
-	if group != nil && w.size() > HeaderSize+groupMax {
+	group := b.group
+	if group != nil && (w.size() > HeaderSize+groupMax || group.failed() != nil) {
 		group = nil
 	}
 	// fileDurable returns when the file's bytes are durable.
@@ -386,68 +344,6 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		leafErr := b.syncLeaf(d, dir, file, parents)
 		return classify(op, errors.Join(fileDone(), leafErr))
 	}
-	return b.finishWrite(req, repr, durable)
-}
-
-// writePending is the rest of a pending write (pending.go) once its file
-// f, tmp in the pending directory, is written: the group sync starts at
-// once and runs while the caller's claim does; then the file is linked
-// at its object's name and is durable when that sync returned. linked
-// is set once the file is no longer Write's to remove.
-func (b *Backend) writePending(req backend.WriteRequest, leaf *os.Root, dir, file string, parents []string, f *os.File, tmp string, repr backend.Representation, linked *bool) (backend.Info, error) {
-	const op = "fs.Write"
-	p, group := b.pending, b.group
-	closeErr := f.Close()
-	early := make(chan error, 1)
-	go func() { early <- group.Sync() }()
-	fileDurable := sync.OnceValue(func() error { return errors.Join(closeErr, <-early) })
-	if req.BeforeVisible != nil {
-		if err := req.BeforeVisible(); err != nil {
-			return backend.Info{}, err
-		}
-	}
-	d, err := leaf.Open(".")
-	if err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	defer d.Close()
-	ok, err := linkNoReplace(p.dir, tmp, d, file)
-	if err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	if ok {
-		*linked = true
-		p.add(tmp, group.next())
-		return b.finishWrite(req, repr, func() error {
-			if err := fileDurable(); err != nil {
-				return classify(op, err)
-			}
-			b.fanoutDurable(file, parents) // the sync came after the leaf's mkdir
-			return nil
-		})
-	}
-	// The name is taken (a file found there proves nothing, see Write):
-	// replace it with this durable file, and make the new name durable
-	// with a sync that starts after the rename.
-	if err := fileDurable(); err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	if err := renameAt(p.dir, tmp, d, file); err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	*linked = true
-	return b.finishWrite(req, repr, func() error {
-		if err := group.Sync(); err != nil {
-			return classify(op, err)
-		}
-		b.fanoutDurable(file, parents)
-		return nil
-	})
-}
-
-// finishWrite runs durable, the write's last syncs, or hands it to
-// req.DeferSync.
-func (b *Backend) finishWrite(req backend.WriteRequest, repr backend.Representation, durable func() error) (backend.Info, error) {
 	if req.DeferSync != nil {
 		req.DeferSync(durable)
 		return backend.Info{Digest: req.Digest, Repr: repr}, nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,12 +224,10 @@ func TestKilledWriter(t *testing.T) {
 	dir := t.TempDir()
 	cmd := backendtest.StartKilledWriter(t, killHelperEnv+"="+dir)
 	blob := killBlob()
-	// The write really is in flight: a temp file holds part of it, beside
-	// its object or in the writer's pending directory (pending.go).
+	// The write really is in flight: a temp file holds part of it.
 	tmps, _ := filepath.Glob(filepath.Join(dir, filepath.Dir(fs.ObjectPath(blob.Digest)), ".tmp-*"))
-	pending, _ := filepath.Glob(filepath.Join(dir, "pending", "*", blob.Digest.Hex()+"-*"))
-	if len(tmps)+len(pending) != 1 {
-		t.Fatalf("want one temp file mid-write, found %v and %v", tmps, pending)
+	if len(tmps) != 1 {
+		t.Fatalf("want one temp file mid-write, found %v", tmps)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -242,13 +239,6 @@ func TestKilledWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	// The dead writer's pending directory was recovered and removed; its
-	// unfinished file was not linked.
-	for _, p := range pending {
-		if _, err := os.Stat(filepath.Dir(p)); !errors.Is(err, iofs.ErrNotExist) {
-			t.Fatalf("the killed writer's pending directory is still there: %v", err)
-		}
-	}
 	backendtest.RequireAbsent(t, b, blob.Digest)
 	if got := backendtest.ListAll(t, b, 10); len(got) != 0 {
 		t.Fatalf("killed write is listed: %v", got)

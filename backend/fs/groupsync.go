@@ -72,22 +72,6 @@ func (g *groupSyncer) Sync() error {
 	return g.err
 }
 
-// next returns the number of the first sync that starts after the call
-// (a sync running now may have started before the caller's writes).
-func (g *groupSyncer) next() uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.started + 1
-}
-
-// covered reports whether sync number n has completed and every sync
-// so far succeeded.
-func (g *groupSyncer) covered(n uint64) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err == nil && g.completed >= n
-}
-
 // failed returns the sticky error, nil while every sync succeeded.
 func (g *groupSyncer) failed() error {
 	g.mu.Lock()

@@ -35,10 +35,9 @@ func openGroup(t *testing.T, groupHook func() error) (b *fs.Backend, fileSyncs, 
 }
 
 // In backend.SyncFilesystem a small write fsyncs neither its file nor any
-// directory: its deferred sync is the group sync (started by Write itself,
-// pending.go), and it returns only when that sync did. A write larger
-// than fs.GroupMax fsyncs its own file and directories, as in
-// backend.SyncFile.
+// directory: its deferred sync is the group sync, and it returns only
+// when that sync did. A write larger than fs.GroupMax fsyncs its own file
+// and directories, as in backend.SyncFile.
 func TestSmallWriteIsDurableWithTheGroupSync(t *testing.T) {
 	t.Parallel()
 	entered, release := make(chan struct{}), make(chan error)
@@ -58,13 +57,16 @@ func TestSmallWriteIsDurableWithTheGroupSync(t *testing.T) {
 	req := blob.Identity()
 	var deferred func() error
 	req.DeferSync = func(sync func() error) { deferred = sync }
-	held.Store(true)
 	if _, err := b.Write(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
 	if deferred == nil {
 		t.Fatal("Write did not defer its sync")
 	}
+	if fs.GroupSyncs(b) != 0 {
+		t.Fatal("Write synced before returning, though it deferred the sync")
+	}
+	held.Store(true)
 	done := make(chan error, 1)
 	go func() { done <- deferred() }()
 	select {
