@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,13 +14,15 @@ import (
 	"github.com/blobplane/blobplane/backend/fs"
 )
 
-func inode(t *testing.T, p string) uint64 {
+// fileAt returns what os.Stat says of the file at p, to compare with
+// os.SameFile.
+func fileAt(t *testing.T, p string) os.FileInfo {
 	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fi.Sys().(*syscall.Stat_t).Ino
+	return fi
 }
 
 // A new object's file fsync overlaps the caller's BeforeVisible, the link
@@ -125,17 +126,17 @@ func TestWriteReplacesFileFoundAtName(t *testing.T) {
 	if err := os.WriteFile(name, []byte("torn"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	torn := inode(t, name)
+	torn := fileAt(t, name)
 	var stillTorn bool
 	fs.SetObjectSyncHook(b, func(string) error {
-		stillTorn = inode(t, name) == torn // not replaced before this file is durable
+		stillTorn = os.SameFile(fileAt(t, name), torn) // not replaced before this file is durable
 		return nil
 	})
 	backendtest.MustWrite(t, b, blob.Identity())
 	if !stillTorn {
 		t.Fatal("the file at the name was replaced before the new file's fsync")
 	}
-	if inode(t, name) == torn {
+	if os.SameFile(fileAt(t, name), torn) {
 		t.Fatal("the torn file was kept")
 	}
 	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -44,7 +43,7 @@ func dropPageCache(path string, enabled bool) string {
 	if !enabled {
 		return "not dropped (--drop-caches=false)"
 	}
-	syscall.Sync()
+	syncAll()
 	if err := os.WriteFile(path, []byte("3\n"), 0); err != nil {
 		return "not dropped (" + err.Error() + ")"
 	}

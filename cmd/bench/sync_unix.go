@@ -1,0 +1,8 @@
+//go:build unix
+
+package main
+
+import "syscall"
+
+// syncAll writes every dirty page of the system back (sync(2)).
+func syncAll() { syscall.Sync() }
