@@ -17,7 +17,7 @@ import (
 
 // A large write with the spec's direct=<bytes> leaves its bytes out of
 // the page cache (it went past it); without the option (the default) the
-// same write leaves them all in. The residency is read with mincore(2)
+// same write leaves them in. The residency is read with mincore(2)
 // over a mapping of the object.
 func TestDirectWriteBypassesPageCache(t *testing.T) {
 	t.Parallel()
@@ -63,11 +63,15 @@ func TestDirectWriteBypassesPageCache(t *testing.T) {
 	if cached, pages := resident(t, "&direct=8388608"); cached != 0 {
 		t.Fatalf("direct=8388608: %d of %d pages in the page cache, want 0", cached, pages)
 	}
-	if cached, pages := resident(t, "&direct=16777216"); cached != pages {
-		t.Fatalf("direct=16777216 (above the blob's size): %d of %d pages in the page cache, want all", cached, pages)
+	// A buffered write leaves its pages cached, but memory reclaim (a
+	// cgroup's limit, under a whole test run) may take a few before they
+	// are counted: nearly all of them is the mark of the page cache.
+	nearlyAll := func(cached, pages int) bool { return cached*10 >= pages*9 }
+	if cached, pages := resident(t, "&direct=16777216"); !nearlyAll(cached, pages) {
+		t.Fatalf("direct=16777216 (above the blob's size): %d of %d pages in the page cache, want (nearly) all", cached, pages)
 	}
-	if cached, pages := resident(t, ""); cached != pages {
-		t.Fatalf("default: %d of %d pages in the page cache, want all", cached, pages)
+	if cached, pages := resident(t, ""); !nearlyAll(cached, pages) {
+		t.Fatalf("default: %d of %d pages in the page cache, want (nearly) all", cached, pages)
 	}
 }
 
