@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,9 +57,15 @@ type Config struct {
 type Client struct {
 	cfg       Config
 	core      atomic.Pointer[authority.Client]
+	verifier  atomic.Pointer[authority.Verifier] // core's
 	misrouted atomic.Uint64
-	rejected  func() uint64
 	next      atomic.Int64 // unix nanos of the next periodic refresh
+	// keysMu serialises the first fetch of the signing keys: concurrent
+	// first calls (a worker's finalize jobs) fetch them once and share
+	// one core, not each install their own.
+	keysMu sync.Mutex
+	// beforeKeys, when set (tests), runs before a call waits for keysMu.
+	beforeKeys func()
 }
 
 // New returns a client; call Refresh (or just Do) to load the map.
@@ -85,7 +92,7 @@ func New(cfg Config) *Client {
 
 func (c *Client) setKeys(k *authority.Keyring) {
 	v := authority.NewVerifier(k, nil)
-	c.rejected = v.Rejected
+	c.verifier.Store(v)
 	c.core.Store(authority.NewClient(v, authority.ClientConfig{
 		MaxRedirects: c.cfg.MaxRedirects, NotReadyRetry: 200 * time.Millisecond,
 		RefreshEvery: c.cfg.RefreshEvery, RefreshJitter: 0.25,
@@ -97,10 +104,11 @@ func (c *Client) Misrouted() uint64 { return c.misrouted.Load() }
 
 // Rejected counts maps and deltas that failed verification.
 func (c *Client) Rejected() uint64 {
-	if c.rejected == nil {
+	v := c.verifier.Load()
+	if v == nil {
 		return 0
 	}
-	return c.rejected()
+	return v.Rejected()
 }
 
 // MapVersion is the cached map's version (0 before the first).
@@ -115,12 +123,8 @@ func (c *Client) MapVersion() uint64 {
 // Refresh fetches the seed's latest map and installs it if it verifies and
 // is newer.
 func (c *Client) Refresh(ctx context.Context) error {
-	if c.core.Load() == nil {
-		ring, err := c.keys(ctx)
-		if err != nil {
-			return err
-		}
-		c.setKeys(ring)
+	if err := c.loadKeys(ctx); err != nil {
+		return err
 	}
 	core := c.core.Load()
 	m, err := c.latestMap(ctx)
@@ -131,6 +135,28 @@ func (c *Client) Refresh(ctx context.Context) error {
 		return err
 	}
 	c.next.Store(time.Now().Add(core.NextRefresh(rand.Float64())).UnixNano())
+	return nil
+}
+
+// loadKeys makes the core, with the signing keys fetched once, unless it
+// exists.
+func (c *Client) loadKeys(ctx context.Context) error {
+	if c.core.Load() != nil {
+		return nil
+	}
+	if c.beforeKeys != nil {
+		c.beforeKeys()
+	}
+	c.keysMu.Lock()
+	defer c.keysMu.Unlock()
+	if c.core.Load() != nil {
+		return nil // another call fetched them meanwhile
+	}
+	ring, err := c.keys(ctx)
+	if err != nil {
+		return err
+	}
+	c.setKeys(ring)
 	return nil
 }
 

@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"crypto/ed25519"
 	"net/http"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
@@ -39,5 +42,85 @@ func TestMapSourceWithoutKeysIsUnavailable(t *testing.T) {
 	}
 	if src.calls != 2 {
 		t.Fatalf("asked the source %d times, want once per call", src.calls)
+	}
+}
+
+// blockingKeys is a MapSource with one signed map whose first
+// SigningKeys call announces itself on entered and waits for release.
+type blockingKeys struct {
+	key     authority.TrustedKey
+	m       *authority.Map
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newBlockingKeys(t *testing.T) *blockingKeys {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	m, err := authority.EvenSplit{
+		Version: 1, GeneratedAt: now, Partitions: 1, State: authority.PrimaryServing, Epoch: 1, Class: "standard", Mode: authority.ModeDerived,
+		Nodes: []authority.NodeAddr{{Node: "node-a", Endpoint: "127.0.0.1:1"}},
+	}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (authority.Signer{KeyID: "k1", Key: priv}).SignMap(m); err != nil {
+		t.Fatal(err)
+	}
+	return &blockingKeys{
+		key: authority.TrustedKey{KeyID: "k1", Alg: authority.SignatureAlg, PublicKey: pub, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)},
+		m:   m, entered: make(chan struct{}, 2), release: make(chan struct{}),
+	}
+}
+
+func (b *blockingKeys) LatestMap(context.Context) (*authority.Map, error) { return b.m, nil }
+
+func (b *blockingKeys) SigningKeys(ctx context.Context) ([]authority.TrustedKey, error) {
+	b.calls.Add(1)
+	b.entered <- struct{}{}
+	<-b.release
+	return []authority.TrustedKey{b.key}, nil
+}
+
+// Two first calls at once fetch the signing keys once and share one
+// verified map: the second waits for the first's fetch instead of making
+// its own (the worker's concurrent finalize jobs once raced on this).
+// Held deterministically: the first is inside SigningKeys when the
+// second is about to wait, and only then is the first released.
+func TestConcurrentFirstCallsFetchTheKeysOnce(t *testing.T) {
+	t.Parallel()
+	src := newBlockingKeys(t)
+	c := New(Config{Maps: src})
+	waiting := make(chan struct{})
+	c.beforeKeys = func() {
+		select {
+		case waiting <- struct{}{}:
+		default: // the first call, while nobody listens yet
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- c.Refresh(context.Background()) }()
+	<-src.entered // the first call is fetching the keys
+	go func() { errs <- c.Refresh(context.Background()) }()
+	<-waiting // the second found no core and is about to wait
+	close(src.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("the signing keys were fetched %d times, want once", n)
+	}
+	if v := c.MapVersion(); v != 1 {
+		t.Fatalf("map version %d, want 1", v)
+	}
+	if r := c.Rejected(); r != 0 {
+		t.Fatalf("%d maps rejected", r)
 	}
 }
