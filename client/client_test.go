@@ -96,11 +96,11 @@ func TestConcurrentFirstCallsFetchTheKeysOnce(t *testing.T) {
 	t.Parallel()
 	src := newBlockingKeys(t)
 	c := New(Config{Maps: src})
-	waiting := make(chan struct{})
+	var hooked atomic.Int32
+	waiting := make(chan struct{}, 1)
 	c.beforeKeys = func() {
-		select {
-		case waiting <- struct{}{}:
-		default: // the first call, while nobody listens yet
+		if hooked.Add(1) > 1 { // not the first call's
+			waiting <- struct{}{}
 		}
 	}
 	errs := make(chan error, 2)
