@@ -54,6 +54,9 @@ func NewClient(v *Verifier, cfg ClientConfig) *Client {
 // Map returns the cached verified map, or nil.
 func (c *Client) Map() *VerifiedMap { return c.current.Load() }
 
+// Rejected counts the maps and deltas its verifier refused.
+func (c *Client) Rejected() uint64 { return c.verifier.Rejected() }
+
 // Install verifies a fetched full map and caches it if it is newer (R11,
 // R12: a map failing verification is rejected and counted even when newer;
 // R6). It returns the map now cached.

@@ -57,7 +57,6 @@ type Config struct {
 type Client struct {
 	cfg       Config
 	core      atomic.Pointer[authority.Client]
-	verifier  atomic.Pointer[authority.Verifier] // core's
 	misrouted atomic.Uint64
 	next      atomic.Int64 // unix nanos of the next periodic refresh
 	// keysMu serialises the first fetch of the signing keys: concurrent
@@ -92,7 +91,6 @@ func New(cfg Config) *Client {
 
 func (c *Client) setKeys(k *authority.Keyring) {
 	v := authority.NewVerifier(k, nil)
-	c.verifier.Store(v)
 	c.core.Store(authority.NewClient(v, authority.ClientConfig{
 		MaxRedirects: c.cfg.MaxRedirects, NotReadyRetry: 200 * time.Millisecond,
 		RefreshEvery: c.cfg.RefreshEvery, RefreshJitter: 0.25,
@@ -104,11 +102,11 @@ func (c *Client) Misrouted() uint64 { return c.misrouted.Load() }
 
 // Rejected counts maps and deltas that failed verification.
 func (c *Client) Rejected() uint64 {
-	v := c.verifier.Load()
-	if v == nil {
+	core := c.core.Load()
+	if core == nil {
 		return 0
 	}
-	return v.Rejected()
+	return core.Rejected()
 }
 
 // MapVersion is the cached map's version (0 before the first).
