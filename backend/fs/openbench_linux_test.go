@@ -13,10 +13,11 @@ import (
 // before any byte moves (docs/performance.md, "The api's own system
 // calls"): Write's way, through os.Root (the object's directory as a
 // root, walked one component at a time, its temp file, and the directory
-// again as a file for renameat2 and its fsync: 6 openat, 8 fcntl, 2
-// failed epoll_ctl, 4 close, 1 fstat), beside the fewest calls that keep
-// the same confinement on Linux (openat2 with RESOLVE_BENEATH for the
-// directory, openat for the temp file: 2 openat, 1 fcntl, 2 close). Each
+// again as a file for renameat2 and its fsync: 5 openat, 8 fcntl, 2
+// failed epoll_ctl, 5 close, 1 fstat, as strace shows for a write into an
+// existing leaf), beside the fewest calls that keep the same confinement
+// on Linux (openat2 with RESOLVE_BENEATH for the directory, openat for
+// the temp file, os.NewFile's fcntl, 2 close). Each
 // iteration creates and removes one temp file in one of 16 existing leaf
 // directories, so the directories do not grow. Run with:
 //
