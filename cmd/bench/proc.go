@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/blobplane/blobplane/internal/childproc"
 )
 
 // proc is one server the bench started as a subprocess. Its output is kept
@@ -31,7 +33,7 @@ func startProc(name, bin string, args, env []string) (*proc, error) {
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = childEnv(env)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = sysProcAttr()
+	p.cmd.SysProcAttr = childproc.SysProcAttr()
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
@@ -94,7 +96,7 @@ func runTool(ctx context.Context, bin string, args, env []string) (string, error
 	cmd.Env = childEnv(env)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = childproc.SysProcAttr()
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}

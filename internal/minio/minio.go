@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/blobplane/blobplane/internal/childproc"
 )
 
 // Environment variables the helper reads.
@@ -153,7 +154,7 @@ func start(ctx context.Context, bin string) (*Server, error) {
 	)
 	s.cmd.Stdout = &syncWriter{w: s.log}
 	s.cmd.Stderr = s.cmd.Stdout
-	s.cmd.SysProcAttr = sysProcAttr() // dies with the test binary
+	s.cmd.SysProcAttr = childproc.SysProcAttr() // dies with the test binary
 	if err := s.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dataDir)
 		return nil, fmt.Errorf("start %s: %w", bin, err)
