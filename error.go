@@ -16,18 +16,19 @@ type Code string
 // The error taxonomy. Each code maps to exactly one HTTP status in
 // handlers (see handlers.StatusOf); nowhere else decides that mapping.
 const (
-	CodeInvalid       Code = "invalid"         // malformed input; retrying the same request fails again
-	CodeNotFound      Code = "not_found"       // the named thing does not exist (or is not visible to the caller)
-	CodeConflict      Code = "conflict"        // the request contradicts current state
-	CodeStaleEpoch    Code = "stale_epoch"     // a fenced write under a superseded epoch
-	CodeUnauthorized  Code = "unauthorized"    // no or bad credentials
-	CodeForbidden     Code = "forbidden"       // credentials lack the right
-	CodeTooLarge      Code = "too_large"       // a size limit was exceeded
-	CodeRangeInvalid  Code = "range_invalid"   // a byte range outside the content
-	CodeUnavailable   Code = "unavailable"     // transient: retry later
-	CodeInternal      Code = "internal"        // a bug or an unclassified failure
-	CodeUnimplemented Code = "unimplemented"   // the operation is not supported
-	CodeMismatch      Code = "digest_mismatch" // bytes hashed to a different digest or size
+	CodeInvalid         Code = "invalid"           // malformed input; retrying the same request fails again
+	CodeNotFound        Code = "not_found"         // the named thing does not exist (or is not visible to the caller)
+	CodeConflict        Code = "conflict"          // the request contradicts current state
+	CodeStaleEpoch      Code = "stale_epoch"       // a fenced write under a superseded epoch
+	CodeUnauthorized    Code = "unauthorized"      // no or bad credentials
+	CodeForbidden       Code = "forbidden"         // credentials lack the right
+	CodeTooLarge        Code = "too_large"         // a size limit was exceeded
+	CodeRangeInvalid    Code = "range_invalid"     // a byte range outside the content
+	CodeUnavailable     Code = "unavailable"       // transient: retry later
+	CodeInternal        Code = "internal"          // a bug or an unclassified failure
+	CodeUnimplemented   Code = "unimplemented"     // the operation is not supported
+	CodeMismatch        Code = "digest_mismatch"   // bytes hashed to a different digest or size
+	CodeTooManyRequests Code = "too_many_requests" // over a rate or quota limit: wait (Retry-After) or release something first
 )
 
 // Error is the one error type that crosses package boundaries with a code.

@@ -21,6 +21,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/sys v0.50.0
+	golang.org/x/time v0.16.0
 	riverqueue.com/riverui v0.22.0
 )
 

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type API struct {
 	beat     *node.Heartbeater
 	backends *Backends
 	keeper   *keeper.Keeper
+	// tls, when set, serves listener over HTTPS; internal, when set, is
+	// the only listener of the node-to-node endpoints (issue 26 point 8).
+	tls            *tls.Config
+	internal       net.Listener
+	internalServer *http.Server
 }
 
 // Backends are the opened byte backends of this datacenter, by name, in
@@ -115,7 +121,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	if err := cfg.ResolveClusterSecret(); err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +137,10 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		return nil, fmt.Errorf("invalid BLOBPLANE_LISTEN: cannot listen on %s: %v", cfg.Listen, errors.Unwrap(err))
 	}
 	a.listener = ln
+	if err := a.listenTLSAndInternal(); err != nil {
+		a.Close()
+		return nil, err
+	}
 
 	// An insert-only River client: the API enqueues work (in the same
 	// transaction as the state it follows from) and serves the River UI.
@@ -180,6 +190,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	metrics.RegisterBatches("finalize", st.FinalizeBatchStats)
 	metrics.RegisterBatches("claim", st.ClaimBatchStats)
 	metrics.RegisterChainedCloses(st.ChainedCloses)
+	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort())
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,
@@ -193,22 +204,95 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Auth:         st,
 		Repositories: st,
 		Authority:    routing,
-		OCI:          ociDeps(cfg, st, a.backends, a.keeper, riverClient),
+		OCI:          oci,
+		// Node-to-node endpoints only on their own listener when there
+		// is one (issue 26 point 8).
+		InternalListener: a.internal != nil,
+		// Stalled bodies and slow readers, failed authentications
+		// (issue 26 points 5 and 6).
+		BodyIdleTimeout: cfg.BodyIdleTimeout,
+		AuthFailures:    handlers.FailureLimit{Burst: cfg.AuthFailureBurst, Per: cfg.AuthFailurePer},
 	})
+	// A header must arrive within ReadHeaderTimeout and fit MaxHeaderBytes
+	// (0: Go's 1 MiB); a body or an answer that stalls fails after
+	// BodyIdleTimeout (the router's idle deadlines). No ReadTimeout or
+	// WriteTimeout: they would cut a large transfer that keeps moving
+	// (issue 26 point 5).
 	a.server = &http.Server{
 		Handler:           router,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		TLSConfig:         a.tls,
+	}
+	if a.internal != nil {
+		ih, err := handlers.NewInternalRouter(handlers.Deps{Logger: logger, Metrics: metrics, Authority: routing, OCI: oci})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("invalid BLOBPLANE_INTERNAL_LISTEN: %w", err)
+		}
+		// Node-to-node bodies are small JSON (nodeauth.MaxBody): whole
+		// request and answer deadlines cost nothing here.
+		a.internalServer = &http.Server{
+			Handler:           ih,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      time.Minute,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
 	}
 	return a, nil
+}
+
+// listenTLSAndInternal loads the api listener's certificate and binds the
+// internal listener, as configured, each refused with an error naming its
+// setting (issue 26 point 8).
+func (a *API) listenTLSAndInternal() error {
+	cfg := a.cfg
+	if err := cfg.CheckTLS(); err != nil {
+		return err
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("invalid BLOBPLANE_TLS_CERT/BLOBPLANE_TLS_KEY: %v", err)
+		}
+		a.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.InternalListen != "" {
+		ln, err := net.Listen("tcp", cfg.InternalListen)
+		if err != nil {
+			return fmt.Errorf("invalid BLOBPLANE_INTERNAL_LISTEN: cannot listen on %s: %v", cfg.InternalListen, errors.Unwrap(err))
+		}
+		a.internal = ln
+	}
+	return nil
+}
+
+// internalPort is the port of the internal listener ("" without one):
+// where this node forwards to homes, every node of a cluster serving its
+// internal listener on the same port.
+func (a *API) internalPort() string {
+	if a.internal == nil {
+		return ""
+	}
+	_, port, _ := net.SplitHostPort(a.internal.Addr().String())
+	return port
+}
+
+// dbTimeouts are the Postgres session limits of cfg (issue 26 point 5).
+func dbTimeouts(cfg *config.Config) store.Timeouts {
+	return store.Timeouts{Statement: cfg.DBStatementTimeout, Lock: cfg.DBLockTimeout, IdleInTransaction: cfg.DBIdleInTransactionTimeout}
 }
 
 // ociDeps wires the /v2/ blob API: uploads stage on the first configured
 // backend and publish when this node's keeper holds the repository's
 // partition, or are forwarded to the home (a finalize job when it cannot
 // be reached). Without a backend there is no blob API.
-func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx]) *handlers.OCI {
+func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx], internalPort string) *handlers.OCI {
 	if len(b.Order) == 0 {
 		return nil
 	}
@@ -222,7 +306,7 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 		// Away from the home: forward to it through the routing contract
 		// (maps read from Postgres and verified), or queue a finalize job.
 		ClusterSecret: cfg.ClusterSecret,
-		Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Routing: client.New(client.Config{
+		Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), Routing: client.New(client.Config{
 			Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second}, MaxWait: 2 * time.Second,
 		})},
 		Later: jobs.FinalizeQueue{Client: rc},
@@ -236,7 +320,20 @@ func (a *API) Keeper() *keeper.Keeper { return a.keeper }
 func (a *API) Addr() string { return a.listener.Addr().String() }
 
 // URL is the base URL clients use.
-func (a *API) URL() string { return "http://" + a.Addr() }
+func (a *API) URL() string {
+	if a.tls != nil {
+		return "https://" + a.Addr()
+	}
+	return "http://" + a.Addr()
+}
+
+// InternalURL is the base URL of the internal listener, "" without one.
+func (a *API) InternalURL() string {
+	if a.internal == nil {
+		return ""
+	}
+	return "http://" + a.internal.Addr().String()
+}
 
 // Serve runs until ctx ends, then stops accepting, drains in-flight requests
 // for up to the shutdown timeout, closes what is left, and returns.
@@ -272,9 +369,18 @@ func (a *API) Serve(ctx context.Context) error {
 		}
 	}
 
-	errc := make(chan error, 1)
-	go func() { errc <- a.server.Serve(a.listener) }()
-	a.logger.Info("api listening", "url", a.URL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter, "backends", a.backends.Describe())
+	errc := make(chan error, 2)
+	go func() {
+		if a.tls != nil {
+			errc <- a.server.ServeTLS(a.listener, "", "") // a.server.TLSConfig holds the certificate
+			return
+		}
+		errc <- a.server.Serve(a.listener)
+	}()
+	if a.internal != nil {
+		go func() { errc <- a.internalServer.Serve(a.internal) }()
+	}
+	a.logger.Info("api listening", "url", a.URL(), "internal_url", a.InternalURL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter, "backends", a.backends.Describe())
 
 	select {
 	case err := <-errc:
@@ -288,6 +394,11 @@ func (a *API) Serve(ctx context.Context) error {
 		a.logger.Warn("drain deadline passed; closing remaining connections", "err", err)
 		a.server.Close()
 	}
+	if a.internalServer != nil {
+		if err := a.internalServer.Shutdown(sctx); err != nil {
+			a.internalServer.Close()
+		}
+	}
 	a.logger.Info("api stopped")
 	return nil
 }
@@ -297,13 +408,18 @@ func (a *API) Close() {
 	if a.listener != nil {
 		a.listener.Close()
 	}
+	if a.internal != nil {
+		a.internal.Close()
+	}
 	a.backends.Close()
 	a.store.Close()
 }
 
 // Migrate applies goose and River migrations and reports what it did.
 func Migrate(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*store.MigrationResult, error) {
-	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	// Without the sessions' limits: a migration may rewrite a large
+	// table, and is run by an operator who watches it.
+	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, store.Timeouts{})
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +438,10 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	if err := cfg.ResolveClusterSecret(); err != nil {
 		return fmt.Errorf("cluster secret: %w", err)
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if cfg.InternalPort() == "0" {
+		return errors.New("invalid BLOBPLANE_INTERNAL_LISTEN: the worker forwards to homes at its port, which cannot be 0")
+	}
+	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg))
 	if err != nil {
 		return err
 	}
@@ -344,7 +463,9 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	if _, ok := queues[jobs.DeletionQueue(cfg.Datacenter)]; !ok {
 		queues[jobs.DeletionQueue(cfg.Datacenter)] = river.QueueConfig{MaxWorkers: 4}
 	}
-	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret})
+	// Homes serve node-to-node calls at the cluster's internal port when
+	// BLOBPLANE_INTERNAL_LISTEN is set (issue 26 point 8).
+	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort()})
 	reaper := newReaper(cfg, st, backends, logger)
 	jobs.AddSweepWorker(workers, reaper)
 	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName}
@@ -415,7 +536,8 @@ func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (s
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded like the api's (issue 26 point 5); it serves no body.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("worker metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
 	return func() { _ = srv.Close() }, nil
@@ -478,7 +600,7 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 		}
 	}
 	dryRun := opts.DryRun
-	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg))
 	if err != nil {
 		return err
 	}

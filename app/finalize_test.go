@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 )
@@ -36,7 +38,9 @@ type homeCluster struct {
 	token string
 }
 
-func startHomeCluster(t *testing.T) *homeCluster {
+// startHomeCluster starts the two nodes, each config passed through opts
+// first.
+func startHomeCluster(t *testing.T, opts ...func(i int, cfg *config.Config)) *homeCluster {
 	t.Helper()
 	d := pgtest.New(t)
 	c := &homeCluster{cluster: &cluster{st: store.New(d.Pool, nil)}, d: d}
@@ -45,6 +49,9 @@ func startHomeCluster(t *testing.T) *homeCluster {
 		cfg.NodeID = fmt.Sprintf("node-%d", i)
 		cfg.ClusterSecret = testClusterSecret
 		cfg.RiverUI = false
+		for _, o := range opts {
+			o(i, cfg)
+		}
 		c.cfgs[i] = cfg
 		c.start(t, i)
 	}
@@ -284,7 +291,7 @@ func TestFinalizeQueuedWhileTheHomeIsDown(t *testing.T) {
 
 	// S4: another finalization of the operation id (a duplicate job or a
 	// lost response retried) returns the stored outcome.
-	again := c.internalFinalize(t, 1, "Bearer "+testClusterSecret, op, repo)
+	again := c.internalFinalize(t, 1, signedCall, op, repo)
 	if again.StatusCode != http.StatusOK {
 		t.Fatalf("finalizing again: %d, want 200 with the stored outcome", again.StatusCode)
 	}
@@ -296,12 +303,28 @@ func TestFinalizeQueuedWhileTheHomeIsDown(t *testing.T) {
 	}
 }
 
-// internalFinalize posts to node i's internal endpoint without routing
-// headers (served at the home, MOVED elsewhere).
+// signedCall as internalFinalize's authz signs the call with the cluster
+// secret (issue 26 point 8).
+const signedCall = "signed"
+
+// internalFinalize posts to node i's internal endpoint (its internal
+// listener when it has one) without routing headers (served at the home,
+// MOVED elsewhere), with authz as Authorization, or signed (signedCall).
 func (c *homeCluster) internalFinalize(t *testing.T, i int, authz, op, repo string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", c.nodes[i].URL()+"/internal/v1/finalize/"+op, strings.NewReader(`{"repository":"`+repo+`"}`))
-	if authz != "" {
+	base := c.nodes[i].InternalURL()
+	if base == "" {
+		base = c.nodes[i].URL()
+	}
+	body := `{"repository":"` + repo + `"}`
+	req, _ := http.NewRequest("POST", base+"/internal/v1/finalize/"+op, strings.NewReader(body))
+	switch authz {
+	case "":
+	case signedCall:
+		if err := nodeauth.SignRequest(req, []byte(testClusterSecret), []byte(body), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	default:
 		req.Header.Set("Authorization", authz)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -312,9 +335,11 @@ func (c *homeCluster) internalFinalize(t *testing.T, i int, authz, op, repo stri
 	return resp
 }
 
-// The internal endpoint accepts only the cluster secret: no credentials, a
-// wrong secret, a user token (Bearer or Basic) are 401, checked before
-// anything else.
+// The internal endpoint accepts only requests signed with the cluster
+// secret: no credentials, the secret itself as a static Bearer (before
+// issue 26 point 8), a user token (Bearer or Basic) are 401, checked
+// before anything else (app/nodeauth_test.go replays the signature
+// attacks).
 func TestInternalFinalizeNeedsTheClusterSecret(t *testing.T) {
 	c := startHomeCluster(t)
 	op, repo := "00000000-0000-4000-8000-000000000001", c.repos[1]
@@ -325,8 +350,8 @@ func TestInternalFinalizeNeedsTheClusterSecret(t *testing.T) {
 	}()
 	for name, authz := range map[string]string{
 		"none":              "",
+		"static bearer":     "Bearer " + testClusterSecret,
 		"wrong secret":      "Bearer " + strings.Repeat("x", len(testClusterSecret)),
-		"secret prefix":     "Bearer " + testClusterSecret[:len(testClusterSecret)-1],
 		"user token":        "Bearer " + c.token,
 		"user token, basic": basic,
 		"secret as basic":   "Basic " + testClusterSecret,
@@ -336,11 +361,11 @@ func TestInternalFinalizeNeedsTheClusterSecret(t *testing.T) {
 		}
 	}
 	// With the secret, at the home: an unknown operation is 404.
-	if r := c.internalFinalize(t, 1, "Bearer "+testClusterSecret, op, repo); r.StatusCode != http.StatusNotFound {
+	if r := c.internalFinalize(t, 1, signedCall, op, repo); r.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown operation at the home: %d, want 404", r.StatusCode)
 	}
 	// Away from the home the routing contract answers (MOVED).
-	if r := c.internalFinalize(t, 0, "Bearer "+testClusterSecret, op, repo); r.StatusCode != authority.StatusMoved {
+	if r := c.internalFinalize(t, 0, signedCall, op, repo); r.StatusCode != authority.StatusMoved {
 		t.Errorf("at the wrong node: %d, want %d", r.StatusCode, authority.StatusMoved)
 	}
 }

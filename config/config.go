@@ -60,12 +60,35 @@ type Config struct {
 	// LISTEN/NOTIFY on every reference deletion or blob state change;
 	// docs/uploads.md); 0 disables the cache.
 	ExistenceCacheTTL time.Duration
+	// Exhaustion limits (issue 26 points 5 and 6). BodyIdleTimeout bounds
+	// how long one read of a request body or one write of a response
+	// waits for the client; MaxHeaderBytes bounds a request's header;
+	// AuthFailureBurst failed authentications per client address (and
+	// per token id) are allowed at once, refilled at that many per
+	// AuthFailurePer.
+	BodyIdleTimeout  time.Duration
+	MaxHeaderBytes   int
+	AuthFailureBurst int
+	AuthFailurePer   time.Duration
+	// Every Postgres session starts with these (statement_timeout,
+	// lock_timeout, idle_in_transaction_session_timeout); 0 leaves the
+	// server's setting.
+	DBStatementTimeout         time.Duration
+	DBLockTimeout              time.Duration
+	DBIdleInTransactionTimeout time.Duration
 	// ReplicateTo lists the datacenters published blobs are copied to; nil
 	// means every registered datacenter other than the ingress.
 	ReplicateTo []string
 	// ClusterSecret authenticates node-to-node calls (finalization
 	// forwarded to a repository's home).
 	ClusterSecret string
+	// InternalListen, when set, is the only listener serving the
+	// node-to-node endpoints; its port is where every node of the cluster
+	// serves them. TLSCert and TLSKey (both or neither) put the api's
+	// listener on HTTPS.
+	InternalListen string
+	TLSCert        string
+	TLSKey         string
 	// Backends are this datacenter's byte backends, in preference order
 	// (the first is where uploads land).
 	Backends []backend.Spec
@@ -113,6 +136,23 @@ func cacheTTL(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: must be a duration from 0 (off) to 1m such as 30s", v)
 	}
 	return d, nil
+}
+
+// dbTimeout is a setting of one Postgres session limit of the api and the
+// worker: 0 leaves the server's setting; otherwise from 100ms to 24h. A
+// process whose work runs longer (a worker with a large sweep batch) is
+// given a larger one in its own environment.
+func dbTimeout(flag, env, def, what string, field func(*Config) *time.Duration) Setting {
+	return Setting{Flag: flag, Env: env, Default: def, For: servers,
+		Usage: what + " on this process's Postgres connections (0 leaves the server's setting; the same parameter in DATABASE_URL wins)",
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d != 0 && (d < 100*time.Millisecond || d > 24*time.Hour) {
+				return fmt.Errorf("%q: must be 0 or a duration from 100ms to 24h such as 30s", v)
+			}
+			*field(c) = d
+			return nil
+		}}
 }
 
 // SweepJob is the periodic job name of the sweep (BLOBPLANE_CRON key,
@@ -166,21 +206,37 @@ var Settings = []Setting{
 			c.DatabaseURL = v
 			return nil
 		}},
+	// Every Postgres session's limits (issue 26 point 5).
+	dbTimeout("db-statement-timeout", "BLOBPLANE_DB_STATEMENT_TIMEOUT", "30s", "statement_timeout: longest one SQL statement may run",
+		func(c *Config) *time.Duration { return &c.DBStatementTimeout }),
+	dbTimeout("db-lock-timeout", "BLOBPLANE_DB_LOCK_TIMEOUT", "10s", "lock_timeout: longest one statement waits for a lock",
+		func(c *Config) *time.Duration { return &c.DBLockTimeout }),
+	dbTimeout("db-idle-in-transaction-timeout", "BLOBPLANE_DB_IDLE_IN_TRANSACTION_TIMEOUT", "1m", "idle_in_transaction_session_timeout: longest a transaction stays open with nothing running",
+		func(c *Config) *time.Duration { return &c.DBIdleInTransactionTimeout }),
 	{Flag: "listen", Env: "BLOBPLANE_LISTEN", Default: "127.0.0.1:8080", Usage: "HTTP listen address host:port", For: []string{API},
 		set: func(c *Config, v string) error {
-			host, port, err := net.SplitHostPort(v)
-			if err != nil {
-				return fmt.Errorf("%q is not host:port", v)
-			}
-			if host != "" && net.ParseIP(host) == nil && host != "localhost" {
-				return fmt.Errorf("%q: host must be an IP address or localhost", v)
-			}
-			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-				return fmt.Errorf("%q: port must be 0-65535", v)
+			if err := listenAddr(v); err != nil {
+				return err
 			}
 			c.Listen = v
 			return nil
 		}},
+	// Node-to-node endpoints on a listener of their own, and TLS on the
+	// api's (issue 26 point 8).
+	{Flag: "internal-listen", Env: "BLOBPLANE_INTERNAL_LISTEN", Default: "", Usage: "host:port of a separate listener that alone serves the node-to-node endpoints (plain HTTP, signed requests; keep it on a private network). Every node of a cluster uses the same port: nodes and workers forward to a home at its public host and this port. Empty: they are served on --listen", For: servers,
+		set: func(c *Config, v string) error {
+			if v != "" {
+				if err := listenAddr(v); err != nil {
+					return err
+				}
+			}
+			c.InternalListen = v
+			return nil
+		}},
+	{Flag: "tls-cert", Env: "BLOBPLANE_TLS_CERT", Default: "", Usage: "PEM certificate (chain) file: serve --listen over HTTPS; needs --tls-key and --internal-listen (node-to-node calls never go to the TLS listener)", For: []string{API},
+		set: func(c *Config, v string) error { c.TLSCert = v; return nil }},
+	{Flag: "tls-key", Env: "BLOBPLANE_TLS_KEY", Default: "", Usage: "PEM private key file of --tls-cert", For: []string{API},
+		set: func(c *Config, v string) error { c.TLSKey = v; return nil }},
 	{Flag: "datacenter", Env: "BLOBPLANE_DATACENTER", Default: "local", Usage: "datacenter label of this node (lowercase letters, digits, dashes)", For: all,
 		set: func(c *Config, v string) error {
 			if !dcLabel.MatchString(v) {
@@ -233,6 +289,35 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a duration of at least 1s such as 1h", v)
 			}
 			c.UploadTTL = d
+			return nil
+		}},
+	{Flag: "body-idle-timeout", Env: "BLOBPLANE_BODY_IDLE_TIMEOUT", Default: "1m", Usage: "longest one read of a request body or one write of a response waits for the client; a transfer that keeps moving is never cut (1s to 1h)", For: []string{API},
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second || d > time.Hour {
+				return fmt.Errorf("%q: must be a duration from 1s to 1h such as 1m", v)
+			}
+			c.BodyIdleTimeout = d
+			return nil
+		}},
+	{Flag: "max-header-bytes", Env: "BLOBPLANE_MAX_HEADER_BYTES", Default: "64KiB", Usage: "largest request line and header accepted (431 past it), bytes or with a KiB/MiB suffix (4KiB to 1MiB)", For: []string{API},
+		set: func(c *Config, v string) error {
+			n, err := parseBytes(v)
+			if err != nil || n < 4<<10 || n > 1<<20 {
+				return fmt.Errorf("%q: must be a size from 4KiB to 1MiB such as 64KiB", v)
+			}
+			c.MaxHeaderBytes = int(n)
+			return nil
+		}},
+	{Flag: "auth-failure-limit", Env: "BLOBPLANE_AUTH_FAILURE_LIMIT", Default: "20/1m", Usage: "failed authentications allowed per client address and per token id, as burst/period (20/1m: 20 at once, 20 more per minute); past it attempts are answered 429 unchecked (docs/auth.md)", For: []string{API},
+		set: func(c *Config, v string) error {
+			n, per, ok := strings.Cut(v, "/")
+			burst, err := strconv.Atoi(n)
+			d, derr := time.ParseDuration(per)
+			if !ok || err != nil || derr != nil || burst < 1 || burst > 1_000_000 || d < time.Second || d > 24*time.Hour {
+				return fmt.Errorf("%q: must be failures/period with 1 to 1000000 failures and a period from 1s to 24h, such as 20/1m", v)
+			}
+			c.AuthFailureBurst, c.AuthFailurePer = burst, d
 			return nil
 		}},
 	{Flag: "auth-cache-ttl", Env: "BLOBPLANE_AUTH_CACHE_TTL", Default: "30s", Usage: "how long the api serves a successful authentication from memory (emptied at once by any token, grant or principal change; at most 1m; 0 disables)", For: []string{API},
@@ -422,7 +507,53 @@ func Load(binary string, args []string, getenv func(string) string, out io.Write
 		}
 		c.NodeID = DefaultNodeID(listen)
 	}
+	if err := c.CheckTLS(); err != nil {
+		return nil, nil, err
+	}
 	return c, fs.Args(), nil
+}
+
+// listenAddr checks a listen address: host:port with an IP address,
+// localhost or no host, and a port from 0 to 65535.
+func listenAddr(v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", v)
+	}
+	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		return fmt.Errorf("%q: host must be an IP address or localhost", v)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: port must be 0-65535", v)
+	}
+	return nil
+}
+
+// CheckTLS refuses half a TLS configuration, and TLS without an internal
+// listener: nodes forward to each other in plain HTTP (signed), which a
+// TLS listener does not speak (issue 26 point 8). The files themselves are
+// read when the api starts (app.NewAPI).
+func (c *Config) CheckTLS() error {
+	switch {
+	case c.TLSCert == "" && c.TLSKey == "":
+		return nil
+	case c.TLSKey == "":
+		return errors.New("invalid BLOBPLANE_TLS_CERT: set BLOBPLANE_TLS_KEY too (both or neither)")
+	case c.TLSCert == "":
+		return errors.New("invalid BLOBPLANE_TLS_KEY: set BLOBPLANE_TLS_CERT too (both or neither)")
+	case c.InternalListen == "":
+		return errors.New("invalid BLOBPLANE_TLS_CERT: set BLOBPLANE_INTERNAL_LISTEN too: nodes call each other's node-to-node endpoints in plain HTTP (signed), never on the TLS listener")
+	}
+	return nil
+}
+
+// InternalPort is the port of InternalListen ("" when unset).
+func (c *Config) InternalPort() string {
+	if c.InternalListen == "" {
+		return ""
+	}
+	_, port, _ := net.SplitHostPort(c.InternalListen)
+	return port
 }
 
 // DefaultNodeID derives a node id from the hostname and listen address, so
@@ -573,11 +704,13 @@ func (c *Config) ResolveClusterSecret() error {
 // clusterSecret reads <dataDir>/cluster-secret, creating it (0600, random)
 // the first time, so every process of a single-machine deployment shares
 // one without configuration. Multi-host deployments set
-// BLOBPLANE_CLUSTER_SECRET.
+// BLOBPLANE_CLUSTER_SECRET. A file readable by group or others, or shorter
+// than a secret, is refused: it is not ours to repair (issue 26 point 8).
 func clusterSecret(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, "cluster-secret")
-	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
-		return strings.TrimSpace(string(b)), nil
+	secret, err := readClusterSecret(path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return secret, err
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return "", fmt.Errorf("cannot create %s: %v", dataDir, err)
@@ -586,21 +719,76 @@ func clusterSecret(dataDir string) (string, error) {
 	if _, err := rand.Read(buf); err != nil {
 		return "", err
 	}
-	secret := hex.EncodeToString(buf)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) { // another process won the race: use its secret
-		b, rerr := os.ReadFile(path)
-		if rerr != nil {
-			return "", rerr
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	if err != nil {
+	secret = hex.EncodeToString(buf)
+	switch err := createAtomically(path, []byte(secret+"\n")); {
+	case errors.Is(err, os.ErrExist): // another process won the race: use its secret
+		return readClusterSecret(path)
+	case err != nil:
 		return "", fmt.Errorf("cannot write %s: %v", path, err)
 	}
-	defer f.Close()
-	if _, err := f.WriteString(secret + "\n"); err != nil {
+	return secret, nil
+}
+
+// readClusterSecret reads the secret file at path: os.ErrNotExist when
+// there is none, an error naming the file and the fix when it is readable
+// by group or others or holds less than a secret.
+func readClusterSecret(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
 		return "", err
 	}
-	return secret, f.Sync()
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("%s is readable by group or others (mode %04o): run `chmod 600 %s`", path, perm, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return "", fmt.Errorf("cannot read %s: %v", path, err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if len(secret) < 32 {
+		return "", fmt.Errorf("%s holds %d characters, fewer than a secret's 32: remove it to generate a new one (and restart every process that shares it)", path, len(secret))
+	}
+	return secret, nil
+}
+
+// createAtomically makes path hold data, whole or not at all: a temp file
+// in the same directory (0600) is written and synced, then linked to path
+// (which, unlike rename, never replaces a file another process created
+// meanwhile: os.ErrExist then), and the directory synced.
+func createAtomically(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -95,9 +96,12 @@ var ErrNoCredentials = &blobplane.Error{Code: blobplane.CodeUnauthorized, Messag
 // credentials, or with a malformed, unknown or revoked token, is answered
 // by fail with an unauthorized error; fail nil writes the JSON error with
 // status 401 and the WWW-Authenticate challenges (WriteAuthError). The OCI
-// API passes its own fail to answer in the OCI error format. Authentication
-// costs one database query (see store.Store.Authenticate); every later
-// permission decision on the request is pure.
+// API passes its own fail to answer in the OCI error format. Behind
+// NewRouter's failure limiter, an attempt from a client (or at a token id)
+// with too many recent failures is answered by fail with a
+// too_many_requests error (429) and Retry-After, unchecked (authlimit.go).
+// Authentication costs one database query (see store.Store.Authenticate);
+// every later permission decision on the request is pure.
 func Authenticate(a Authenticator, fail func(w http.ResponseWriter, r *http.Request, err error)) func(http.Handler) http.Handler {
 	if fail == nil {
 		logger := slog.New(slog.DiscardHandler)
@@ -110,8 +114,11 @@ func Authenticate(a Authenticator, fail func(w http.ResponseWriter, r *http.Requ
 				fail(w, r, ErrNoCredentials)
 				return
 			}
-			p, err := a.Authenticate(r.Context(), token)
+			p, err := authenticate(r, a, token) // through the failure limiter (issue 26 point 6)
 			if err != nil {
+				if t := (*throttled)(nil); errors.As(err, &t) {
+					w.Header().Set("Retry-After", t.retryAfterHeader())
+				}
 				fail(w, r, err)
 				return
 			}
@@ -181,7 +188,7 @@ func requireAnyAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := PrincipalOf(r.Context())
 		if !ok {
-			WriteAuthError(w, r, logger, ErrNoCredentials)
+			writeAdminAuthError(w, r, logger, ErrNoCredentials)
 			return
 		}
 		if !p.HasAny(auth.Admin) {
@@ -214,7 +221,10 @@ type CreateRepositoryRequest struct {
 // the group, so none is ever served without those checks.
 func adminRoutes(r chi.Router, d Deps) {
 	r.Route("/v1/admin", func(r chi.Router) {
-		r.Use(Authenticate(d.Auth, nil), requireAnyAdmin)
+		// Cross-site and non-JSON writes are refused before
+		// authentication, and a 401 challenges Bearer only (issue 26
+		// point 7, csrf.go).
+		r.Use(refuseCrossSite(d.Logger), requireJSONWrites, Authenticate(d.Auth, adminAuthFail(d.Logger)), requireAnyAdmin)
 		if d.Repositories == nil {
 			return
 		}
@@ -259,6 +269,10 @@ func adminRoutes(r chi.Router, d Deps) {
 // riverUIRoutes mounts the River UI behind admin on every repository.
 func riverUIRoutes(r chi.Router, d Deps) {
 	r.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
-	r.With(Authenticate(d.Auth, nil), RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin)).
+	// Its own requests are same-origin; anything cross-site is refused,
+	// and a 401 challenges Bearer only (issue 26 point 7). Its writes
+	// (pause a queue, cancel a job) are not all JSON, so Content-Type is
+	// not required here: Sec-Fetch-Site and Origin guard them.
+	r.With(refuseCrossSite(d.Logger), Authenticate(d.Auth, adminAuthFail(d.Logger)), RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin)).
 		Handle("/riverui/*", d.RiverUI)
 }

@@ -61,6 +61,9 @@ func call(t *testing.T, srv *httptest.Server, method, path, body, cred string) a
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // admin writes need it (issue 26 point 7)
+	}
 	switch {
 	case cred == "":
 	case strings.HasPrefix(cred, "basic:"):
@@ -86,6 +89,17 @@ func wantUnauthorized(t *testing.T, what string, a answer) {
 	}
 }
 
+// wantAdminUnauthorized: the admin surface challenges Bearer only, so no
+// browser prompts for (and caches) an admin's token (issue 26 point 7).
+func wantAdminUnauthorized(t *testing.T, what string, a answer) {
+	t.Helper()
+	ch := a.header.Values("WWW-Authenticate")
+	if a.status != 401 || !strings.Contains(a.body, `"code": "unauthorized"`) ||
+		!slices.Equal(ch, []string{`Bearer realm="blobplane"`}) {
+		t.Errorf("%s: %d %v %s; want 401 with the Bearer challenge only", what, a.status, ch, a.body)
+	}
+}
+
 func TestAdminRoutesNeedAnAdminGrant(t *testing.T) {
 	t.Parallel()
 	st, srv := authSetup(t)
@@ -100,12 +114,12 @@ func TestAdminRoutesNeedAnAdminGrant(t *testing.T) {
 	forged := auth.Token{ID: tok.ID, Secret: auth.NewToken().Secret}.String()
 
 	for _, path := range []string{"/v1/admin/repositories", "/riverui/", "/riverui/api/jobs"} {
-		wantUnauthorized(t, path+" without credentials", call(t, srv, "GET", path, "", ""))
-		wantUnauthorized(t, path+" with a revoked token", call(t, srv, "GET", path, "", revoked))
-		wantUnauthorized(t, path+" with a revoked token over Basic", call(t, srv, "GET", path, "", "basic:"+revoked))
-		wantUnauthorized(t, path+" with a forged secret", call(t, srv, "GET", path, "", forged))
-		wantUnauthorized(t, path+" with garbage", call(t, srv, "GET", path, "", "not-a-token"))
-		wantUnauthorized(t, path+" with an empty Basic password", call(t, srv, "GET", path, "", "basic:"))
+		wantAdminUnauthorized(t, path+" without credentials", call(t, srv, "GET", path, "", ""))
+		wantAdminUnauthorized(t, path+" with a revoked token", call(t, srv, "GET", path, "", revoked))
+		wantAdminUnauthorized(t, path+" with a revoked token over Basic", call(t, srv, "GET", path, "", "basic:"+revoked))
+		wantAdminUnauthorized(t, path+" with a forged secret", call(t, srv, "GET", path, "", forged))
+		wantAdminUnauthorized(t, path+" with garbage", call(t, srv, "GET", path, "", "not-a-token"))
+		wantAdminUnauthorized(t, path+" with an empty Basic password", call(t, srv, "GET", path, "", "basic:"))
 		if a := call(t, srv, "GET", path, "", writer); a.status != 403 || !strings.Contains(a.body, `"code": "forbidden"`) || a.header.Get("WWW-Authenticate") != "" {
 			t.Errorf("%s with a write-only token: %d %s; want 403 without a challenge", path, a.status, a.body)
 		}

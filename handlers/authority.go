@@ -14,6 +14,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/store"
 )
 
 // Routing-contract headers (ZBP-5 R98): every request to a home-only
@@ -42,7 +43,9 @@ type MapStore interface {
 	MapVersion(ctx context.Context, v uint64) (*authority.Map, error)
 	MapDelta(ctx context.Context, since uint64) (*authority.Delta, error)
 	SigningKeys(ctx context.Context) ([]authority.TrustedKey, error)
-	Leases(ctx context.Context) ([]authority.LeaseRecord, error)
+	// LeaseStatuses returns every lease record, each judged live by the
+	// database's clock, the one that wrote its expiry (issue 26 point 11).
+	LeaseStatuses(ctx context.Context) ([]store.LeaseStatus, error)
 }
 
 // Authority bundles what the routing middleware and map endpoints need.
@@ -299,15 +302,14 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	leases, err := a.Maps.Leases(ctx)
+	leases, err := a.Maps.LeaseStatuses(ctx)
 	if err != nil {
 		return nil, err
 	}
-	byID := map[string]authority.LeaseRecord{}
+	byID := map[string]store.LeaseStatus{}
 	for _, l := range leases {
 		byID[l.Partition] = l
 	}
-	now := time.Now()
 	rows := make([]PartitionStatus, 0, len(m.Partitions))
 	for _, p := range m.Partitions {
 		ps := PartitionStatus{ID: p.ID, Generation: p.Generation, Class: string(p.Class), MapEpoch: p.Epoch, MapNode: p.Primary.Node, State: "UNOWNED"}
@@ -318,7 +320,7 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 			ps.Epoch, ps.Node, ps.Endpoint = l.Epoch, l.OwnerNode, l.OwnerEndpoint
 			exp := l.ExpiresAt
 			ps.LeaseExpiresAt = &exp
-			ps.Owned = exp.After(now)
+			ps.Owned = l.Live // the database's clock, not this node's (issue 26 point 11)
 			ps.State = string(l.State)
 			if !ps.Owned {
 				ps.State = "UNOWNED" // R133: unowned is its own condition

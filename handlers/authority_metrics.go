@@ -75,15 +75,14 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 	if err != nil {
 		return err
 	}
-	leases, err := c.a.Maps.Leases(ctx)
+	leases, err := c.a.Maps.LeaseStatuses(ctx)
 	if err != nil {
 		return err
 	}
 	live := map[string]authority.LeaseRecord{}
-	now := time.Now()
 	for _, l := range leases {
-		if l.ExpiresAt.After(now) {
-			live[l.Partition] = l
+		if l.Live { // the database's clock, not this node's (issue 26 point 11)
+			live[l.Partition] = l.LeaseRecord
 		}
 	}
 	parts, slots := authority.UnownedPartitions(m, func(p *authority.Partition) bool {
@@ -106,7 +105,7 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 		age := 0.0
 		if v > 0 {
 			if old, err := c.a.Maps.MapVersion(ctx, v); err == nil {
-				age = now.Sub(old.GeneratedAt).Seconds()
+				age = time.Since(old.GeneratedAt).Seconds()
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/blobplane/blobplane"
 )
@@ -29,6 +31,8 @@ func StatusOf(code blobplane.Code) int {
 		return http.StatusRequestEntityTooLarge
 	case blobplane.CodeRangeInvalid:
 		return http.StatusRequestedRangeNotSatisfiable
+	case blobplane.CodeTooManyRequests:
+		return http.StatusTooManyRequests
 	case blobplane.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case blobplane.CodeUnimplemented:
@@ -48,20 +52,58 @@ type ErrorBody struct {
 // WriteError answers with err's status and a JSON body carrying its stable
 // code. Internal errors are logged with the request id and shown to the
 // client only as "internal error"; a canceled request is not logged as one.
+// A refusal by Postgres is logged with everything Postgres said, whatever
+// the status, and the client sees only the code and a message holding none
+// of that text (clientMessage; issue 26 point 10).
 func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
 	code := blobplane.ErrorCode(err)
 	status := StatusOf(code)
 	reqID := middleware.GetReqID(r.Context())
-	switch {
+	switch db, isDB := databaseDetail(err); {
 	case errors.Is(err, context.Canceled):
 		// The client went away; nothing to report.
 	case status >= 500:
-		logger.ErrorContext(r.Context(), "request failed", "err", err, "request_id", reqID, "route", routePattern(r))
+		logger.ErrorContext(r.Context(), "request failed", "err", err, "request_id", reqID, "route", routePattern(r), db)
+	case isDB:
+		logger.WarnContext(r.Context(), "request refused by the database", "err", err, "request_id", reqID, "route", routePattern(r), db)
 	}
 	if bp := (*blobplane.Error)(nil); errors.As(err, &bp) && bp.Retryable {
 		w.Header().Set("Retry-After", "1")
 	}
-	WriteJSON(w, status, ErrorBody{Code: code, Message: blobplane.ErrorMessage(err), RequestID: reqID})
+	WriteJSON(w, status, ErrorBody{Code: code, Message: clientMessage(err), RequestID: reqID})
+}
+
+// clientMessage is blobplane.ErrorMessage with a last guard at the HTTP
+// boundary (issue 26 point 10): when err's chain holds a Postgres error
+// and the message repeats any of its text (message, detail, hint,
+// constraint, table or column name), the client gets a fixed message
+// instead; the store's mapping (dbErr) already gives none, this keeps a
+// future mapping that copies Postgres's text from reaching a client.
+func clientMessage(err error) string {
+	msg := blobplane.ErrorMessage(err)
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return msg
+	}
+	for _, s := range []string{pg.Message, pg.Detail, pg.Hint, pg.ConstraintName, pg.TableName, pg.ColumnName} {
+		if s != "" && strings.Contains(msg, s) {
+			return "the database refused this request"
+		}
+	}
+	return msg
+}
+
+// databaseDetail returns, as one "db" log attribute, what Postgres said
+// about err (SQLSTATE, message, detail, hint, constraint, table, column):
+// for logs only, never for a client. ok is false when err's chain holds no
+// Postgres error; the attribute is then empty, which slog drops.
+func databaseDetail(err error) (attr slog.Attr, ok bool) {
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) {
+		return slog.Attr{}, false
+	}
+	return slog.Group("db", "sqlstate", pg.Code, "message", pg.Message, "detail", pg.Detail, "hint", pg.Hint,
+		"constraint", pg.ConstraintName, "table", pg.TableName, "column", pg.ColumnName), true
 }
 
 // WriteJSON writes v as a JSON response with status.

@@ -2,23 +2,24 @@ package handlers
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/store"
 )
 
-// Node-to-node endpoints (docs/uploads.md). They accept only the cluster
-// secret, never a user token, and run at the repository's home through the
-// routing contract.
+// Node-to-node endpoints (docs/uploads.md). They accept only requests
+// signed with the cluster secret, never a user token, and run at the
+// repository's home through the routing contract.
 
 // HomeForwarder hands the finalization of a closed upload to its
 // repository's home (jobs.HomeFinalizer: the routing client and the
@@ -44,20 +45,31 @@ type internalFinalizeCall struct {
 
 type finalizeCallKey struct{}
 
-// RequireClusterSecret is middleware that admits only
-// "Authorization: Bearer <secret>", compared in constant time; anything
-// else (no header, Basic, a user token, an empty configured secret) is 401.
+// RequireClusterSecret is middleware that admits only requests signed with
+// the cluster secret (internal/nodeauth: an HMAC over method, request URI,
+// body digest, timestamp and nonce). The secret itself never travels, so
+// a captured request proves nothing past its window and is refused if
+// replayed within it; the signature binds the operation and the body
+// (issue 26 point 8). The body is read, at most nodeauth.MaxBody bytes,
+// before the check, and handed on unchanged. Anything else (no header, a
+// static Bearer secret, Basic, a user token, a stale, replayed or
+// mismatched signature, an empty configured secret) is 401.
 func RequireClusterSecret(secret string, logger *slog.Logger) func(http.Handler) http.Handler {
-	want := []byte(secret)
+	v := nodeauth.NewVerifier([]byte(secret))
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if len(want) == 0 || !strings.EqualFold(scheme, "Bearer") ||
-				subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
-				WriteError(w, r, logger, blobplane.Errorf(blobplane.CodeUnauthorized, "node-to-node endpoint: the cluster secret is required"))
+			if err := v.VerifyRequest(r); err != nil {
+				code := blobplane.CodeUnauthorized
+				switch {
+				case errors.Is(err, nodeauth.ErrTooLarge):
+					code = blobplane.CodeTooLarge
+				case errors.Is(err, nodeauth.ErrBusy):
+					code = blobplane.CodeUnavailable
+				}
+				WriteError(w, r, logger, blobplane.Errorf(code, "node-to-node endpoint: a request signed with the cluster secret is required: %s", err))
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -65,11 +77,58 @@ func RequireClusterSecret(secret string, logger *slog.Logger) func(http.Handler)
 	}
 }
 
-// internalRoutes mounts POST /internal/v1/finalize/{operation_id}: cluster
-// secret first, then the body (it names the repository, the routing key),
-// then the routing contract, then Finalize under the admitted partition and
-// epoch.
+// internalRoutes mounts the node-to-node endpoints on the public router,
+// unless Deps.InternalListener says they have a listener of their own
+// (NewInternalRouter).
 func internalRoutes(r chi.Router, d Deps, h *ociHandler) {
+	if d.InternalListener {
+		return // issue 26 point 8: never on the public listener then
+	}
+	mountInternal(r, d, h)
+}
+
+// NewInternalRouter serves only the node-to-node endpoints, for a listener
+// of their own (BLOBPLANE_INTERNAL_LISTEN); the public router built from
+// the same Deps (with InternalListener set) leaves them out. It needs
+// d.Authority and d.OCI with a ClusterSecret, and is built after NewRouter
+// when both share d.Authority (NewRouter registers its metrics).
+func NewInternalRouter(d Deps) (http.Handler, error) {
+	if d.Authority == nil || d.OCI == nil || d.OCI.ClusterSecret == "" {
+		return nil, errors.New("internal router: needs the routing authority, the blob API and a cluster secret")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics()
+	}
+	if a := d.Authority; a.routed == nil {
+		if a.Logger == nil {
+			a.Logger = d.Logger
+		}
+		a.register(d.Metrics.Registry)
+	}
+	h := &ociHandler{OCI: *d.OCI, logger: d.Logger}
+	if d.OCI.Logger != nil {
+		h.logger = d.OCI.Logger
+	}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	r.Use(requestIDHeader)
+	r.Use(accessLog(d.Logger))
+	r.Use(recoverer(d.Logger))
+	mountInternal(r, d, h)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, r, d.Logger, blobplane.Errorf(blobplane.CodeNotFound, "no route for %s %s on the internal listener", r.Method, r.URL.Path))
+	})
+	return r, nil
+}
+
+// mountInternal mounts POST /internal/v1/finalize/{operation_id}: the
+// signature first, then the body (it names the repository, the routing
+// key), then the routing contract, then Finalize under the admitted
+// partition and epoch.
+func mountInternal(r chi.Router, d Deps, h *ociHandler) {
 	a := d.Authority
 	decode := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

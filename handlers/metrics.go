@@ -19,11 +19,15 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inflight prometheus.Gauge
+	// authRefused counts authentication attempts refused unchecked by
+	// the failure limiter, by limit: "address" or "token" (authlimit.go).
+	authRefused *prometheus.CounterVec
 }
 
 // NewMetrics builds a registry with Go and process collectors plus the HTTP
-// request metrics, labelled by chi route pattern (never the raw path, whose
-// cardinality a client controls).
+// request metrics. Every label is bounded by the code, never by a client:
+// the chi route pattern (never the raw path), the method mapped to a fixed
+// set (methodLabel), the status as the numeric code the handler wrote.
 func NewMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -42,8 +46,12 @@ func NewMetrics() *Metrics {
 			Name: "blobplane_http_requests_in_flight",
 			Help: "HTTP requests being served.",
 		}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "blobplane_auth_refused_total",
+			Help: "Authentication attempts refused unchecked (429) after too many failures, by limit: address or token (id).",
+		}, []string{"limit"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inflight)
+	reg.MustRegister(m.requests, m.duration, m.inflight, m.authRefused)
 	return m
 }
 
@@ -59,9 +67,23 @@ func (m *Metrics) middleware(next http.Handler) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
-		m.duration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		method := methodLabel(r.Method)
+		m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+		m.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 	})
+}
+
+// methodLabel maps a request method to one of a fixed set of label values.
+// The method is whatever token a client sends (up to the header limit) and
+// is labelled before authentication, so a raw one would let anyone mint
+// series without bound (issue 26 point 4).
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "OTHER"
 }
 
 func routePattern(r *http.Request) string {

@@ -43,13 +43,14 @@ type UploadStore interface {
 	// ClaimAndStage records the claimed digest and size on the intent and
 	// stages the placement of k in one transaction, before any byte is
 	// written at k; alreadyVerified: k was verified already. Errors:
-	// not_found, conflict, digest_mismatch, stale_epoch.
-	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (alreadyVerified bool, err error)
+	// not_found, conflict, digest_mismatch, stale_epoch. The Stage names
+	// the generation the close may fail (FailStagedPlacement).
+	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (store.Stage, error)
 	// ClaimSessionAndStage is ClaimAndStage of a pending session of
 	// repository on k's backend that staged nothing, read and claimed in
 	// one round trip; claimed false: nothing recorded, the session is
 	// something else. Errors: those of ClaimAndStage's stage.
-	ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in store.Intent, claimed, alreadyVerified bool, err error)
+	ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in store.Intent, claimed bool, st store.Stage, err error)
 	// OpenAndStage creates an intent declaring k's content (its claim)
 	// and stages k, in one transaction: a single-request upload's first
 	// step; staged false leaves the stage to ClaimAndStage. Errors: those
@@ -61,6 +62,15 @@ type UploadStore interface {
 	// chained, the caller runs them one after the other.
 	ChainOpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key, req store.FinalizeRequest) *store.ChainedClose
 	ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req store.FinalizeRequest) *store.ChainedClose
+	// CreateMountIntent records a mount's intent, its possession the
+	// mount from from (re-checked by Finalize at the home). Errors: those
+	// of CreateIntent.
+	CreateMountIntent(ctx context.Context, n store.NewIntent, from string) (store.Intent, error)
+	// RecordPossession records that this close hashed op's bytes to d
+	// (S9), with v's verification when set, so the home (forwarded or by
+	// the finalize job) may publish it. Errors: not_found, conflict,
+	// digest_mismatch (v's).
+	RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *store.Verification) error
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
@@ -78,6 +88,10 @@ type UploadStore interface {
 	// close after its bytes were written (see store).
 	VerifyPlacement(ctx context.Context, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64) (placement.Placement, error)
 	FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error)
+	// FailStagedPlacement fails only the stage a close made (its
+	// generation, still pending): a close's mismatch never touches a row
+	// another upload re-staged or verified (issue 26).
+	FailStagedPlacement(ctx context.Context, k placement.Key, generation int64, reason placement.Reason) (bool, error)
 }
 
 var _ UploadStore = (*store.Store)(nil)
@@ -355,10 +369,10 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 					in, staged, err = h.Store.OpenAndStage(ctx, n, k)
 				}
 				if err != nil || staged {
-					return claimResult{in: in, fallback: ociNameUnknown, err: err, chain: chain}
+					return claimResult{in: in, stage: freshStage, fallback: ociNameUnknown, err: err, chain: chain}
 				}
-				already, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
-				return claimResult{in: in, alreadyVerified: already, fallback: ociUploadInvalid, err: err}
+				st, err := h.Store.ClaimAndStage(ctx, in.OperationID, k, size)
+				return claimResult{in: in, stage: st, fallback: ociUploadInvalid, err: err}
 			})
 		return
 	}
@@ -399,10 +413,13 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 		return false
 	}
 	p, _ := PrincipalOf(ctx)
-	in, err := h.Store.CreateIntent(ctx, store.NewIntent{
+	// The intent's possession is the mount from from (S9), which the home
+	// re-checks when it publishes: no bytes, no claim, only a repository
+	// the principal can read that references d.
+	in, err := h.Store.CreateMountIntent(ctx, store.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
-	})
+	}, from)
 	if err != nil {
 		return false
 	}
@@ -471,14 +488,15 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 				defer chain.Release()
 			}
 			var in store.Intent
-			var claimed, already bool
+			var claimed bool
+			var st store.Stage
 			if chain != nil {
-				in, claimed, already, err = chain.ClaimSession()
+				in, claimed, st, err = chain.ClaimSession()
 			} else {
 				// As before a body is read: the claim completes even if
 				// the client went away while chainable read (a cut-short
 				// body then leaves the session claimed, received 0).
-				in, claimed, already, err = h.Store.ClaimSessionAndStage(context.WithoutCancel(r.Context()), id, name, k, size)
+				in, claimed, st, err = h.Store.ClaimSessionAndStage(context.WithoutCancel(r.Context()), id, name, k, size)
 			}
 			if err != nil {
 				h.fail(w, r, err, ociUploadInvalid)
@@ -486,7 +504,7 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 			}
 			if claimed {
 				h.close(w, r, be, in, d, size, r.Body, func(context.Context) claimResult {
-					return claimResult{in: in, alreadyVerified: already, chain: chain}
+					return claimResult{in: in, stage: st, chain: chain}
 				})
 				return
 			}
@@ -496,20 +514,14 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 	if !ok {
 		return
 	}
-	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes {
-		// A retried close: a successful promotion is the only thing that
-		// consumes a staged upload of a pending intent (cancel and
-		// mismatch abandon it), so a missing one means the content was
-		// verified and recorded; only publication failed, and a refusal
-		// can succeed later.
-		if in.StagedLocation == "" {
-			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil, nil)
-			return
-		}
-		if _, err := be.UploadSize(r.Context(), in.StagedLocation); errors.Is(err, backend.ErrNotFound) {
-			h.publish(w, r, in, d, in.ReceivedBytes, nil, nil, nil)
-			return
-		}
+	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == store.PossessionUploaded {
+		// A retried close: this session's own bytes were hashed to d and
+		// recorded as its possession (S9); only publication failed, and a
+		// refusal can succeed later. A claim alone (digest, size, received
+		// bytes) is no possession: another tenant's verified copy of d
+		// must not publish into this session (issue 26, attack 1).
+		h.publish(w, r, in, d, in.ReceivedBytes, nil, nil, nil, false)
+		return
 	}
 	if in.StagedLocation == "" && r.ContentLength != 0 {
 		// The whole blob in this request: no staging.
@@ -716,8 +728,10 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		claimed.chain.Release() // its statements hold the intent's and the placement's rows
 	}
 	if errors.Is(err, backend.ErrMismatch) {
-		if !claimed.alreadyVerified {
-			if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), k, placement.DigestMismatch, 0); ferr != nil {
+		if !claimed.stage.AlreadyVerified {
+			// Only the stage this close made (issue 26, attack 2): the row
+			// may since hold another upload's stage or verified copy.
+			if _, ferr := h.Store.FailStagedPlacement(context.WithoutCancel(ctx), k, claimed.stage.Generation, placement.DigestMismatch); ferr != nil {
 				h.logger.WarnContext(ctx, "cannot record digest mismatch", "operation_id", in.OperationID, "err", ferr)
 			}
 		}
@@ -736,8 +750,8 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		return
 	}
 	var verify *store.Verification
-	if !claimed.alreadyVerified {
-		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize}
+	if !claimed.stage.AlreadyVerified {
+		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize, Hashed: true}
 	}
 	// The write's last syncs (the object file's and its directory's) run
 	// while publication's first round trip does; nothing commits before
@@ -748,7 +762,8 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		go func() { synced <- deferredSync() }()
 		durable = sync.OnceValue(func() error { return <-synced })
 	}
-	h.publish(w, r, in, d, size, verify, durable, claimed.chain)
+	// The write hashed this close's own bytes to d: possession (S9).
+	h.publish(w, r, in, d, size, verify, durable, claimed.chain, true)
 }
 
 // chainBodyMax bounds the body an upload's close reads whole before its
@@ -783,7 +798,8 @@ func (h *ociHandler) chainable(r *http.Request, repo string, d blobplane.Digest,
 		return store.FinalizeRequest{}, false
 	}
 	req := h.finalizeRequest(home, "", d, size) // the chain names the operation
-	req.Verify = &store.Verification{Key: k, Digest: d, Size: size}
+	req.Verify = &store.Verification{Key: k, Digest: d, Size: size, Hashed: true}
+	req.Proven = true // the body was hashed above
 	return req, true
 }
 
@@ -795,6 +811,10 @@ func (h *ociHandler) finalizeRequest(home HomeLease, op string, d blobplane.Dige
 		Targets: h.Targets, Replication: h.Replication}
 }
 
+// freshStage is the stage of a key that had no row (OpenAndStage staged
+// it): a new pending row's generation.
+var freshStage = store.Stage{Generation: 1}
+
 // claimFunc records what must precede d's bytes at its key (the intent's
 // claim and the placement's stage, S6).
 type claimFunc func(ctx context.Context) claimResult
@@ -802,10 +822,10 @@ type claimFunc func(ctx context.Context) claimResult
 // claimResult is a claimFunc's answer: the intent, whether the placement
 // is verified already, and the OCI code its error falls back to.
 type claimResult struct {
-	in              store.Intent
-	alreadyVerified bool
-	fallback        string
-	err             error
+	in       store.Intent
+	stage    store.Stage
+	fallback string
+	err      error
 	// chain, when set, holds the close's publication (store.ChainedClose,
 	// chainable): publish finalizes through it, and any other path
 	// releases it before anything else touches the intent.
@@ -815,8 +835,8 @@ type claimResult struct {
 // claimStage is the claim of a close on the existing session in.
 func (h *ociHandler) claimStage(in store.Intent, d blobplane.Digest, size int64) claimFunc {
 	return func(ctx context.Context) claimResult {
-		already, err := h.Store.ClaimAndStage(ctx, in.OperationID, h.objectKey(d, in.Backend), size)
-		return claimResult{in: in, alreadyVerified: already, fallback: ociUploadInvalid, err: err}
+		st, err := h.Store.ClaimAndStage(ctx, in.OperationID, h.objectKey(d, in.Backend), size)
+		return claimResult{in: in, stage: st, fallback: ociUploadInvalid, err: err}
 	}
 }
 
@@ -835,7 +855,9 @@ func (h *ociHandler) objectKey(d blobplane.Digest, backend string) placement.Key
 // last sync: at the home Finalize calls it before its commit, elsewhere
 // it is waited for first. chain, when set, is the close's chained
 // publication (chainable), which Finalize goes through at the home.
-func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error, chain *store.ChainedClose) {
+// proven: this request hashed the intent's bytes to d (S9); elsewhere it
+// is recorded with the verification before the home is asked.
+func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error, chain *store.ChainedClose, proven bool) {
 	ctx := r.Context()
 	defer chain.Release()
 	home, ok := h.Home.Home(in.Repository)
@@ -847,7 +869,13 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 				return
 			}
 		}
-		if verify != nil {
+		switch {
+		case proven:
+			if err := h.Store.RecordPossession(ctx, in.OperationID, d, size, verify); err != nil {
+				h.fail(w, r, err, ociUploadInvalid)
+				return
+			}
+		case verify != nil:
 			if _, err := h.Store.VerifyPlacement(ctx, verify.Key, verify.Digest, verify.Size, verify.Epoch); err != nil {
 				h.fail(w, r, err, ociUploadInvalid)
 				return
@@ -866,7 +894,7 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 		finalize = chain.Finalize
 	}
 	req := h.finalizeRequest(home, in.OperationID, d, size)
-	req.Verify, req.BeforeCommit = verify, durable
+	req.Verify, req.BeforeCommit, req.Proven = verify, durable, proven
 	if _, err := finalize(fctx, req); err != nil {
 		h.fail(w, r, err, ociUploadInvalid)
 		return
@@ -1038,8 +1066,11 @@ func (h *ociHandler) operation(w http.ResponseWriter, r *http.Request) {
 		err = CheckPermission(r.Context(), in.Repository, auth.Read)
 	}
 	if err != nil {
-		if blobplane.ErrorCode(err) == blobplane.CodeForbidden {
-			err = blobplane.Errorf(blobplane.CodeNotFound, "unknown operation") // do not confirm it exists
+		switch blobplane.ErrorCode(err) {
+		case blobplane.CodeNotFound, blobplane.CodeForbidden, blobplane.CodeInvalid:
+			// Absent, malformed and not yours: one answer, which neither
+			// echoes the id nor confirms it exists (issue 26 point 3).
+			err = blobplane.Errorf(blobplane.CodeNotFound, "unknown operation")
 		}
 		WriteAuthError(w, r, h.logger, err)
 		return

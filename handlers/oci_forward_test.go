@@ -1,7 +1,9 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/handlers"
+	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 )
@@ -139,34 +142,61 @@ func TestInternalFinalizeNotMountedWithoutSecret(t *testing.T) {
 	}
 }
 
-// RequireClusterSecret: the exact secret as Bearer only; an empty
-// configured secret admits nothing.
+// RequireClusterSecret over real HTTP: a request signed with the secret
+// passes, once, with its body handed on unchanged; the static Bearer
+// secret of before issue 26 point 8, a replay, or anything under an empty
+// configured secret is 401.
 func TestRequireClusterSecret(t *testing.T) {
 	t.Parallel()
 	const secret = "0123456789abcdef0123456789abcdef"
-	for _, tc := range []struct {
-		configured, authz string
-		ok                bool
-	}{
-		{secret, "Bearer " + secret, true},
-		{secret, "bearer " + secret, true},
-		{secret, "Bearer " + secret + "x", false},
-		{secret, "Bearer " + secret[1:], false},
-		{secret, "Basic " + secret, false},
-		{secret, "", false},
-		{"", "Bearer ", false},
-		{"", "", false},
+	const path = "/internal/v1/finalize/x"
+	body := []byte(`{"repository":"team/app"}`)
+	serve := func(configured string) *httptest.Server {
+		srv := httptest.NewServer(handlers.RequireClusterSecret(configured, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(w, r.Body)
+		})))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	post := func(srv *httptest.Server, authz string) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(body))
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	signed := func(s string) string {
+		v, err := nodeauth.Sign([]byte(s), "POST", path, body, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	srv := serve(secret)
+	good := signed(secret)
+	if code, got := post(srv, good); code != 200 || got != string(body) {
+		t.Fatalf("signed: %d %q", code, got)
+	}
+	for name, authz := range map[string]string{
+		"replayed":             good,
+		"static bearer secret": "Bearer " + secret,
+		"secret as basic":      "Basic " + secret,
+		"none":                 "",
+		"signed with another":  signed(strings.Repeat("y", 32)),
+		"signature, no scheme": strings.TrimPrefix(signed(secret), nodeauth.Scheme+" "),
 	} {
-		h := handlers.RequireClusterSecret(tc.configured, nil)(httpOK{})
-		req := httptest.NewRequest("POST", "/internal/v1/finalize/x", strings.NewReader("{}"))
-		if tc.authz != "" {
-			req.Header.Set("Authorization", tc.authz)
+		if code, got := post(srv, authz); code != 401 || !strings.Contains(got, `"code": "unauthorized"`) {
+			t.Errorf("%s: %d %s, want 401", name, code, got)
 		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if got := rec.Code == 200; got != tc.ok {
-			t.Errorf("configured %q, Authorization %q: %d", tc.configured, tc.authz, rec.Code)
-		}
+	}
+	if code, _ := post(serve(""), signed(secret)); code != 401 {
+		t.Errorf("empty configured secret admitted a signed request: %d", code)
 	}
 }
 

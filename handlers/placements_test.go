@@ -21,13 +21,14 @@ import (
 var _ handlers.PlacementRouter = (*store.Store)(nil)
 
 // placementsSetup serves the real router over real HTTP on a real store
-// whose node lives in eu-1.
-func placementsSetup(t *testing.T) (*store.Store, *httptest.Server) {
+// whose node lives in eu-1, and returns a token with admin on every
+// repository, which sees every digest (issue 26 point 3).
+func placementsSetup(t *testing.T) (*store.Store, *httptest.Server, string) {
 	t.Helper()
 	st := pgtest.NewStore(t)
-	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Placements: st, Datacenter: "eu-1"}))
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Placements: st, Datacenter: "eu-1", Auth: st}))
 	t.Cleanup(srv.Close)
-	return st, srv
+	return st, srv, token(t, st, "root", "*:admin")
 }
 
 func digestOf(s string) blobplane.Digest {
@@ -35,13 +36,16 @@ func digestOf(s string) blobplane.Digest {
 	return blobplane.Digest("sha256:" + hex.EncodeToString(sum[:]))
 }
 
-// get fetches a raw path (no client-side cleaning) and returns the status
-// and body.
-func get(t *testing.T, srv *httptest.Server, rawPath string) (int, []byte) {
+// get fetches a raw path (no client-side cleaning) with cred as a Bearer
+// token ("" none) and returns the status and body.
+func get(t *testing.T, srv *httptest.Server, cred, rawPath string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
 	}
 	path, query, _ := strings.Cut(rawPath, "?")
 	req.URL.Opaque = path
@@ -58,9 +62,9 @@ func get(t *testing.T, srv *httptest.Server, rawPath string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-func getPlacements(t *testing.T, srv *httptest.Server, rawPath string) handlers.PlacementsBody {
+func getPlacements(t *testing.T, srv *httptest.Server, cred, rawPath string) handlers.PlacementsBody {
 	t.Helper()
-	status, body := get(t, srv, rawPath)
+	status, body := get(t, srv, cred, rawPath)
 	if status != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", rawPath, status, body)
 	}
@@ -76,9 +80,9 @@ func getPlacements(t *testing.T, srv *httptest.Server, rawPath string) handlers.
 // every category present as an empty list.
 func TestPlacementsUnknownDigest(t *testing.T) {
 	t.Parallel()
-	_, srv := placementsSetup(t)
+	_, srv, admin := placementsSetup(t)
 	d := digestOf("never stored")
-	status, body := get(t, srv, "/v1/blobs/"+string(d)+"/placements")
+	status, body := get(t, srv, admin, "/v1/blobs/"+string(d)+"/placements")
 	if status != http.StatusOK {
 		t.Fatalf("%d %s", status, body)
 	}
@@ -101,7 +105,7 @@ func TestPlacementsUnknownDigest(t *testing.T) {
 func TestPlacementsRoutingOverHTTP(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, srv := placementsSetup(t)
+	st, srv, admin := placementsSetup(t)
 	d := digestOf("routed")
 	key := func(dc, loc string) placement.Key {
 		return placement.Key{Digest: d, Backend: "filesystem", Datacenter: dc, Location: loc}
@@ -127,7 +131,7 @@ func TestPlacementsRoutingOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := getPlacements(t, srv, "/v1/blobs/"+string(d)+"/placements")
+	b := getPlacements(t, srv, admin, "/v1/blobs/"+string(d)+"/placements")
 	if !b.Known || !b.Serveable || b.Datacenter != "eu-1" || len(b.Local) != 1 || len(b.VerifiedRemote) != 1 ||
 		len(b.Pending) != 1 || len(b.Failed) != 1 || len(b.Revoked) != 1 {
 		t.Fatalf("default datacenter: %+v", b)
@@ -144,7 +148,7 @@ func TestPlacementsRoutingOverHTTP(t *testing.T) {
 		t.Fatalf("revoked placement %+v", x)
 	}
 
-	b = getPlacements(t, srv, "/v1/blobs/"+string(d)+"/placements?datacenter=us-1")
+	b = getPlacements(t, srv, admin, "/v1/blobs/"+string(d)+"/placements?datacenter=us-1")
 	if b.Datacenter != "us-1" || len(b.Local) != 1 || b.Local[0].Location != "r" || len(b.VerifiedRemote) != 1 || b.VerifiedRemote[0].Location != "l" {
 		t.Fatalf("from us-1: %+v", b)
 	}
@@ -153,7 +157,7 @@ func TestPlacementsRoutingOverHTTP(t *testing.T) {
 	// distinguishable from one with none."
 	only := digestOf("pending only")
 	stage(placement.Key{Digest: only, Backend: "s3", Datacenter: "eu-1", Location: "p"})
-	if b := getPlacements(t, srv, "/v1/blobs/"+string(only)+"/placements"); !b.Known || b.Serveable || len(b.Pending) != 1 {
+	if b := getPlacements(t, srv, admin, "/v1/blobs/"+string(only)+"/placements"); !b.Known || b.Serveable || len(b.Pending) != 1 {
 		t.Fatalf("pending only: %+v", b)
 	}
 }
@@ -162,7 +166,7 @@ func TestPlacementsRoutingOverHTTP(t *testing.T) {
 // code invalid.
 func TestPlacementsRejectsMalformedInput(t *testing.T) {
 	t.Parallel()
-	_, srv := placementsSetup(t)
+	_, srv, admin := placementsSetup(t)
 	good := string(digestOf("good"))
 	for name, path := range map[string]string{
 		"uppercase":         "/v1/blobs/sha256:" + strings.ToUpper(good[7:]) + "/placements",
@@ -176,7 +180,7 @@ func TestPlacementsRejectsMalformedInput(t *testing.T) {
 		"empty datacenter":  "/v1/blobs/" + good + "/placements?datacenter=",
 		"spaced datacenter": "/v1/blobs/" + good + "/placements?datacenter=eu%201",
 	} {
-		status, body := get(t, srv, path)
+		status, body := get(t, srv, admin, path)
 		var e handlers.ErrorBody
 		if err := json.Unmarshal(body, &e); err != nil || status != http.StatusBadRequest || e.Code != blobplane.CodeInvalid || e.Message == "" {
 			t.Errorf("%s: %d %s, want 400 with code invalid", name, status, body)

@@ -43,12 +43,23 @@ type Deps struct {
 	// Auth checks tokens. Without it nothing that needs a principal is
 	// mounted: no /v1/admin, no River UI (fail closed).
 	Auth Authenticator
+	// AuthFailures limits failed authentications per client address and
+	// per token id (zero: DefaultFailureLimit; authlimit.go).
+	AuthFailures FailureLimit
+	// BodyIdleTimeout is how long one read of a request body or one write
+	// of a response may wait for the client (zero:
+	// DefaultBodyIdleTimeout; idle.go).
+	BodyIdleTimeout time.Duration
 	// Repositories backs /v1/admin/repositories (admin only); nil leaves
 	// the routes unmounted.
 	Repositories RepositoryAdmin
 	// OCI enables the /v2/ blob API and GET /v1/operations/{id} (with
 	// Auth); nil leaves them unmounted.
 	OCI *OCI
+	// InternalListener says the node-to-node endpoints are served by
+	// NewInternalRouter on a listener of their own: this router leaves
+	// them out (issue 26 point 8).
+	InternalListener bool
 }
 
 // NewRouter builds the chi router with every route and middleware.
@@ -59,7 +70,17 @@ func NewRouter(d Deps) http.Handler {
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()
 	}
+	if d.BodyIdleTimeout <= 0 {
+		d.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
+	if d.Auth != nil {
+		// Every Authenticate below counts failures and refuses clients
+		// and token ids over the limit (issue 26 point 6).
+		d.Auth = &limitedAuth{Authenticator: d.Auth, limits: newFailureLimiter(d.AuthFailures,
+			func(limit string) { d.Metrics.authRefused.WithLabelValues(limit).Inc() })}
+	}
 	r := chi.NewRouter()
+	r.Use(idleDeadlines(d.BodyIdleTimeout)) // outermost (issue 26 point 5)
 	r.Use(middleware.RequestID)
 	r.Use(requestIDHeader)
 	r.Use(d.Metrics.middleware)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/client"
+	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -68,10 +70,33 @@ func (q FinalizeQueue) EnqueueFinalize(ctx context.Context, repo, op string) err
 
 // HomeFinalizer forwards a finalization to the repository's home through
 // the routing contract (client: verified map, MOVED followed a bounded
-// number of times), authenticated with the cluster secret.
+// number of times), each attempt signed with the cluster secret
+// (internal/nodeauth; the secret itself is never sent, issue 26 point 8).
 type HomeFinalizer struct {
 	Routing *client.Client
 	Secret  string
+	// Internal turns the base URL the map gives for a home (its public
+	// listener) into the base URL of its node-to-node endpoints
+	// (InternalBase); nil keeps it.
+	Internal func(base string) string
+}
+
+// InternalBase returns a HomeFinalizer.Internal that addresses a home's
+// internal listener (BLOBPLANE_INTERNAL_LISTEN) at the host of its public
+// endpoint and the given port, the cluster's internal port. An empty port
+// returns nil: the public endpoint serves them.
+func InternalBase(port string) func(base string) string {
+	if port == "" {
+		return nil
+	}
+	return func(base string) string {
+		u, err := url.Parse(base)
+		if err != nil {
+			return base
+		}
+		u.Scheme, u.Host = "http", net.JoinHostPort(u.Hostname(), port)
+		return u.String()
+	}
 }
 
 // ForwardFinalize asks repo's home to publish op and returns the outcome it
@@ -85,12 +110,19 @@ func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (st
 		return store.Outcome{}, err
 	}
 	resp, err := f.Routing.Do(ctx, repo, func(ctx context.Context, base string) (*http.Request, error) {
+		if f.Internal != nil {
+			base = f.Internal(base)
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+InternalFinalizePath+url.PathEscape(op), bytes.NewReader(body))
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Bearer "+f.Secret)
 		req.Header.Set("Content-Type", "application/json")
+		// A fresh signature per attempt: the home refuses one it has
+		// seen, and a stale one.
+		if err := nodeauth.SignRequest(req, []byte(f.Secret), body, time.Now()); err != nil {
+			return nil, err
+		}
 		return req, nil
 	})
 	if err != nil {

@@ -18,13 +18,16 @@ import (
 	"github.com/blobplane/blobplane/store"
 )
 
-// Deps are what workers need. Every field is required.
+// Deps are what workers need. Every field but InternalPort is required.
 type Deps struct {
 	Store  *store.Store
 	Logger *slog.Logger
 	// ClusterSecret authenticates the finalize worker to repositories'
 	// homes (config.Config.ResolveClusterSecret).
 	ClusterSecret string
+	// InternalPort is the port of the homes' internal listeners
+	// (BLOBPLANE_INTERNAL_LISTEN); "" forwards to their public endpoints.
+	InternalPort string
 }
 
 // Workers registers every worker Blobplane runs.
@@ -34,7 +37,7 @@ func Workers(d Deps) *river.Workers {
 	// The worker has no seed URL: the routing client reads the published
 	// maps from Postgres (and verifies them).
 	routing := client.New(client.Config{Maps: d.Store, HTTP: &http.Client{Timeout: 30 * time.Second}})
-	river.AddWorker(w, &FinalizeWorker{Home: HomeFinalizer{Routing: routing, Secret: d.ClusterSecret}, Logger: d.Logger})
+	river.AddWorker(w, &FinalizeWorker{Home: HomeFinalizer{Routing: routing, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort)}, Logger: d.Logger})
 	return w
 }
 

@@ -381,10 +381,11 @@ func leaseErr(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
+		// The trigger's text stays in Err, for logs (issue 26 point 10).
 		case sqlstateEpochGuard:
-			return &blobplane.Error{Code: blobplane.CodeStaleEpoch, Op: op, Message: pgErr.Message, Err: fmt.Errorf("%w: %w", authority.ErrStaleEpoch, err)}
+			return &blobplane.Error{Code: blobplane.CodeStaleEpoch, Op: op, Message: "the lease record refused the write: " + authority.ErrStaleEpoch.Error(), Err: fmt.Errorf("%w: %w", authority.ErrStaleEpoch, err)}
 		case sqlstateSealed:
-			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: pgErr.Message, Err: fmt.Errorf("%w: %w", authority.ErrSealed, err)}
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: "the lease record refused the write: " + authority.ErrSealed.Error(), Err: fmt.Errorf("%w: %w", authority.ErrSealed, err)}
 		}
 	}
 	return dbErr(op, err)

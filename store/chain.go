@@ -193,20 +193,20 @@ func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
 // ClaimSession waits for ChainClaimSessionAndStage's claim and answers
 // as ClaimSessionAndStage would. Unless the claim staged k, the chain is
 // over (released before anything else runs, such as re-staging k).
-func (ch *ChainedClose) ClaimSession() (in Intent, claimed, alreadyVerified bool, err error) {
+func (ch *ChainedClose) ClaimSession() (in Intent, claimed bool, st Stage, err error) {
 	c := ch.session
 	if c == nil {
-		return Intent{}, false, false, ErrNotThisChain
+		return Intent{}, false, Stage{}, ErrNotThisChain
 	}
 	sendErr := ch.readClaim()
 	if sendErr != nil || !c.stagedAll() {
 		ch.Release()
 	}
-	row, claimed, alreadyVerified, err := c.answer(ch.ctx, sendErr)
+	row, claimed, st, err := c.answer(ch.ctx, sendErr)
 	if err != nil || !claimed {
-		return Intent{}, false, false, err
+		return Intent{}, false, Stage{}, err
 	}
-	return intentFromRow(dbsqlc.Intent(row)), true, alreadyVerified, nil
+	return intentFromRow(dbsqlc.Intent(row)), true, st, nil
 }
 
 // Finalize publishes as Store.Finalize(req) does. req must be the
@@ -227,7 +227,7 @@ func (ch *ChainedClose) sameRequest(req FinalizeRequest) bool {
 	return req.OperationID == sent.OperationID && req.Digest == sent.Digest && req.Size == sent.Size &&
 		req.Partition == sent.Partition && req.Node == sent.Node && req.Epoch == sent.Epoch &&
 		slices.Equal(req.Targets, sent.Targets) && (req.Targets == nil) == (sent.Targets == nil) &&
-		req.Verify != nil && *req.Verify == *sent.Verify
+		req.Verify != nil && *req.Verify == *sent.Verify && req.Proven == sent.Proven
 }
 
 // finalize is finalize (uploads.go) on the chain's transaction: decide

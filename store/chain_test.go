@@ -18,7 +18,7 @@ func (u *uploads) chainRequest(n store.NewIntent, k placement.Key) store.Finaliz
 	return store.FinalizeRequest{Digest: n.ExpectedDigest, Size: n.ExpectedSize,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
-		Verify:      &store.Verification{Key: k, Digest: n.ExpectedDigest, Size: n.ExpectedSize}}
+		Verify:      &store.Verification{Key: k, Digest: n.ExpectedDigest, Size: n.ExpectedSize}, Proven: true}
 }
 
 // chain starts a chained close of content and waits for its claim.
@@ -144,8 +144,8 @@ func TestChainedCloseOfAStagedKey(t *testing.T) {
 	if err != nil || staged {
 		t.Fatalf("claim of a verified key: staged %v, %v", staged, err)
 	}
-	if already, err := u.s.ClaimAndStage(ctx, in.OperationID, k, n.ExpectedSize); err != nil || !already {
-		t.Fatalf("claim and stage after the chain: already %v, %v", already, err)
+	if st, err := u.s.ClaimAndStage(ctx, in.OperationID, k, n.ExpectedSize); err != nil || !st.AlreadyVerified {
+		t.Fatalf("claim and stage after the chain: already verified %v, %v", st.AlreadyVerified, err)
 	}
 	req = u.chainRequest(n, k)
 	req.OperationID, req.Verify = in.OperationID, nil
@@ -274,9 +274,9 @@ func TestChainedSessionClose(t *testing.T) {
 	if _, _, err := ch.Claim(); !errors.Is(err, store.ErrNotThisChain) {
 		t.Fatalf("Claim of a session's chain: %v", err)
 	}
-	in, claimed, already, err := ch.ClaimSession()
-	if err != nil || !claimed || already || in.OperationID != session.OperationID || in.ExpectedDigest != n.ExpectedDigest {
-		t.Fatalf("session claim: %+v claimed %v already %v, %v", in, claimed, already, err)
+	in, claimed, st, err := ch.ClaimSession()
+	if err != nil || !claimed || st.AlreadyVerified || in.OperationID != session.OperationID || in.ExpectedDigest != n.ExpectedDigest {
+		t.Fatalf("session claim: %+v claimed %v already verified %v, %v", in, claimed, st.AlreadyVerified, err)
 	}
 	req.OperationID = in.OperationID
 	if out, err := ch.Finalize(ctx, req); err != nil || !out.NewReference || out.OperationID != session.OperationID {

@@ -275,10 +275,11 @@ func finalizeContextOf(r dbsqlc.FinalizeContextsRow) dbsqlc.FinalizeContextRow {
 		Intent: dbsqlc.Intent{OperationID: r.OperationID, Repository: r.Repository, Principal: r.Principal,
 			ExpectedDigest: r.ExpectedDigest, ExpectedSize: r.ExpectedSize, IngressDatacenter: r.IngressDatacenter,
 			Backend: r.Backend, StagedLocation: r.StagedLocation, State: r.State, ReceivedBytes: r.ReceivedBytes,
-			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, StagedDeletedAt: r.StagedDeletedAt},
+			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, StagedDeletedAt: r.StagedDeletedAt,
+			Possession: r.Possession, MountedFrom: r.MountedFrom},
 		OutcomeResult: r.OutcomeResult, OutcomePublishedAt: r.OutcomePublishedAt,
 		LeaseOwner:      pgtype.Text{String: r.LeaseOwner, Valid: r.LeaseOwner != ""},
 		LeaseEpoch:      pgtype.Int8{Int64: r.LeaseEpoch, Valid: r.LeaseOwner != ""},
-		PrincipalGrants: r.PrincipalGrants, Verified: r.Verified,
+		PrincipalGrants: r.PrincipalGrants, Verified: r.Verified, MountSourceReferences: r.MountSourceReferences,
 	}
 }

@@ -113,8 +113,8 @@ func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
 	// is verified by then (in this batch), its blob row exists.
 	twin := u.open(t, "team/other")
 	k := reqs[1].Verify.Key
-	if verified, err := u.s.ClaimAndStage(ctx, twin.OperationID, k, reqs[1].Size); err != nil || verified {
-		t.Fatalf("twin claim: verified %v, %v", verified, err)
+	if st, err := u.s.ClaimAndStage(ctx, twin.OperationID, k, reqs[1].Size); err != nil || st.AlreadyVerified {
+		t.Fatalf("twin claim: already verified %v, %v", st.AlreadyVerified, err)
 	}
 	twinReq := reqs[1]
 	twinReq.OperationID = twin.OperationID

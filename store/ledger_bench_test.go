@@ -136,7 +136,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 				var in store.Intent
 				req := store.FinalizeRequest{Digest: d, Size: size,
 					Partition: upPartition, Node: upNode, Epoch: lease.Epoch, Replication: jobs.Replication{Client: rc},
-					Verify: &store.Verification{Key: k, Digest: d, Size: size}}
+					Verify: &store.Verification{Key: k, Digest: d, Size: size}, Proven: true}
 				n := store.NewIntent{Repository: upRepo, Principal: upPrincipal,
 					ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}
 				finalize := s.Finalize

@@ -146,6 +146,13 @@ func (s *Store) restageLockedTx(ctx context.Context, tx pgx.Tx, k placement.Key,
 	if err != nil {
 		return placement.Placement{}, err
 	}
+	if placement.State(cur.State) == placement.Pending {
+		// A re-stage of a pending row keeps the size its stage recorded
+		// (issue 26): another claimant must not change what the first
+		// one's verification expects. Its own close still verifies by
+		// its hashed bytes (verifyTx).
+		size = cur.SizeBytes
+	}
 	return s.advance(ctx, tx, "stage placement", cur, placement.Stage, epoch, update{size: size})
 }
 
@@ -169,7 +176,7 @@ func (s *Store) VerifyPlacement(ctx context.Context, k placement.Key, confirmed 
 	var mismatch error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		out, err = s.verifyTx(ctx, tx, k, confirmed, confirmedSize, epoch)
+		out, err = s.verifyTx(ctx, tx, k, confirmed, confirmedSize, epoch, false)
 		if err != nil && blobplane.ErrorCode(err) == blobplane.CodeMismatch && out.State == placement.Failed {
 			mismatch, err = err, nil // recorded: commit the failed row, then report it
 		}
@@ -184,7 +191,13 @@ func (s *Store) VerifyPlacement(ctx context.Context, k placement.Key, confirmed 
 // verifyTx is VerifyPlacement's transaction body, in tx. A mismatch comes
 // back as the recorded failed row with a digest_mismatch error: the
 // transaction holds the failure, and committing it records it.
-func (s *Store) verifyTx(ctx context.Context, tx pgx.Tx, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64) (placement.Placement, error) {
+//
+// hashed: the caller's own write hashed confirmedSize bytes to
+// confirmed at k just now (an upload's close, Verification.Hashed); a row
+// that another claimant's stage holds with another size, or that another
+// close failed with digest_mismatch, is then re-staged with this size and
+// verified (reverifyForeignStage).
+func (s *Store) verifyTx(ctx context.Context, tx pgx.Tx, k placement.Key, confirmed blobplane.Digest, confirmedSize, epoch int64, hashed bool) (placement.Placement, error) {
 	const op = "verify placement"
 	if err := checkTransition(k, epoch); err != nil {
 		return placement.Placement{}, err
@@ -200,6 +213,11 @@ func (s *Store) verifyTx(ctx context.Context, tx pgx.Tx, k placement.Key, confir
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return placement.Placement{}, err
+		}
+	}
+	if hashed && confirmed == k.Digest && confirmedSize >= 0 {
+		if p, done, err := s.reverifyForeignStage(ctx, tx, k, confirmedSize, epoch); done || err != nil {
+			return p, err
 		}
 	}
 	var ev placement.Event
@@ -233,6 +251,60 @@ func (s *Store) FailPlacement(ctx context.Context, k placement.Key, reason place
 	return s.transition(ctx, op, k, func(cur dbsqlc.Placement) (placement.Event, update) {
 		return placement.Fail, update{size: cur.SizeBytes, reason: reason}
 	}, epoch)
+}
+
+// reverifyForeignStage is verifyTx's answer, for a close whose own
+// bytes hashed to k's digest with size bytes and now are k's object (a
+// verified write replaces the object at its key; a mismatched one leaves
+// nothing there, S2), when another claimant holds k's row: pending with
+// another size (a re-stage keeps the size its first stage recorded), or
+// failed with digest_mismatch by another close that re-staged it. The row
+// is re-staged with this close's size and verified against that stage,
+// in tx: a tenant's wrong claim or garbage never costs another's correct
+// upload (issue 26). done is false when the row is anything else.
+func (s *Store) reverifyForeignStage(ctx context.Context, tx pgx.Tx, k placement.Key, size, epoch int64) (p placement.Placement, done bool, err error) {
+	const op = "verify placement"
+	cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+	foreignPending := placement.State(cur.State) == placement.Pending && cur.SizeBytes != size
+	mismatched := placement.State(cur.State) == placement.Failed && placement.Reason(cur.Reason.String) == placement.DigestMismatch
+	if err != nil || !(foreignPending || mismatched) {
+		return placement.Placement{}, false, nil // the general path explains it
+	}
+	if _, err := s.advance(ctx, tx, op, cur, placement.Stage, epoch, update{size: size}); err != nil {
+		return placement.Placement{}, true, err
+	}
+	if cur, err = s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k))); err != nil {
+		return placement.Placement{}, true, err
+	}
+	p, err = s.advance(ctx, tx, op, cur, placement.VerifyMatch, epoch, update{size: size})
+	return p, true, err
+}
+
+// FailStagedPlacement records that a close's bytes for its stage of k
+// (generation, from store.Stage) did not hash to k's digest: that stage,
+// still pending, becomes failed with reason. A row another upload
+// re-staged or verified since is left alone (issue 26: a tenant's failed
+// upload never changes another's placement); changed reports whether the
+// row was failed. Errors: invalid.
+func (s *Store) FailStagedPlacement(ctx context.Context, k placement.Key, generation int64, reason placement.Reason) (changed bool, err error) {
+	const op = "fail staged placement"
+	if err := checkTransition(k, 0); err != nil {
+		return false, err
+	}
+	if !reason.Valid() {
+		return false, blobplane.Errorf(blobplane.CodeInvalid, "failure reason %q: must be one of %v", reason, placement.Reasons)
+	}
+	_, err = s.q.FailStagedPlacement(ctx, s.pool, dbsqlc.FailStagedPlacementParams{
+		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location,
+		Generation: generation, Reason: string(reason),
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), isUndefinedTable(err):
+		return false, nil
+	case err != nil:
+		return false, dbErr(op, err)
+	}
+	return true, nil
 }
 
 // RevokePlacement withdraws k from serving. Errors: invalid, not_found,

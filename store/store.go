@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -39,9 +40,57 @@ type Store struct {
 	batchTracer pgx.BatchTracer // the pool's, for what pipe sends (pipe.go)
 }
 
-// Open connects a pool to databaseURL and checks that the server answers.
-// The error names DATABASE_URL and never includes the password.
+// Timeouts are the limits every pool connection's session starts with
+// (issue 26 point 5), so that no statement, lock wait or forgotten
+// transaction holds a connection, and what it locked, for ever. A zero
+// field leaves the server's setting (the role's, the database's), and so
+// does the same parameter in DATABASE_URL, which wins. A transaction that
+// must run longer raises its own with RaiseTimeouts.
+type Timeouts struct {
+	Statement         time.Duration // statement_timeout: one statement's run
+	Lock              time.Duration // lock_timeout: one wait for a lock (row, table or advisory)
+	IdleInTransaction time.Duration // idle_in_transaction_session_timeout: a transaction open with nothing running
+}
+
+// DefaultTimeouts are Open's: far above what any statement of the api or
+// the worker's bounded batches takes, far below forever.
+var DefaultTimeouts = Timeouts{Statement: 30 * time.Second, Lock: 10 * time.Second, IdleInTransaction: time.Minute}
+
+// params are t as Postgres run-time parameters (milliseconds), zero fields
+// left out.
+func (t Timeouts) params() map[string]string {
+	p := map[string]string{}
+	for name, d := range map[string]time.Duration{
+		"statement_timeout": t.Statement, "lock_timeout": t.Lock, "idle_in_transaction_session_timeout": t.IdleInTransaction,
+	} {
+		if d > 0 {
+			p[name] = strconv.FormatInt(max(1, d.Milliseconds()), 10) // 0 would mean none
+		}
+	}
+	return p
+}
+
+// RaiseTimeouts sets t for the rest of tx only (SET LOCAL): the place for a
+// long sweep or a migration to raise its own limits above the pool's. Zero
+// fields are left as they are.
+func RaiseTimeouts(ctx context.Context, tx pgx.Tx, t Timeouts) error {
+	for name, v := range t.params() {
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", name, v); err != nil {
+			return dbErr("raise timeouts", err)
+		}
+	}
+	return nil
+}
+
+// Open connects a pool to databaseURL with DefaultTimeouts (OpenWith).
 func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store, error) {
+	return OpenWith(ctx, databaseURL, logger, DefaultTimeouts)
+}
+
+// OpenWith connects a pool to databaseURL, every connection of which starts
+// with timeouts, and checks that the server answers. The error names
+// DATABASE_URL and never includes the password.
+func OpenWith(ctx context.Context, databaseURL string, logger *slog.Logger, timeouts Timeouts) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "invalid DATABASE_URL: cannot be parsed")
@@ -50,6 +99,11 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store,
 		cfg.MaxConns = 8
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "blobplane"
+	for name, v := range timeouts.params() {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
+			cfg.ConnConfig.RuntimeParams[name] = v
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to DATABASE_URL: %w", err)
@@ -95,7 +149,15 @@ func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 var errNoRows = pgx.ErrNoRows
 
+// The client-safe messages of database refusals (issue 26 point 10).
+const (
+	msgRefusedValue = "the database refused a value of this request as malformed"
+	msgConflict     = "the request conflicts with data already stored"
+)
+
 // dbErr maps driver errors to the project's taxonomy at the store boundary.
+// No text of a *pgconn.PgError becomes a Message: it stays in the chain
+// (Err), for logs only.
 func dbErr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -105,13 +167,20 @@ func dbErr(op string, err error) error {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		// Postgres's own text (relation, constraint and column names,
+		// the offending values) stays in Err for the logs; the client
+		// gets a stable code and a fixed message (issue 26 point 10).
 		if pgErr.Code == "23514" { // check_violation: the schema refused a malformed value
-			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: pgErr.Message, Err: err}
+			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: msgRefusedValue, Err: err}
 		}
 		switch pgErr.Code[:2] {
 		case "23": // integrity constraint violation
-			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: pgErr.Message, Err: err}
-		case "40", "53", "57", "08": // serialization, resources, operator intervention, connection
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: msgConflict, Err: err}
+		case "40", "53", "57", "08": // serialization, resources, operator intervention (statement_timeout is 57014), connection
+			return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: op, Message: "database temporarily unavailable", Retryable: true, Err: err}
+		}
+		switch pgErr.Code {
+		case "55P03", "25P03": // lock_timeout, idle_in_transaction_session_timeout (issue 26 point 5)
 			return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: op, Message: "database temporarily unavailable", Retryable: true, Err: err}
 		}
 	}

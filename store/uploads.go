@@ -58,7 +58,20 @@ type Intent struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	ExpiresAt         time.Time
+	// Possession is how the intent proved it holds its content (S9):
+	// PossessionUploaded, PossessionMounted, or "" (nothing proven: it
+	// cannot publish, whatever verified placements of its digest exist).
+	Possession  string
+	MountedFrom string // the mount's source repository (PossessionMounted)
 }
+
+// Possession of an intent (Intent.Possession, issue 26): a claim, a size
+// or a digest proves nothing; only the intent's own bytes hashed to its
+// digest, or a mount from a repository its principal can read.
+const (
+	PossessionUploaded = "uploaded"
+	PossessionMounted  = "mounted"
+)
 
 // NewIntent is what CreateIntent records.
 type NewIntent struct {
@@ -90,6 +103,15 @@ var (
 	// ErrWriteRevoked: the intent's principal no longer has write access to
 	// the repository (forbidden; restoring the grant lets a retry succeed).
 	ErrWriteRevoked = errors.New("the principal no longer has write access to the repository")
+	// ErrNotProven: the intent never proved it holds its content: its own
+	// bytes were not streamed and hashed to the digest, and it is no
+	// mount (invalid: the client must send the blob). Another upload's
+	// verified placement of the same digest proves nothing for this one
+	// (S9, issue 26).
+	ErrNotProven = errors.New("the upload never proved it holds the content")
+	// ErrMountSource: a mount's source no longer references the digest,
+	// or its principal can no longer read the source (forbidden).
+	ErrMountSource = errors.New("the mount's source does not grant the content")
 	// ErrIntentClosed: the intent is abandoned (conflict); an abandoned
 	// intent never publishes (S5).
 	ErrIntentClosed = errors.New("the upload is no longer pending")
@@ -347,16 +369,27 @@ func (s *Store) claimRefused(ctx context.Context, op string, id pgtype.UUID, d b
 // the caller still writes the bytes to prove them (S8) but has nothing to
 // verify. Errors: those of RecordIntentContent and of StagePlacement
 // (other than the refusal of a verified row).
-func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (alreadyVerified bool, err error) {
+func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (Stage, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return false, err
+		return Stage{}, err
 	}
-	_, claimed, alreadyVerified, err := s.claimAndStage(ctx, id, k, size, "")
+	_, claimed, st, err := s.claimAndStage(ctx, id, k, size, "")
 	if err == nil && !claimed {
 		err = s.claimRefused(ctx, op, id, k.Digest, size)
 	}
-	return alreadyVerified, err
+	return st, err
+}
+
+// Stage is what a close's claim staged at its key: the placement's
+// generation after the stage, which only this close's verification or
+// failure may follow (FailStagedPlacement: a close's mismatch fails its
+// own stage, never a row another upload re-staged or verified since,
+// issue 26), or AlreadyVerified: the key was verified already and the
+// close stages nothing (it still writes the bytes to prove them, S9).
+type Stage struct {
+	Generation      int64
+	AlreadyVerified bool
 }
 
 // ClaimSessionAndStage is ClaimAndStage for an OCI PUT that closes the
@@ -369,25 +402,25 @@ func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, s
 // then reads the session and takes the path that explains or handles it.
 // So the PUT's session read and its claim are one round trip. Errors:
 // those of ClaimAndStage's stage.
-func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in Intent, claimed, alreadyVerified bool, err error) {
+func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in Intent, claimed bool, st Stage, err error) {
 	id, err := parseOpID(op)
 	if err != nil || repository == "" {
-		return Intent{}, false, false, nil
+		return Intent{}, false, Stage{}, nil
 	}
-	row, claimed, alreadyVerified, err := s.claimAndStage(ctx, id, k, size, repository)
+	row, claimed, st, err := s.claimAndStage(ctx, id, k, size, repository)
 	if err != nil || !claimed {
-		return Intent{}, false, false, err
+		return Intent{}, false, Stage{}, err
 	}
-	return intentFromRow(dbsqlc.Intent(row)), true, alreadyVerified, nil
+	return intentFromRow(dbsqlc.Intent(row)), true, st, nil
 }
 
 // claimAndStage is ClaimAndStage of the intent id, and with repository
 // set ClaimSessionAndStage's; claimed is false when the claim touched no
 // row (nothing is recorded then).
-func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed, alreadyVerified bool, err error) {
+func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed bool, st Stage, err error) {
 	c, err := s.newClaimStaging(ctx, id, k, size, repository)
 	if err != nil {
-		return row, false, false, err
+		return row, false, Stage{}, err
 	}
 	return c.answer(ctx, s.sendClaim(ctx, c.call))
 }
@@ -448,47 +481,138 @@ func (c *claimStaging) stagedAll() bool { return c.claimErr == nil && c.stageErr
 // answer is claimAndStage's answer once the claim was sent; sendErr is
 // its implicit transaction's error (nil: committed). A claim that did
 // not stage k re-stages it here.
-func (c *claimStaging) answer(ctx context.Context, sendErr error) (row dbsqlc.ClaimIntentContentRow, claimed, alreadyVerified bool, err error) {
+func (c *claimStaging) answer(ctx context.Context, sendErr error) (row dbsqlc.ClaimIntentContentRow, claimed bool, st Stage, err error) {
 	if sendErr != nil { // the first error, the batch undone
-		return row, false, false, placementErr("claim and stage", sendErr)
+		return row, false, Stage{}, placementErr("claim and stage", sendErr)
 	}
 	switch {
 	case errors.Is(c.claimErr, pgx.ErrNoRows):
-		return row, false, false, nil
+		return row, false, Stage{}, nil
 	case c.claimErr != nil:
-		return row, false, false, placementErr("claim and stage", c.claimErr)
+		return row, false, Stage{}, placementErr("claim and stage", c.claimErr)
 	case errors.Is(c.stageErr, pgx.ErrNoRows):
-		alreadyVerified, err = c.s.restageClaimed(ctx, c.k, c.size)
-		return c.row, true, alreadyVerified, err
+		st, err = c.s.restageClaimed(ctx, c.k, c.size)
+		return c.row, true, st, err
 	case c.stageErr != nil:
-		return row, false, false, placementErr("claim and stage", c.stageErr)
+		return row, false, Stage{}, placementErr("claim and stage", c.stageErr)
 	}
-	return c.row, true, false, nil
+	return c.row, true, Stage{Generation: c.staged.Generation}, nil
 }
 
 // restageClaimed re-stages k, which has a row already (or whose digest is
 // at its bound), for a close whose claim committed: under the digest's
 // stage lock, in a transaction of its own. A verified row is not an
 // error: alreadyVerified.
-func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64) (alreadyVerified bool, err error) {
+func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64) (st Stage, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"}, func(tx pgx.Tx) error {
 		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
 			return err
 		}
-		_, err := s.restageLockedTx(ctx, tx, k, size, 0)
+		p, err := s.restageLockedTx(ctx, tx, k, size, 0)
+		st.Generation = p.Generation
 		if err != nil && !errors.Is(err, ErrPlacementLimit) && blobplane.ErrorCode(err) == blobplane.CodeConflict {
 			cur, gerr := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 			if gerr == nil && placement.State(cur.State) == placement.Verified {
-				alreadyVerified, err = true, nil
+				st, err = Stage{Generation: cur.Generation, AlreadyVerified: true}, nil
 			}
 		}
 		return err
 	})
 	if err != nil {
-		return false, placementErr("claim and stage", err)
+		return Stage{}, placementErr("claim and stage", err)
 	}
-	return alreadyVerified, nil
+	return st, nil
 }
+
+// CreateMountIntent records a mount's intent: n's content declared, its
+// possession the mount from repository from (S9), which Finalize
+// re-checks at the home: from must still reference the digest and the
+// principal still read it. Errors: those of CreateIntent.
+func (s *Store) CreateMountIntent(ctx context.Context, n NewIntent, from string) (Intent, error) {
+	arg, err := createIntentArgs(n)
+	if err != nil {
+		return Intent{}, err
+	}
+	if err := auth.CheckRepository(from); err != nil {
+		return Intent{}, err
+	}
+	if n.ExpectedDigest == "" || n.ExpectedSize < 0 {
+		return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "a mount declares its digest and size")
+	}
+	row, err := s.q.CreateMountIntent(ctx, s.pool, dbsqlc.CreateMountIntentParams{
+		Repository: arg.Repository, Principal: arg.Principal, ExpectedDigest: string(n.ExpectedDigest), ExpectedSize: n.ExpectedSize,
+		IngressDatacenter: arg.IngressDatacenter, Backend: arg.Backend, TtlSeconds: arg.TtlSeconds, MountedFrom: from,
+	})
+	if err != nil {
+		return Intent{}, createIntentErr(n, err)
+	}
+	return intentFromRow(row), nil
+}
+
+// RecordPossession records that the caller streamed the bytes of the
+// pending intent op and hashed them to d, size bytes (S9): from then on a
+// retried close, the home's forwarded finalization or the finalize job
+// may publish it. v, when set, is the verification of the placement those
+// bytes landed in, recorded in the same transaction (VerifyPlacement,
+// whose errors it returns). Errors: not_found; conflict (ErrIntentClosed)
+// when op is not pending or claims other content.
+func (s *Store) RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification) error {
+	return s.recordProof(ctx, op, d, size, v, true, true)
+}
+
+// recordProof records v (when set) and, when possessed, op's possession
+// of d, in one transaction; strict: an intent that cannot take it is an
+// error (else it is left as it is).
+func (s *Store) recordProof(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification, possessed, strict bool) error {
+	if !possessed {
+		if v == nil {
+			return nil
+		}
+		_, err := s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch)
+		return err
+	}
+	id, err := parseOpID(op)
+	if err != nil {
+		if !strict && v != nil {
+			_, err = s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch)
+		}
+		return err
+	}
+	if v != nil {
+		if err := s.ensurePlacements(ctx); err != nil {
+			return err
+		}
+	}
+	var mismatch error
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if v != nil {
+			p, err := s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch, v.Hashed)
+			if err != nil && blobplane.ErrorCode(err) == blobplane.CodeMismatch && p.State == placement.Failed {
+				mismatch = err // commit the failed row, prove nothing
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		n, err := s.q.RecordPossession(ctx, tx, dbsqlc.RecordPossessionParams{OperationID: id, Digest: string(d), SizeBytes: size})
+		if err == nil && n == 0 && strict {
+			err = errNoPossession
+		}
+		return err
+	})
+	switch {
+	case mismatch != nil:
+		return mismatch
+	case errors.Is(err, errNoPossession):
+		return s.claimRefused(ctx, op, id, d, size)
+	case err != nil:
+		return placementErr("record possession", err)
+	}
+	return nil
+}
+
+var errNoPossession = errors.New("no pending intent claims the content")
 
 // AbandonIntent moves a pending intent to abandoned, deciding on the locked
 // row: it cannot overlap a publication of the same intent (S5). Content the
@@ -576,6 +700,14 @@ type FinalizeRequest struct {
 	// COMMIT or before the verification it records alone after a refusal;
 	// its error aborts both and is returned.
 	BeforeCommit func() error
+	// Proven: the caller itself streamed this intent's bytes and hashed
+	// them to Digest and Size (an upload's close; S9). Finalize then
+	// records the intent's possession, in its transaction or, after a
+	// refusal, alone (so a retried close or the finalize job can publish
+	// later). Without it Finalize requires possession already recorded
+	// (RecordPossession) or a mount. Only a caller that hashed the bytes
+	// may set it: never from a claim, a request field or another node.
+	Proven bool
 }
 
 // Outcome is the stored acknowledgement of a publication.
@@ -598,6 +730,10 @@ type Verification struct {
 	Digest blobplane.Digest // the digest the backend computed over the stored bytes
 	Size   int64            // the size it confirmed
 	Epoch  int64
+	// Hashed: the caller's own write just hashed these bytes at Key (an
+	// upload's close), so another claimant's pending size or mismatch on
+	// the row does not fail it (verifyTx, issue 26).
+	Hashed bool
 }
 
 // Finalize publishes an admitted upload at the repository's authority home,
@@ -655,14 +791,21 @@ func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(
 		}
 	}
 	out, verified, err := run(ctx, req)
-	if v := req.Verify; v != nil && !verified {
+	if (req.Verify != nil && !verified) || (req.Proven && err != nil) {
 		if req.BeforeCommit != nil {
 			if berr := req.BeforeCommit(); berr != nil {
 				return Outcome{}, berr
 			}
 		}
-		if _, verr := s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch); verr != nil {
-			return Outcome{}, verr
+		v := req.Verify
+		if verified {
+			v = nil
+		}
+		// The verification's error is the answer, as a VerifyPlacement
+		// before Finalize would have been; an intent that cannot take the
+		// possession (closed, other content) keeps Finalize's refusal.
+		if perr := s.recordProof(ctx, req.OperationID, req.Digest, req.Size, v, req.Proven && err != nil, false); perr != nil {
+			return Outcome{}, perr
 		}
 	}
 	return out, err
@@ -847,7 +990,7 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 	if v := req.Verify; v != nil {
 		p, err := pv.row, pv.err
 		if !pv.done {
-			p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch)
+			p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch, v.Hashed)
 		}
 		if err != nil {
 			return Outcome{}, false, err
@@ -863,8 +1006,14 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 	if err != nil {
 		return Outcome{}, false, err
 	}
-	if !(auth.Principal{Name: intent.Principal, Grants: grants}).Allowed(intent.Repository, auth.Write) {
+	principal := auth.Principal{Name: intent.Principal, Grants: grants}
+	if !principal.Allowed(intent.Repository, auth.Write) {
 		return Outcome{}, false, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+	}
+	// 5. Possession (S9, issue 26): the verified placement above proves
+	// the content exists, not that this intent holds it.
+	if err := checkPossession(op, req, intent, principal, fc.MountSourceReferences); err != nil {
+		return Outcome{}, false, err
 	}
 	// Decided on the locked row: an abandonment and this publication
 	// cannot both happen (S5).
@@ -917,6 +1066,24 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 		}
 	}
 	return stored, verified, nil
+}
+
+// checkPossession is Finalize's possession rule (S9, issue 26): the
+// caller hashed this intent's bytes itself (req.Proven), or the intent
+// recorded that it did (PossessionUploaded), or it is a mount whose source
+// still references the digest (sourceRefs) and which its principal can
+// still read.
+func checkPossession(op string, req FinalizeRequest, in Intent, p auth.Principal, sourceRefs bool) error {
+	switch {
+	case req.Proven || in.Possession == PossessionUploaded:
+		return nil
+	case in.Possession == PossessionMounted:
+		if !sourceRefs || !p.Allowed(in.MountedFrom, auth.Read) {
+			return refusal(blobplane.CodeForbidden, op, ErrMountSource, "the mount source %s does not grant %s to %s", in.MountedFrom, req.Digest, p.Name)
+		}
+		return nil
+	}
+	return refusal(blobplane.CodeInvalid, op, ErrNotProven, "upload %s never sent bytes that hash to %s; send the blob", op, req.Digest)
 }
 
 // pipelinedVerify is the answer of the verification queueFinalize
@@ -990,14 +1157,20 @@ func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobpla
 // DeleteReference removes repository's reference to d (not the bytes, not
 // the blob state row). Errors: not_found when there is none.
 func (s *Store) DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error {
-	defer s.invalidateExistenceCache() // this process's next HEAD sees it without waiting for the notification
 	n, err := s.q.DeleteReference(ctx, s.pool, dbsqlc.DeleteReferenceParams{Repository: repository, Digest: string(d)})
 	if err != nil {
+		// Unknown outcome: the deletion may have committed.
+		s.invalidateExistenceCache()
 		return dbErr("delete reference", err)
 	}
 	if n == 0 {
+		// Nothing removed, nothing to forget: a DELETE of a reference one
+		// does not have must not empty every api's existence cache (issue
+		// 26 point 12; the statement's trigger notifies only for rows it
+		// deleted).
 		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: "delete reference", Message: "blob unknown to repository"}
 	}
+	s.invalidateExistenceCache() // this process's next HEAD sees it without waiting for the notification
 	return nil
 }
 
@@ -1045,5 +1218,6 @@ func intentFromRow(r dbsqlc.Intent) Intent {
 	if r.ExpectedSize.Valid {
 		in.ExpectedSize = r.ExpectedSize.Int64
 	}
+	in.Possession, in.MountedFrom = r.Possession.String, r.MountedFrom.String
 	return in
 }

@@ -113,6 +113,7 @@ func (u *uploads) admittedIn(t *testing.T, repo, content string) (store.Intent, 
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
+		Proven:      true, // this uploader hashed its bytes (S9)
 	}
 }
 
@@ -653,8 +654,8 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 	}
 
 	first := open("", store.SizeUnknown)
-	if already, err := u.s.ClaimAndStage(ctx, first.OperationID, k, size); err != nil || already {
-		t.Fatalf("first close: already %v, %v", already, err)
+	if st, err := u.s.ClaimAndStage(ctx, first.OperationID, k, size); err != nil || st.AlreadyVerified {
+		t.Fatalf("first close: already verified %v, %v", st.AlreadyVerified, err)
 	}
 	if got, err := u.s.GetIntent(ctx, first.OperationID); err != nil || got.ExpectedDigest != d || got.ExpectedSize != size {
 		t.Fatalf("claim: %+v, %v", got, err)
@@ -666,8 +667,8 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := open("", store.SizeUnknown)
-	if already, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || !already {
-		t.Fatalf("close of verified content: already %v, %v", already, err)
+	if st, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || !st.AlreadyVerified {
+		t.Fatalf("close of verified content: already verified %v, %v", st.AlreadyVerified, err)
 	}
 	if got, err := u.s.GetIntent(ctx, second.OperationID); err != nil || got.ExpectedDigest != d {
 		t.Fatalf("claim on verified content: %+v, %v", got, err)
@@ -708,14 +709,15 @@ func (u *uploads) closing(t *testing.T, content string) (store.Intent, store.Fin
 	in := u.open(t, upRepo)
 	d, size := contentOf([]byte(content))
 	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
-	if verified, err := u.s.ClaimAndStage(context.Background(), in.OperationID, k, size); err != nil || verified {
-		t.Fatalf("claim and stage: verified %v, %v", verified, err)
+	if st, err := u.s.ClaimAndStage(context.Background(), in.OperationID, k, size); err != nil || st.AlreadyVerified {
+		t.Fatalf("claim and stage: already verified %v, %v", st.AlreadyVerified, err)
 	}
 	return in, store.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
 		Verify:      &store.Verification{Key: k, Digest: d, Size: size},
+		Proven:      true,
 	}
 }
 
@@ -909,8 +911,8 @@ func TestOpenAndStage(t *testing.T) {
 	if second.OperationID == first.OperationID || second.ExpectedDigest != d {
 		t.Fatalf("second intent: %+v", second)
 	}
-	if already, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || already {
-		t.Fatalf("second close: already %v, %v", already, err)
+	if st, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || st.AlreadyVerified {
+		t.Fatalf("second close: already verified %v, %v", st.AlreadyVerified, err)
 	}
 	if got := placements(); got != 1 {
 		t.Fatalf("%d placements of one key", got)
@@ -919,7 +921,7 @@ func TestOpenAndStage(t *testing.T) {
 	req := store.FinalizeRequest{OperationID: first.OperationID, Digest: d, Size: size,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
-		Verify:      &store.Verification{Key: k, Digest: d, Size: size}}
+		Verify:      &store.Verification{Key: k, Digest: d, Size: size}, Proven: true}
 	if out, err := u.s.Finalize(ctx, req); err != nil || !out.NewReference {
 		t.Fatalf("finalize: %+v, %v", out, err)
 	}
@@ -1059,9 +1061,9 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, op, repo, k, size)
-		if err != nil || claimed || already || in != (store.Intent{}) {
-			t.Fatalf("%s: claimed %v, already %v, %+v, %v; want declined", name, claimed, already, in, err)
+		in, claimed, st, err := u.s.ClaimSessionAndStage(ctx, op, repo, k, size)
+		if err != nil || claimed || st.AlreadyVerified || in != (store.Intent{}) {
+			t.Fatalf("%s: claimed %v, already verified %v, %+v, %v; want declined", name, claimed, st.AlreadyVerified, in, err)
 		}
 		if before != "" && row(op) != before {
 			t.Fatalf("%s: the declined claim changed the session: %s, was %s", name, row(op), before)
@@ -1147,9 +1149,9 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 
 	// The session it can close: claimed and staged, returned as claimed.
 	fresh := u.open(t, upRepo)
-	in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, fresh.OperationID, upRepo, k, size)
-	if err != nil || !claimed || already {
-		t.Fatalf("unstaged session: claimed %v, already %v, %v", claimed, already, err)
+	in, claimed, st, err := u.s.ClaimSessionAndStage(ctx, fresh.OperationID, upRepo, k, size)
+	if err != nil || !claimed || st.AlreadyVerified {
+		t.Fatalf("unstaged session: claimed %v, already verified %v, %v", claimed, st.AlreadyVerified, err)
 	}
 	if in.OperationID != fresh.OperationID || in.Repository != upRepo || in.Principal != upPrincipal || in.Backend != "fs" ||
 		in.ExpectedDigest != d || in.ExpectedSize != size || in.ReceivedBytes != size || in.State != store.IntentPending || in.StagedLocation != "" {
@@ -1166,8 +1168,8 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := u.open(t, upRepo)
-	if in, claimed, already, err := u.s.ClaimSessionAndStage(ctx, second.OperationID, upRepo, k, size); err != nil || !claimed || !already || in.ExpectedDigest != d {
-		t.Fatalf("session closing verified content: claimed %v, already %v, %+v, %v", claimed, already, in, err)
+	if in, claimed, st, err := u.s.ClaimSessionAndStage(ctx, second.OperationID, upRepo, k, size); err != nil || !claimed || !st.AlreadyVerified || in.ExpectedDigest != d {
+		t.Fatalf("session closing verified content: claimed %v, already verified %v, %+v, %v", claimed, st.AlreadyVerified, in, err)
 	}
 }
 

@@ -269,7 +269,7 @@ func (g *gc) soakClose(ctx context.Context, repo, content string) (store.Intent,
 		return store.Intent{}, err
 	}
 	k := g.key(d)
-	alreadyVerified, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
+	st, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
 	if err != nil {
 		return store.Intent{}, err
 	}
@@ -277,7 +277,7 @@ func (g *gc) soakClose(ctx context.Context, repo, content string) (store.Intent,
 	if err != nil {
 		return store.Intent{}, err
 	}
-	if !alreadyVerified {
+	if !st.AlreadyVerified {
 		_, _ = g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0) // a conflict is repaired by the caller's retry
 	}
 	return in, nil

@@ -183,7 +183,7 @@ func (g *gc) close(t *testing.T, in store.Intent, content string) store.Finalize
 	ctx := context.Background()
 	d, size := digestOf(content)
 	k := g.key(d)
-	alreadyVerified, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
+	st, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func (g *gc) close(t *testing.T, in store.Intent, content string) store.Finalize
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !alreadyVerified {
+	if !st.AlreadyVerified {
 		if _, err := g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func (g *gc) close(t *testing.T, in store.Intent, content string) store.Finalize
 }
 
 func (g *gc) request(op string, d blobplane.Digest, size int64) store.FinalizeRequest {
-	return store.FinalizeRequest{OperationID: op, Digest: d, Size: size, Partition: gcPartition, Node: gcNode, Epoch: g.lease.Epoch, Targets: []string{}}
+	return store.FinalizeRequest{OperationID: op, Digest: d, Size: size, Partition: gcPartition, Node: gcNode, Epoch: g.lease.Epoch, Targets: []string{}, Proven: true}
 }
 
 // uploadAndPublish is a whole chunked upload into repo.
@@ -355,8 +355,8 @@ func TestSchedule2SweepBetweenExistenceCheckAndCommitS1(t *testing.T) {
 	first := g.dereferenced(t, content)
 	in, _ := g.chunked(t, gcOther, content)
 	// The claim, then the existence check: a verified placement is there.
-	if already, err := g.st.ClaimAndStage(ctx, in.OperationID, g.key(first.Digest), first.Size); err != nil || !already {
-		t.Fatalf("claim and existence check: already verified %v, %v; want true", already, err)
+	if st, err := g.st.ClaimAndStage(ctx, in.OperationID, g.key(first.Digest), first.Size); err != nil || !st.AlreadyVerified {
+		t.Fatalf("claim and existence check: already verified %v, %v; want true", st.AlreadyVerified, err)
 	}
 	crep, irep := g.sweepAll(t)
 	if len(crep.Collected) != 0 || irep.Orphans != 0 || !g.exists(t, first.Digest) {

@@ -59,8 +59,8 @@ func (b *Backend) leafDir(d blobplane.Digest) (dir, file string, parents []strin
 	}
 	// One mkdir that creates the leaf or finds it (every level above it
 	// exists but in a new tree), not a walk that tries each level.
-	if err := b.root.Mkdir(dir, 0o755); errors.Is(err, iofs.ErrNotExist) {
-		if err := b.root.MkdirAll(dir, 0o755); err != nil {
+	if err := b.root.Mkdir(dir, dirMode); errors.Is(err, iofs.ErrNotExist) {
+		if err := b.root.MkdirAll(dir, dirMode); err != nil {
 			return "", "", nil, err
 		}
 	} else if err != nil && !errors.Is(err, iofs.ErrExist) {
@@ -162,7 +162,7 @@ func mkdirDurable(dir string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return err
 	}
 	for _, p := range missing {

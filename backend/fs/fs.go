@@ -51,6 +51,16 @@ const (
 	tmpPrefix   = ".tmp-"
 )
 
+// Modes of what the backend creates: blob files readable by the group (a
+// backup agent, say) and by nobody else; directories likewise (issue 26
+// point 9). The umask can only clear bits, so no umask makes either
+// world-accessible; renames keep a file's mode, so objects promoted from
+// staging keep fileMode too.
+const (
+	fileMode iofs.FileMode = 0o640
+	dirMode  iofs.FileMode = 0o750
+)
+
 func init() {
 	backend.Register(backend.KindFilesystem, func(_ context.Context, spec backend.Spec) (backend.Backend, error) {
 		return OpenWith(spec.Path, Options{Store: spec.Store, Sync: spec.Sync, Direct: spec.Direct})
@@ -166,7 +176,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 		b.group, b.closeGroup = newGroupSyncer(syncfs), closeSyncfs
 	}
 	for _, d := range []string{objectsDir, stagingDir} {
-		if err := root.MkdirAll(d, 0o755); err != nil {
+		if err := root.MkdirAll(d, dirMode); err != nil {
 			_ = b.Close()
 			return nil, classify(op, err)
 		}
@@ -360,7 +370,7 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 func (b *Backend) createTemp(leaf *os.Root, tmp string, size int64) (*os.File, objectWriter, error) {
 	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	if oDirect != 0 && size >= b.directMin {
-		f, err := leaf.OpenFile(tmp, flags|oDirect, 0o644)
+		f, err := leaf.OpenFile(tmp, flags|oDirect, fileMode)
 		if err == nil {
 			return f, newDirect(f, b.directHook), nil
 		}
@@ -374,7 +384,7 @@ func (b *Backend) createTemp(leaf *os.Root, tmp string, size int64) (*os.File, o
 			return nil, nil, err
 		}
 	}
-	f, err := leaf.OpenFile(tmp, flags, 0o644)
+	f, err := leaf.OpenFile(tmp, flags, fileMode)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -652,7 +662,7 @@ func (b *Backend) CreateUpload(ctx context.Context) (string, error) {
 		return "", backend.Classify(op, err)
 	}
 	id := randHex(16)
-	f, err := b.root.OpenFile(path.Join(stagingDir, id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := b.root.OpenFile(path.Join(stagingDir, id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
 	if err != nil {
 		return "", classify(op, err)
 	}

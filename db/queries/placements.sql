@@ -49,6 +49,18 @@ WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @da
   AND generation = @generation
 RETURNING *;
 
+-- name: FailStagedPlacement :one
+-- A close whose bytes did not hash to the key's digest fails only the
+-- stage it made (@generation, still pending): never a row another upload
+-- re-staged or verified since (issue 26, S9). No row back: nothing
+-- changed.
+UPDATE placements
+SET state = 'failed', reason = @reason::text, revoke_reason = NULL,
+    generation = generation + 1, updated_at = now()
+WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text AND location = @location
+  AND coalesce(state, '') = 'pending' AND generation = @generation
+RETURNING *;
+
 -- name: VerifyPendingPlacement :one
 -- The common verification in one statement: a pending row whose staged
 -- size the backend confirmed (with the key's digest, which the caller

@@ -76,7 +76,8 @@ WITH claimed AS (
     RETURNING *
 )
 SELECT c.operation_id, c.repository, c.principal, c.expected_digest, c.expected_size, c.ingress_datacenter, c.backend,
-       c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at
+       c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at,
+       c.possession, c.mounted_from
 FROM claimed c, LATERAL pg_advisory_xact_lock(@lock_class::int4, hashtext(@digest::text)) AS stage_lock;
 
 -- name: RecordIntentContent :one
@@ -88,6 +89,25 @@ WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
   AND coalesce(expected_digest, @digest::text) = @digest::text
   AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
 RETURNING *;
+
+-- name: CreateMountIntent :one
+-- A mount's intent (store.CreateMountIntent): its content declared, its
+-- possession the mount from @mounted_from, which Finalize re-checks at the
+-- home (issue 26: a claim proves nothing, S9).
+INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at, possession, mounted_from)
+VALUES (@repository, @principal, @expected_digest::text, @expected_size::bigint, @ingress_datacenter, @backend,
+        now() + make_interval(secs => @ttl_seconds::float8), 'mounted', @mounted_from::text)
+RETURNING *;
+
+-- name: RecordPossession :execrows
+-- The intent's own bytes were streamed and hashed to its claimed digest
+-- and size (issue 26, S9): from now on it may publish, at this node or
+-- forwarded to the home or by a finalize job. No row: the intent is not
+-- pending, or claims other content, or is a mount.
+UPDATE intents SET possession = 'uploaded', updated_at = now()
+WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
+  AND expected_digest = @digest::text AND expected_size = @size_bytes::bigint
+  AND coalesce(possession, 'uploaded') = 'uploaded';
 
 -- name: AbandonIntent :one
 -- Terminal; decided on the locked row, so it cannot overlap a publication.
@@ -118,7 +138,10 @@ SELECT sqlc.embed(i),
        EXISTS (
            SELECT 1 FROM placements p
            WHERE p.digest = @digest::text AND p.state = 'verified' AND p.size_bytes = @size_bytes::bigint
-       ) AS verified
+       ) AS verified,
+       EXISTS (
+           SELECT 1 FROM blob_references r WHERE r.repository = i.mounted_from AND r.digest = @digest::text
+       ) AS mount_source_references
 FROM intents i
 LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
 LEFT JOIN leases l ON l.partition_id = @partition_id::text
@@ -235,13 +258,15 @@ SELECT DISTINCT datacenter FROM nodes WHERE datacenter <> @ingress_datacenter OR
 -- flattened back into joins, are index lookups per call.
 SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend,
        i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
+       i.possession, i.mounted_from,
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        coalesce((SELECT l.owner_node FROM leases l WHERE l.partition_id = c.partition_id), '')::text AS lease_owner, -- '': no lease
        coalesce((SELECT l.epoch FROM leases l WHERE l.partition_id = c.partition_id), 0)::bigint AS lease_epoch,
        ARRAY(
            SELECT pg.grant_text FROM principal_grants pg WHERE pg.principal = i.principal ORDER BY pg.grant_id
        )::text[] AS principal_grants,
-       coalesce(v.verified, false)::bool AS verified
+       coalesce(v.verified, false)::bool AS verified,
+       coalesce((SELECT true FROM blob_references r WHERE r.repository = i.mounted_from AND r.digest = c.digest LIMIT 1), false)::bool AS mount_source_references
 FROM (SELECT unnest(@operation_ids::uuid[]) AS operation_id, unnest(@digests::text[]) AS digest,
              unnest(@sizes::bigint[]) AS size_bytes, unnest(@partition_ids::text[]) AS partition_id
       ORDER BY digest OFFSET 0) c

@@ -154,8 +154,14 @@ func setup() error {
 	if err != nil {
 		return fmt.Errorf("migrate template: %w", err)
 	}
-	// Old templates from earlier migration sets are dead weight.
-	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'bp\\_tmpl\\_%' AND datname <> $1", build)
+	// Old templates from earlier migration sets are dead weight, once no
+	// test process can still be cloning them: a template is dropped an
+	// hour after it was built (its comment), so test runs of two checkouts
+	// with different migrations (two branches, two engineers on one
+	// server) do not drop each other's template mid-run.
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database
+		WHERE datname LIKE 'bp\_tmpl\_%' AND datname <> $1
+		  AND coalesce(substring(shobj_description(oid, 'pg_database') FROM '^built ([0-9]+)$')::bigint, 0) < extract(epoch FROM now()) - 3600`, build)
 	if err != nil {
 		return err
 	}
@@ -168,6 +174,13 @@ func setup() error {
 		admin.Exec(ctx, "DROP DATABASE IF EXISTS "+s+" WITH (FORCE)")
 	}
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+build+" RENAME TO "+template); err != nil {
+		return err
+	}
+	var built int64 // the database's clock, as the stale check reads it
+	if err := admin.QueryRow(ctx, "SELECT floor(extract(epoch FROM now()))::bigint").Scan(&built); err != nil {
+		return err
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS 'built %d'", template, built)); err != nil {
 		return err
 	}
 	_, err = admin.Exec(ctx, "ALTER DATABASE "+template+" IS_TEMPLATE true")

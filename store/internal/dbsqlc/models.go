@@ -112,6 +112,10 @@ type Intent struct {
 	ExpiresAt pgtype.Timestamptz
 	// Database time the reaper confirmed the staged upload deleted (after the abandonment committed); NULL while an abandoned intent's staged bytes may remain, so a crashed or failed delete is retried by the next sweep. Always NULL unless abandoned.
 	StagedDeletedAt pgtype.Timestamptz
+	// How the intent proved it holds its content (S9): uploaded (its own bytes were streamed and hashed to expected_digest), mounted (a mount from mounted_from, which its principal can read), or NULL (nothing proven yet: Finalize refuses it, whatever verified placements of the digest exist).
+	Possession pgtype.Text
+	// Repository a mount publishes from; set exactly when possession is mounted. The home re-checks at publication that it still references the digest and that the principal can read it.
+	MountedFrom pgtype.Text
 }
 
 // The lease store: one record per partition holding ownership, the fencing epoch and the checkpoint pointer together (ZBP-5 R14-R28). Written only by ACQUIRE, RENEW, FENCE and FORCE, each one conditional statement on the database clock. Epochs never decrease and ownership never changes without an epoch increase (trigger); rows are never deleted.

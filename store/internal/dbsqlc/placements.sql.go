@@ -11,6 +11,56 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const failStagedPlacement = `-- name: FailStagedPlacement :one
+UPDATE placements
+SET state = 'failed', reason = $1::text, revoke_reason = NULL,
+    generation = generation + 1, updated_at = now()
+WHERE digest = $2 AND backend = $3 AND coalesce(datacenter, '') = $4::text AND location = $5
+  AND coalesce(state, '') = 'pending' AND generation = $6
+RETURNING digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at
+`
+
+type FailStagedPlacementParams struct {
+	Reason     string
+	Digest     string
+	Backend    string
+	Datacenter string
+	Location   string
+	Generation int64
+}
+
+// A close whose bytes did not hash to the key's digest fails only the
+// stage it made (@generation, still pending): never a row another upload
+// re-staged or verified since (issue 26, S9). No row back: nothing
+// changed.
+func (q *Queries) FailStagedPlacement(ctx context.Context, db DBTX, arg FailStagedPlacementParams) (Placement, error) {
+	row := db.QueryRow(ctx, failStagedPlacement,
+		arg.Reason,
+		arg.Digest,
+		arg.Backend,
+		arg.Datacenter,
+		arg.Location,
+		arg.Generation,
+	)
+	var i Placement
+	err := row.Scan(
+		&i.Digest,
+		&i.Backend,
+		&i.Datacenter,
+		&i.Location,
+		&i.State,
+		&i.Reason,
+		&i.RevokeReason,
+		&i.SizeBytes,
+		&i.Epoch,
+		&i.Generation,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.VerifiedAt,
+	)
+	return i, err
+}
+
 const getPlacement = `-- name: GetPlacement :one
 SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements
 WHERE digest = $1 AND backend = $2 AND coalesce(datacenter, '') = $3::text AND location = $4

@@ -12,7 +12,7 @@ import (
 )
 
 const expiredIntents = `-- name: ExpiredIntents :many
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents
 WHERE state = 'pending' AND ingress_datacenter = $1 AND expires_at < now()
 ORDER BY expires_at
 LIMIT $2
@@ -48,6 +48,8 @@ func (q *Queries) ExpiredIntents(ctx context.Context, db DBTX, arg ExpiredIntent
 			&i.UpdatedAt,
 			&i.ExpiresAt,
 			&i.StagedDeletedAt,
+			&i.Possession,
+			&i.MountedFrom,
 		); err != nil {
 			return nil, err
 		}
@@ -85,7 +87,7 @@ WITH claimed AS (
 UPDATE intents i SET state = 'abandoned', updated_at = now()
 WHERE i.operation_id = ANY (ARRAY(SELECT c.operation_id FROM claimed c))
   AND coalesce(i.state, '') = 'pending'
-RETURNING i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at
+RETURNING i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at, i.possession, i.mounted_from
 `
 
 type ReapExpiredIntentsParams struct {
@@ -132,6 +134,8 @@ func (q *Queries) ReapExpiredIntents(ctx context.Context, db DBTX, arg ReapExpir
 			&i.UpdatedAt,
 			&i.ExpiresAt,
 			&i.StagedDeletedAt,
+			&i.Possession,
+			&i.MountedFrom,
 		); err != nil {
 			return nil, err
 		}
@@ -164,7 +168,7 @@ func (q *Queries) SweepIntentBacklog(ctx context.Context, db DBTX, ingressDatace
 }
 
 const undeletedStagedIntents = `-- name: UndeletedStagedIntents :many
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents
 WHERE state = 'abandoned' AND staged_deleted_at IS NULL AND staged_location IS NOT NULL
   AND ingress_datacenter = $1
 ORDER BY updated_at
@@ -203,6 +207,8 @@ func (q *Queries) UndeletedStagedIntents(ctx context.Context, db DBTX, arg Undel
 			&i.UpdatedAt,
 			&i.ExpiresAt,
 			&i.StagedDeletedAt,
+			&i.Possession,
+			&i.MountedFrom,
 		); err != nil {
 			return nil, err
 		}

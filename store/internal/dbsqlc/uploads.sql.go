@@ -14,7 +14,7 @@ import (
 const abandonIntent = `-- name: AbandonIntent :one
 UPDATE intents SET state = 'abandoned', updated_at = now()
 WHERE operation_id = $1 AND coalesce(state, '') = 'pending'
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
 // Terminal; decided on the locked row, so it cannot overlap a publication.
@@ -36,6 +36,8 @@ func (q *Queries) AbandonIntent(ctx context.Context, db DBTX, operationID pgtype
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
 }
@@ -62,10 +64,11 @@ WITH claimed AS (
       AND coalesce(expected_size, $3::bigint) = $3::bigint
       AND ($5::text IS NULL
            OR (repository = $5::text AND backend = $6::text AND staged_location IS NULL))
-    RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+    RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 )
 SELECT c.operation_id, c.repository, c.principal, c.expected_digest, c.expected_size, c.ingress_datacenter, c.backend,
-       c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at
+       c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at,
+       c.possession, c.mounted_from
 FROM claimed c, LATERAL pg_advisory_xact_lock($1::int4, hashtext($2::text)) AS stage_lock
 `
 
@@ -93,6 +96,8 @@ type ClaimIntentContentRow struct {
 	UpdatedAt         pgtype.Timestamptz
 	ExpiresAt         pgtype.Timestamptz
 	StagedDeletedAt   pgtype.Timestamptz
+	Possession        pgtype.Text
+	MountedFrom       pgtype.Text
 }
 
 // RecordIntentContent, then the stage lock of the digest
@@ -126,6 +131,8 @@ func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimInte
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
 }
@@ -137,7 +144,7 @@ INSERT INTO intents (operation_id, repository, principal, expected_digest, expec
 SELECT coalesce($1::uuid, gen_random_uuid()), $2, $3, $4, $5, $6, $7,
        $8, now() + make_interval(secs => $9::float8)
 FROM async_commit
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
 type CreateIntentParams struct {
@@ -197,6 +204,8 @@ func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentPar
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
 }
@@ -211,7 +220,7 @@ FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS repositor
              unnest($5::bigint[]) AS expected_size, unnest($6::text[]) AS ingress_datacenter,
              unnest($7::text[]) AS backend, unnest($8::text[]) AS staged_location,
              unnest($9::float8[]) AS ttl_seconds) c, async_commit
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
 type CreateIntentsParams struct {
@@ -263,6 +272,8 @@ func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsP
 			&i.UpdatedAt,
 			&i.ExpiresAt,
 			&i.StagedDeletedAt,
+			&i.Possession,
+			&i.MountedFrom,
 		); err != nil {
 			return nil, err
 		}
@@ -272,6 +283,60 @@ func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsP
 		return nil, err
 	}
 	return items, nil
+}
+
+const createMountIntent = `-- name: CreateMountIntent :one
+INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at, possession, mounted_from)
+VALUES ($1, $2, $3::text, $4::bigint, $5, $6,
+        now() + make_interval(secs => $7::float8), 'mounted', $8::text)
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+`
+
+type CreateMountIntentParams struct {
+	Repository        string
+	Principal         string
+	ExpectedDigest    string
+	ExpectedSize      int64
+	IngressDatacenter string
+	Backend           string
+	TtlSeconds        float64
+	MountedFrom       string
+}
+
+// A mount's intent (store.CreateMountIntent): its content declared, its
+// possession the mount from @mounted_from, which Finalize re-checks at the
+// home (issue 26: a claim proves nothing, S9).
+func (q *Queries) CreateMountIntent(ctx context.Context, db DBTX, arg CreateMountIntentParams) (Intent, error) {
+	row := db.QueryRow(ctx, createMountIntent,
+		arg.Repository,
+		arg.Principal,
+		arg.ExpectedDigest,
+		arg.ExpectedSize,
+		arg.IngressDatacenter,
+		arg.Backend,
+		arg.TtlSeconds,
+		arg.MountedFrom,
+	)
+	var i Intent
+	err := row.Scan(
+		&i.OperationID,
+		&i.Repository,
+		&i.Principal,
+		&i.ExpectedDigest,
+		&i.ExpectedSize,
+		&i.IngressDatacenter,
+		&i.Backend,
+		&i.StagedLocation,
+		&i.State,
+		&i.ReceivedBytes,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ExpiresAt,
+		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
+	)
+	return i, err
 }
 
 const deleteReference = `-- name: DeleteReference :execrows
@@ -432,7 +497,7 @@ SET received_bytes = $1,
     updated_at = now()
 WHERE operation_id = $4 AND coalesce(state, '') = 'pending'
   AND ($2::text IS NULL OR staged_location IS NULL OR staged_location = $2)
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
 type ExtendIntentParams struct {
@@ -468,12 +533,14 @@ func (q *Queries) ExtendIntent(ctx context.Context, db DBTX, arg ExtendIntentPar
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
 }
 
 const finalizeContext = `-- name: FinalizeContext :one
-SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
+SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at, i.possession, i.mounted_from,
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        l.owner_node AS lease_owner, l.epoch AS lease_epoch,
        ARRAY(
@@ -482,7 +549,10 @@ SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_
        EXISTS (
            SELECT 1 FROM placements p
            WHERE p.digest = $1::text AND p.state = 'verified' AND p.size_bytes = $2::bigint
-       ) AS verified
+       ) AS verified,
+       EXISTS (
+           SELECT 1 FROM blob_references r WHERE r.repository = i.mounted_from AND r.digest = $1::text
+       ) AS mount_source_references
 FROM intents i
 LEFT JOIN operation_outcomes o ON o.operation_id = i.operation_id
 LEFT JOIN leases l ON l.partition_id = $3::text
@@ -498,13 +568,14 @@ type FinalizeContextParams struct {
 }
 
 type FinalizeContextRow struct {
-	Intent             Intent
-	OutcomeResult      []byte
-	OutcomePublishedAt pgtype.Timestamptz
-	LeaseOwner         pgtype.Text
-	LeaseEpoch         pgtype.Int8
-	PrincipalGrants    []string
-	Verified           bool
+	Intent                Intent
+	OutcomeResult         []byte
+	OutcomePublishedAt    pgtype.Timestamptz
+	LeaseOwner            pgtype.Text
+	LeaseEpoch            pgtype.Int8
+	PrincipalGrants       []string
+	Verified              bool
+	MountSourceReferences bool
 }
 
 // Everything Finalize validates, in one statement (one round trip), first
@@ -539,12 +610,15 @@ func (q *Queries) FinalizeContext(ctx context.Context, db DBTX, arg FinalizeCont
 		&i.Intent.UpdatedAt,
 		&i.Intent.ExpiresAt,
 		&i.Intent.StagedDeletedAt,
+		&i.Intent.Possession,
+		&i.Intent.MountedFrom,
 		&i.OutcomeResult,
 		&i.OutcomePublishedAt,
 		&i.LeaseOwner,
 		&i.LeaseEpoch,
 		&i.PrincipalGrants,
 		&i.Verified,
+		&i.MountSourceReferences,
 	)
 	return i, err
 }
@@ -553,17 +627,19 @@ const finalizeContexts = `-- name: FinalizeContexts :many
 
 SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend,
        i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
+       i.possession, i.mounted_from,
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        coalesce((SELECT l.owner_node FROM leases l WHERE l.partition_id = c.partition_id), '')::text AS lease_owner, -- '': no lease
        coalesce((SELECT l.epoch FROM leases l WHERE l.partition_id = c.partition_id), 0)::bigint AS lease_epoch,
        ARRAY(
            SELECT pg.grant_text FROM principal_grants pg WHERE pg.principal = i.principal ORDER BY pg.grant_id
        )::text[] AS principal_grants,
-       coalesce(v.verified, false)::bool AS verified
+       coalesce(v.verified, false)::bool AS verified,
+       coalesce((SELECT true FROM blob_references r WHERE r.repository = i.mounted_from AND r.digest = c.digest LIMIT 1), false)::bool AS mount_source_references
 FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS digest,
              unnest($3::bigint[]) AS size_bytes, unnest($4::text[]) AS partition_id
       ORDER BY digest OFFSET 0) c
-JOIN LATERAL (SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = c.operation_id FOR UPDATE) i ON true
+JOIN LATERAL (SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents WHERE operation_id = c.operation_id FOR UPDATE) i ON true
 LEFT JOIN LATERAL (SELECT operation_id, repository, digest, size_bytes, published_at, result FROM operation_outcomes WHERE operation_id = c.operation_id OFFSET 0) o ON true
 LEFT JOIN LATERAL (
     SELECT true AS verified FROM placements p
@@ -580,26 +656,29 @@ type FinalizeContextsParams struct {
 }
 
 type FinalizeContextsRow struct {
-	OperationID        pgtype.UUID
-	Repository         string
-	Principal          string
-	ExpectedDigest     pgtype.Text
-	ExpectedSize       pgtype.Int8
-	IngressDatacenter  string
-	Backend            string
-	StagedLocation     pgtype.Text
-	State              string
-	ReceivedBytes      int64
-	CreatedAt          pgtype.Timestamptz
-	UpdatedAt          pgtype.Timestamptz
-	ExpiresAt          pgtype.Timestamptz
-	StagedDeletedAt    pgtype.Timestamptz
-	OutcomeResult      []byte
-	OutcomePublishedAt pgtype.Timestamptz
-	LeaseOwner         string
-	LeaseEpoch         int64
-	PrincipalGrants    []string
-	Verified           bool
+	OperationID           pgtype.UUID
+	Repository            string
+	Principal             string
+	ExpectedDigest        pgtype.Text
+	ExpectedSize          pgtype.Int8
+	IngressDatacenter     string
+	Backend               string
+	StagedLocation        pgtype.Text
+	State                 string
+	ReceivedBytes         int64
+	CreatedAt             pgtype.Timestamptz
+	UpdatedAt             pgtype.Timestamptz
+	ExpiresAt             pgtype.Timestamptz
+	StagedDeletedAt       pgtype.Timestamptz
+	Possession            pgtype.Text
+	MountedFrom           pgtype.Text
+	OutcomeResult         []byte
+	OutcomePublishedAt    pgtype.Timestamptz
+	LeaseOwner            string
+	LeaseEpoch            int64
+	PrincipalGrants       []string
+	Verified              bool
+	MountSourceReferences bool
 }
 
 // The statements of a Finalize batch (store/finalize_batch.go): each is
@@ -645,12 +724,15 @@ func (q *Queries) FinalizeContexts(ctx context.Context, db DBTX, arg FinalizeCon
 			&i.UpdatedAt,
 			&i.ExpiresAt,
 			&i.StagedDeletedAt,
+			&i.Possession,
+			&i.MountedFrom,
 			&i.OutcomeResult,
 			&i.OutcomePublishedAt,
 			&i.LeaseOwner,
 			&i.LeaseEpoch,
 			&i.PrincipalGrants,
 			&i.Verified,
+			&i.MountSourceReferences,
 		); err != nil {
 			return nil, err
 		}
@@ -680,7 +762,7 @@ func (q *Queries) GetBlob(ctx context.Context, db DBTX, digest string) (Blob, er
 }
 
 const getIntent = `-- name: GetIntent :one
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = $1
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents WHERE operation_id = $1
 `
 
 func (q *Queries) GetIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (Intent, error) {
@@ -701,6 +783,8 @@ func (q *Queries) GetIntent(ctx context.Context, db DBTX, operationID pgtype.UUI
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
 }
@@ -802,7 +886,7 @@ func (q *Queries) InsertReference(ctx context.Context, db DBTX, arg InsertRefere
 }
 
 const lockIntent = `-- name: LockIntent :one
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at FROM intents WHERE operation_id = $1 FOR UPDATE
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents WHERE operation_id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (Intent, error) {
@@ -823,6 +907,8 @@ func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UU
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
 }
@@ -975,7 +1061,7 @@ SET expected_digest = $1::text, expected_size = $2::bigint, received_bytes = $2:
 WHERE operation_id = $3 AND coalesce(state, '') = 'pending'
   AND coalesce(expected_digest, $1::text) = $1::text
   AND coalesce(expected_size, $2::bigint) = $2::bigint
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
 type RecordIntentContentParams struct {
@@ -1004,8 +1090,35 @@ func (q *Queries) RecordIntentContent(ctx context.Context, db DBTX, arg RecordIn
 		&i.UpdatedAt,
 		&i.ExpiresAt,
 		&i.StagedDeletedAt,
+		&i.Possession,
+		&i.MountedFrom,
 	)
 	return i, err
+}
+
+const recordPossession = `-- name: RecordPossession :execrows
+UPDATE intents SET possession = 'uploaded', updated_at = now()
+WHERE operation_id = $1 AND coalesce(state, '') = 'pending'
+  AND expected_digest = $2::text AND expected_size = $3::bigint
+  AND coalesce(possession, 'uploaded') = 'uploaded'
+`
+
+type RecordPossessionParams struct {
+	OperationID pgtype.UUID
+	Digest      string
+	SizeBytes   int64
+}
+
+// The intent's own bytes were streamed and hashed to its claimed digest
+// and size (issue 26, S9): from now on it may publish, at this node or
+// forwarded to the home or by a finalize job. No row: the intent is not
+// pending, or claims other content, or is a mount.
+func (q *Queries) RecordPossession(ctx context.Context, db DBTX, arg RecordPossessionParams) (int64, error) {
+	result, err := db.Exec(ctx, recordPossession, arg.OperationID, arg.Digest, arg.SizeBytes)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const replicationTargets = `-- name: ReplicationTargets :many
