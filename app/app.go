@@ -298,11 +298,13 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 	}
 	return &handlers.OCI{
 		Store: st, Backends: b.ByName, Backend: b.Order[0], Datacenter: cfg.Datacenter,
-		Home:        handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},
-		Replication: jobs.Replication{Client: rc},
-		Targets:     cfg.ReplicateTo,
-		MaxBlobSize: cfg.MaxBlobSize,
-		IntentTTL:   cfg.UploadTTL,
+		Home:           handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},
+		Replication:    jobs.Replication{Client: rc},
+		Targets:        cfg.ReplicateTo,
+		MaxBlobSize:    cfg.MaxBlobSize,
+		IntentTTL:      cfg.UploadTTL,
+		MaxOpenUploads: cfg.MaxOpenUploads,
+		MaxStagedBytes: cfg.MaxStagedBytes,
 		// Away from the home: forward to it through the routing contract
 		// (maps read from Postgres and verified), or queue a finalize job.
 		ClusterSecret: cfg.ClusterSecret,

@@ -48,6 +48,11 @@ type Config struct {
 	WorkerMetrics string
 	// MaxBlobSize bounds one blob (413 past it).
 	MaxBlobSize int64
+	// MaxOpenUploads and MaxStagedBytes bound what one principal holds
+	// open: upload sessions, and bytes staged by chunked sessions (issue
+	// 26); -1 means no bound.
+	MaxOpenUploads int64
+	MaxStagedBytes int64
 	// UploadTTL is how long an idle upload intent lives; expiry is
 	// permission to reclaim, not proof the writer is dead.
 	UploadTTL time.Duration
@@ -280,6 +285,32 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a positive size such as 512MiB or 10GiB", v)
 			}
 			c.MaxBlobSize = n
+			return nil
+		}},
+	{Flag: "max-open-uploads", Env: "BLOBPLANE_MAX_OPEN_UPLOADS", Default: "1000", Usage: "api: most upload sessions one principal may hold open at once (429 DENIED past it; 'none' for no bound)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if v == "none" {
+				c.MaxOpenUploads = -1
+				return nil
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: must be a positive count such as 1000, or none", v)
+			}
+			c.MaxOpenUploads = n
+			return nil
+		}},
+	{Flag: "max-staged-bytes", Env: "BLOBPLANE_MAX_STAGED_BYTES", Default: "100GiB", Usage: "api: most bytes one principal's open chunked uploads may hold (429 DENIED past it; 'none' for no bound)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if v == "none" {
+				c.MaxStagedBytes = -1
+				return nil
+			}
+			n, err := parseBytes(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: must be a positive size such as 100GiB, or none", v)
+			}
+			c.MaxStagedBytes = n
 			return nil
 		}},
 	{Flag: "upload-ttl", Env: "BLOBPLANE_UPLOAD_TTL", Default: "1h", Usage: "how long an idle upload session lives before it may be reclaimed (each chunk extends it)", For: servers,

@@ -75,6 +75,8 @@ type UploadStore interface {
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
 	Finalize(ctx context.Context, req store.FinalizeRequest) (store.Outcome, error)
+	// StagedBytes is what principal's open chunked sessions hold.
+	StagedBytes(ctx context.Context, principal string) (int64, error)
 	// Outcome errors: not_found.
 	Outcome(ctx context.Context, op string) (store.Outcome, error)
 	// ReferencedBlob answers existence from Postgres (or the store's existence
@@ -163,6 +165,13 @@ type OCI struct {
 	// IntentTTL is how long an idle upload session lives; 0 means
 	// DefaultIntentTTL.
 	IntentTTL time.Duration
+	// MaxOpenUploads and MaxStagedBytes bound what one principal holds
+	// open: upload sessions, and bytes staged by chunked sessions (issue
+	// 26: nothing a writer does exhausts the api for others); past them
+	// 429 DENIED. 0 means DefaultMaxOpenUploads (DefaultMaxStagedBytes);
+	// negative, no bound.
+	MaxOpenUploads int64
+	MaxStagedBytes int64
 	// ClusterSecret admits node-to-node calls to the internal finalize
 	// endpoint (mounted only with it and an Authority).
 	ClusterSecret string
@@ -176,8 +185,10 @@ type OCI struct {
 
 // Defaults of OCI.
 const (
-	DefaultMaxBlobSize int64 = 10 << 30
-	DefaultIntentTTL         = time.Hour
+	DefaultMaxBlobSize    int64 = 10 << 30
+	DefaultIntentTTL            = time.Hour
+	DefaultMaxOpenUploads int64 = 1000
+	DefaultMaxStagedBytes int64 = 100 << 30
 )
 
 // ObjectLocation is the placement location of d's content-addressed object
@@ -228,6 +239,12 @@ func ociRoutes(r chi.Router, d Deps) {
 	}
 	if h.IntentTTL <= 0 {
 		h.IntentTTL = DefaultIntentTTL
+	}
+	if h.MaxOpenUploads == 0 {
+		h.MaxOpenUploads = DefaultMaxOpenUploads
+	}
+	if h.MaxStagedBytes == 0 {
+		h.MaxStagedBytes = DefaultMaxStagedBytes
 	}
 	fail := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, err, ociUnauthorized) }
 	r.Group(func(r chi.Router) {
@@ -345,7 +362,7 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 	p, _ := PrincipalOf(ctx)
 	n := store.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
-		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
+		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL, MaxOpen: h.MaxOpenUploads,
 	}
 	if d != "" && size != store.SizeUnknown {
 		// The whole blob in this request, its size known: the intent, its
@@ -418,7 +435,7 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 	// the principal can read that references d.
 	in, err := h.Store.CreateMountIntent(ctx, store.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
-		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
+		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL, MaxOpen: h.MaxOpenUploads,
 	}, from)
 	if err != nil {
 		return false
@@ -637,8 +654,32 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 		}
 		in.StagedLocation = id
 	}
-	limit := &limitReader{r: r.Body, left: h.MaxBlobSize - offset}
+	left := h.MaxBlobSize - offset
+	staging, err := h.stagingAllowance(ctx, in.Principal)
+	if err != nil {
+		h.fail(w, r, err, ociUnavailable)
+		return 0, false
+	}
+	if staging >= 0 && (r.ContentLength > staging || staging == 0) {
+		// Refused before a byte is written: the session stays as it was,
+		// and the client may send the chunk once other sessions closed.
+		h.fail(w, r, stagingFull(in.Principal, h.MaxStagedBytes), ociDenied)
+		return 0, false
+	}
+	if staging >= 0 && staging < left {
+		left = staging
+	}
+	limit := &limitReader{r: r.Body, left: left}
 	n, err := be.AppendUpload(ctx, in.StagedLocation, offset, limit)
+	if limit.exceeded && left < h.MaxBlobSize-offset {
+		// A body of unknown length ran past the principal's staging
+		// bound: the session cannot keep what it wrote.
+		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr == nil {
+			_ = h.abortStaged(context.WithoutCancel(ctx), be, *in)
+		}
+		h.fail(w, r, stagingFull(in.Principal, h.MaxStagedBytes), ociDenied)
+		return 0, false
+	}
 	if limit.exceeded {
 		// Past the maximum: the session cannot succeed any more.
 		if _, aerr := h.Store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr == nil {
@@ -664,6 +705,24 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 		return 0, false
 	}
 	return n, true
+}
+
+// stagingAllowance is how many more bytes principal's chunked sessions
+// may stage (MaxStagedBytes less what they hold), or -1 without a bound.
+func (h *ociHandler) stagingAllowance(ctx context.Context, principal string) (int64, error) {
+	if h.MaxStagedBytes < 0 {
+		return -1, nil
+	}
+	held, err := h.Store.StagedBytes(ctx, principal)
+	if err != nil {
+		return 0, err
+	}
+	return max(h.MaxStagedBytes-held, 0), nil
+}
+
+func stagingFull(principal string, bound int64) error {
+	return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Retryable: true, Message: fmt.Sprintf(
+		"principal %s holds %d bytes in open chunked uploads, its limit; finish or cancel some first", principal, bound)}
 }
 
 // abortStaged deletes in's staged upload, if staging ever started.
@@ -1135,6 +1194,14 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 	case blobplane.CodeStaleEpoch:
 		status, oci = http.StatusServiceUnavailable, ociUnavailable // the home moved: retry
 		w.Header().Set("Retry-After", "1")
+	case blobplane.CodeTooManyRequests:
+		// A per-principal bound (open sessions, staged bytes) or the
+		// authentication failure limit: DENIED is the spec's code for a
+		// refused operation; the status and Retry-After say "later".
+		oci = ociDenied
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
 	}
 	if status >= 500 && !errors.Is(err, context.Canceled) {
 		h.logger.ErrorContext(r.Context(), "oci request failed", "err", err, "path", r.URL.Path)

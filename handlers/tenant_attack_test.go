@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
@@ -38,7 +40,7 @@ type tenants struct {
 	aliceE, malloryE *ociEnv
 }
 
-func tenantSetup(t *testing.T) *tenants {
+func tenantSetup(t *testing.T, opts ...func(*handlers.OCI)) *tenants {
 	t.Helper()
 	ctx := context.Background()
 	st := pgtest.NewStore(t)
@@ -58,9 +60,11 @@ func tenantSetup(t *testing.T) *tenants {
 	t.Cleanup(func() { raw.Close() })
 	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
 	home.home.Store(true)
-	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
-		Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home,
-	}}))
+	oci := &handlers.OCI{Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}
+	for _, o := range opts {
+		o(oci)
+	}
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: oci}))
 	t.Cleanup(srv.Close)
 	tn := &tenants{st: st, srv: srv, home: home, victim: "victim", attack: "attacker",
 		alice: token(t, st, "alice", "victim:write"), mallory: token(t, st, "mallory", "attacker:write")}
@@ -308,5 +312,95 @@ func TestAttackGarbageAfterAnotherTenantsStage(t *testing.T) {
 	}
 	if got := strings.Count(fmt.Sprint(ps), "sha256"); got < 1 {
 		t.Fatal("no placement")
+	}
+}
+
+// Issue 26 point 5: one principal cannot hold unbounded upload sessions
+// or staged bytes. mallory at her bounds gets 429 DENIED; alice, another
+// principal, is not affected; closing sessions frees mallory's room.
+func TestAttackExhaustSessionsAndStaging(t *testing.T) {
+	t.Parallel()
+	const maxOpen, maxStaged = 3, 1000
+	tn := tenantSetup(t, func(o *handlers.OCI) { o.MaxOpenUploads, o.MaxStagedBytes = maxOpen, maxStaged })
+	var locs []string
+	for range maxOpen {
+		loc, _ := tn.openSession(t, tn.attack, tn.mallory)
+		locs = append(locs, loc)
+	}
+	for _, path := range []string{"/v2/attacker/blobs/uploads/", "/v2/attacker/blobs/uploads/?digest=" + ociDigest("x")} {
+		a := tn.malloryE.do(t, "POST", path, "x", tn.mallory, nil)
+		if a.status != http.StatusTooManyRequests || ociCode(t, a) != "DENIED" || a.header.Get("Retry-After") == "" {
+			t.Fatalf("session past mallory's bound (%s): %+v", path, a)
+		}
+	}
+	if _, op := tn.openSession(t, tn.victim, tn.alice); op == "" {
+		t.Fatal("alice cannot open a session while mallory is at her bound")
+	}
+
+	// Staged bytes: 600 fit, 600 more do not (refused before a byte is
+	// written: the session keeps its 600), and the bound is mallory's
+	// across her sessions.
+	chunk := strings.Repeat("s", 600)
+	if a := tn.malloryE.do(t, "PATCH", locs[0], chunk, tn.mallory, nil); a.status != http.StatusAccepted {
+		t.Fatalf("first chunk: %+v", a)
+	}
+	a := tn.malloryE.do(t, "PATCH", locs[1], chunk, tn.mallory, nil)
+	if a.status != http.StatusTooManyRequests || ociCode(t, a) != "DENIED" {
+		t.Fatalf("chunk past the staging bound: %+v", a)
+	}
+	if a := tn.malloryE.do(t, "GET", locs[0], "", tn.mallory, nil); a.status != http.StatusNoContent || a.header.Get("Range") != "0-599" {
+		t.Fatalf("the first session after the refusal: %+v", a)
+	}
+	// Cancelling frees both bounds.
+	if a := tn.malloryE.do(t, "DELETE", locs[0], "", tn.mallory, nil); a.status != http.StatusNoContent {
+		t.Fatalf("cancel: %+v", a)
+	}
+	if a := tn.malloryE.do(t, "PATCH", locs[1], chunk, tn.mallory, nil); a.status != http.StatusAccepted {
+		t.Fatalf("chunk after a cancel: %+v", a)
+	}
+	tn.openSession(t, tn.attack, tn.mallory)
+}
+
+// Issue 26 point 12: a DELETE of a reference one does not have (a 404)
+// used to notify every api to empty its existence cache. Only a deletion
+// that removed a reference notifies now.
+func TestAttackDeleteNothingEmptiesEveryCache(t *testing.T) {
+	t.Parallel()
+	tn := tenantSetup(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, tn.st.Pool().Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+store.RefsChannel); err != nil {
+		t.Fatal(err)
+	}
+	if a := tn.malloryE.do(t, "DELETE", "/v2/attacker/blobs/"+ociDigest("never"), "", tn.mallory, nil); a.status != http.StatusNotFound {
+		t.Fatalf("delete of nothing: %+v", a)
+	}
+	// A marker notification after it: if the DELETE had notified, its
+	// notification would arrive first (notifications are delivered in
+	// commit order).
+	if _, err := tn.st.Pool().Exec(ctx, "SELECT pg_notify($1, 'marker')", store.RefsChannel); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil || n.Payload != "marker" {
+		t.Fatalf("first notification after a DELETE that removed nothing: %+v, %v; want the marker", n, err)
+	}
+	// A DELETE that removes a reference does notify.
+	content := "referenced"
+	d := ociDigest(content)
+	if a := tn.aliceE.do(t, "POST", "/v2/victim/blobs/uploads/?digest="+d, content, tn.alice, nil); a.status != http.StatusCreated {
+		t.Fatalf("push: %+v", a)
+	}
+	if a := tn.aliceE.do(t, "DELETE", "/v2/victim/blobs/"+d, "", tn.alice, nil); a.status != http.StatusAccepted {
+		t.Fatalf("delete: %+v", a)
+	}
+	if n, err := conn.WaitForNotification(wctx); err != nil || n.Payload != "" {
+		t.Fatalf("after a DELETE that removed a reference: %+v, %v", n, err)
 	}
 }
