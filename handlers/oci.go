@@ -75,8 +75,9 @@ type UploadStore interface {
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
 	Finalize(ctx context.Context, req store.FinalizeRequest) (store.Outcome, error)
-	// StagedBytes is what principal's open chunked sessions hold.
-	StagedBytes(ctx context.Context, principal string) (int64, error)
+	// OpenUsages is what the principals near a bound hold open (the
+	// per-principal bounds' snapshot, principalBounds).
+	OpenUsages(ctx context.Context, minSessions, minStaged int64) (map[string]store.OpenUsage, error)
 	// Outcome errors: not_found.
 	Outcome(ctx context.Context, op string) (store.Outcome, error)
 	// ReferencedBlob answers existence from Postgres (or the store's existence
@@ -172,6 +173,10 @@ type OCI struct {
 	// negative, no bound.
 	MaxOpenUploads int64
 	MaxStagedBytes int64
+	// UsagePeriod is how often those bounds re-read what principals hold
+	// open (principalBounds); 0 means DefaultUsagePeriod, negative at
+	// every check (tests).
+	UsagePeriod time.Duration
 	// ClusterSecret admits node-to-node calls to the internal finalize
 	// endpoint (mounted only with it and an Authority).
 	ClusterSecret string
@@ -189,6 +194,7 @@ const (
 	DefaultIntentTTL            = time.Hour
 	DefaultMaxOpenUploads int64 = 1000
 	DefaultMaxStagedBytes int64 = 100 << 30
+	DefaultUsagePeriod          = time.Second
 )
 
 // ObjectLocation is the placement location of d's content-addressed object
@@ -226,6 +232,7 @@ type OCIError struct {
 type ociHandler struct {
 	OCI
 	logger *slog.Logger
+	bounds *principalBounds
 }
 
 func ociRoutes(r chi.Router, d Deps) {
@@ -246,6 +253,10 @@ func ociRoutes(r chi.Router, d Deps) {
 	if h.MaxStagedBytes == 0 {
 		h.MaxStagedBytes = DefaultMaxStagedBytes
 	}
+	if h.UsagePeriod == 0 {
+		h.UsagePeriod = DefaultUsagePeriod
+	}
+	h.bounds = &principalBounds{usages: h.Store.OpenUsages, maxOpen: h.MaxOpenUploads, maxStaged: h.MaxStagedBytes, period: h.UsagePeriod}
 	fail := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, err, ociUnauthorized) }
 	r.Group(func(r chi.Router) {
 		r.Use(Authenticate(d.Auth, fail))
@@ -362,7 +373,16 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 	p, _ := PrincipalOf(ctx)
 	n := store.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
-		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL, MaxOpen: h.MaxOpenUploads,
+		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
+	}
+	if err := h.bounds.admitSession(ctx, p.Name); err != nil {
+		h.fail(w, r, err, ociDenied)
+		return
+	}
+	if d != "" {
+		// This request closes the session it opens: open only while it
+		// runs (a stalled body is cut by the idle deadline).
+		defer h.bounds.release(p.Name)
 	}
 	if d != "" && size != store.SizeUnknown {
 		// The whole blob in this request, its size known: the intent, its
@@ -435,7 +455,7 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 	// the principal can read that references d.
 	in, err := h.Store.CreateMountIntent(ctx, store.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
-		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL, MaxOpen: h.MaxOpenUploads,
+		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
 	}, from)
 	if err != nil {
 		return false
@@ -655,7 +675,7 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 		in.StagedLocation = id
 	}
 	left := h.MaxBlobSize - offset
-	staging, err := h.stagingAllowance(ctx, in.Principal)
+	staging, err := h.bounds.stagingAllowance(ctx, in.Principal)
 	if err != nil {
 		h.fail(w, r, err, ociUnavailable)
 		return 0, false
@@ -700,29 +720,12 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 		h.fail(w, r, err, ociUploadInvalid)
 		return 0, false
 	}
+	h.bounds.staged(in.Principal, n-offset)
 	if _, err := h.Store.ExtendIntent(ctx, in.OperationID, "", n, h.IntentTTL); err != nil {
 		h.fail(w, r, err, ociUploadUnknown)
 		return 0, false
 	}
 	return n, true
-}
-
-// stagingAllowance is how many more bytes principal's chunked sessions
-// may stage (MaxStagedBytes less what they hold), or -1 without a bound.
-func (h *ociHandler) stagingAllowance(ctx context.Context, principal string) (int64, error) {
-	if h.MaxStagedBytes < 0 {
-		return -1, nil
-	}
-	held, err := h.Store.StagedBytes(ctx, principal)
-	if err != nil {
-		return 0, err
-	}
-	return max(h.MaxStagedBytes-held, 0), nil
-}
-
-func stagingFull(principal string, bound int64) error {
-	return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Retryable: true, Message: fmt.Sprintf(
-		"principal %s holds %d bytes in open chunked uploads, its limit; finish or cancel some first", principal, bound)}
 }
 
 // abortStaged deletes in's staged upload, if staging ever started.

@@ -321,7 +321,10 @@ func TestAttackGarbageAfterAnotherTenantsStage(t *testing.T) {
 func TestAttackExhaustSessionsAndStaging(t *testing.T) {
 	t.Parallel()
 	const maxOpen, maxStaged = 3, 1000
-	tn := tenantSetup(t, func(o *handlers.OCI) { o.MaxOpenUploads, o.MaxStagedBytes = maxOpen, maxStaged })
+	tn := tenantSetup(t, func(o *handlers.OCI) {
+		o.MaxOpenUploads, o.MaxStagedBytes = maxOpen, maxStaged
+		o.UsagePeriod = -1 // read at every check: the test sees each close at once
+	})
 	var locs []string
 	for range maxOpen {
 		loc, _ := tn.openSession(t, tn.attack, tn.mallory)

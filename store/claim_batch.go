@@ -161,7 +161,6 @@ func (s *Store) queueMergedClaims(ctx context.Context, b *pgx.Batch, calls []*cl
 		arg.Backends = append(arg.Backends, a.Backend)
 		arg.StagedLocations = append(arg.StagedLocations, a.StagedLocation.String)
 		arg.TtlSeconds = append(arg.TtlSeconds, a.TtlSeconds)
-		arg.MaxOpen = append(arg.MaxOpen, a.MaxOpen)
 		if st := c.stage; st != nil {
 			ins.Digests = append(ins.Digests, string(st.key.Digest))
 			ins.Backends = append(ins.Backends, st.key.Backend)

@@ -83,15 +83,7 @@ type NewIntent struct {
 	Backend           string
 	StagedLocation    string        // usually "": staging starts after the intent commits
 	TTL               time.Duration // expires_at = database now() + TTL
-	// MaxOpen, when > 0, refuses the intent (ErrTooManySessions) while
-	// the principal holds that many open sessions (issue 26).
-	MaxOpen int64
 }
-
-// ErrTooManySessions: the principal holds its bound of open upload
-// sessions (NewIntent.MaxOpen); code too_many_requests, retryable once
-// some of them close or expire.
-var ErrTooManySessions = errors.New("the principal holds too many open upload sessions")
 
 // Refusals of Finalize. Each comes back wrapped in a *blobplane.Error
 // whose code says how to answer the client; test with errors.Is.
@@ -178,7 +170,7 @@ func createIntentArgs(n NewIntent) (dbsqlc.CreateIntentParams, error) {
 	}
 	arg := dbsqlc.CreateIntentParams{
 		Repository: n.Repository, Principal: n.Principal, IngressDatacenter: n.IngressDatacenter, Backend: n.Backend,
-		StagedLocation: optText(n.StagedLocation), TtlSeconds: n.TTL.Seconds(), MaxOpen: n.MaxOpen,
+		StagedLocation: optText(n.StagedLocation), TtlSeconds: n.TTL.Seconds(),
 	}
 	if n.ExpectedDigest != "" {
 		if _, err := blobplane.ParseDigest(string(n.ExpectedDigest)); err != nil {
@@ -199,10 +191,6 @@ func createIntentArgs(n NewIntent) (dbsqlc.CreateIntentParams, error) {
 // the repository does not exist.
 func createIntentErr(n NewIntent, err error) error {
 	const op = "create intent"
-	if errors.Is(err, pgx.ErrNoRows) { // the bound's WHERE refused the insert
-		return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Op: op, Retryable: true, Err: ErrTooManySessions,
-			Message: fmt.Sprintf("principal %s holds %d open upload sessions, its limit; finish or cancel some first", n.Principal, n.MaxOpen)}
-	}
 	if e := dbErr(op, err); blobplane.ErrorCode(e) == blobplane.CodeConflict {
 		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: fmt.Sprintf("repository %q does not exist", n.Repository), Err: err}
 	} else {
@@ -280,9 +268,6 @@ func (s *Store) newOpenStaging(ctx context.Context, n NewIntent, k placement.Key
 func (o *openStaging) answer(sendErr error) (in Intent, staged bool, err error) {
 	if sendErr != nil { // the first statement's error, the batch undone
 		return Intent{}, false, createIntentErr(o.n, sendErr)
-	}
-	if errors.Is(o.createErr, pgx.ErrNoRows) {
-		return Intent{}, false, createIntentErr(o.n, o.createErr)
 	}
 	if err := errors.Join(o.createErr, o.lockErr); err != nil {
 		return Intent{}, false, dbErr("open and stage", err)
@@ -564,14 +549,27 @@ func (s *Store) CreateMountIntent(ctx context.Context, n NewIntent, from string)
 	return intentFromRow(row), nil
 }
 
-// StagedBytes is what principal's open sessions hold in staging (the
-// per-principal bound of issue 26). Errors: unavailable, internal.
-func (s *Store) StagedBytes(ctx context.Context, principal string) (int64, error) {
-	n, err := s.q.StagedBytes(ctx, s.pool, principal)
+// OpenUsage is what one principal holds open: pending, unexpired upload
+// sessions and the bytes its chunked ones staged.
+type OpenUsage struct {
+	Sessions    int64
+	StagedBytes int64
+}
+
+// OpenUsages returns the open usage of every principal holding at least
+// minSessions sessions or minStaged staged bytes (the per-principal
+// bounds of issue 26 read it periodically; one aggregate over the pending
+// intents). Errors: unavailable, internal.
+func (s *Store) OpenUsages(ctx context.Context, minSessions, minStaged int64) (map[string]OpenUsage, error) {
+	rows, err := s.q.OpenUsage(ctx, s.pool, dbsqlc.OpenUsageParams{MinSessions: minSessions, MinStaged: minStaged})
 	if err != nil {
-		return 0, dbErr("staged bytes", err)
+		return nil, dbErr("open usage", err)
 	}
-	return n, nil
+	out := make(map[string]OpenUsage, len(rows))
+	for _, r := range rows {
+		out[r.Principal] = OpenUsage{Sessions: r.Sessions, StagedBytes: r.StagedBytes}
+	}
+	return out, nil
 }
 
 // RecordPossession records that the caller streamed the bytes of the

@@ -16,15 +16,12 @@
 -- for this statement's own transaction, so its commit is asynchronous
 -- (store.CreateIntent says why that is safe). @operation_id NULL draws a
 -- new id; store.OpenAndStage names its own, to stage under it in the same
--- round trip. With @max_open > 0, only while the principal holds fewer
--- open (pending, unexpired) sessions (issue 26; no row back: refused).
+-- round trip.
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
 SELECT coalesce(sqlc.narg(operation_id)::uuid, gen_random_uuid()), @repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
        sqlc.narg(staged_location), now() + make_interval(secs => @ttl_seconds::float8)
 FROM async_commit
-WHERE @max_open::bigint <= 0
-   OR (SELECT count(*) FROM intents o WHERE o.principal = @principal::principal_name AND o.state = 'pending' AND o.expires_at > now()) < @max_open::bigint
 RETURNING *;
 
 -- name: CreateIntents :many
@@ -39,9 +36,7 @@ FROM (SELECT unnest(@operation_ids::uuid[]) AS operation_id, unnest(@repositorie
              unnest(@principals::text[]) AS principal, unnest(@expected_digests::text[]) AS expected_digest,
              unnest(@expected_sizes::bigint[]) AS expected_size, unnest(@ingress_datacenters::text[]) AS ingress_datacenter,
              unnest(@backends::text[]) AS backend, unnest(@staged_locations::text[]) AS staged_location,
-             unnest(@ttl_seconds::float8[]) AS ttl_seconds, unnest(@max_open::bigint[]) AS max_open) c, async_commit
-WHERE c.max_open <= 0
-   OR (SELECT count(*) FROM intents o WHERE o.principal = c.principal AND o.state = 'pending' AND o.expires_at > now()) < c.max_open
+             unnest(@ttl_seconds::float8[]) AS ttl_seconds) c, async_commit
 RETURNING *;
 
 -- name: GetIntent :one
@@ -104,11 +99,19 @@ VALUES (@repository, @principal, @expected_digest::text, @expected_size::bigint,
         now() + make_interval(secs => @ttl_seconds::float8), 'mounted', @mounted_from::text)
 RETURNING *;
 
--- name: StagedBytes :one
--- The bytes a principal's open (pending, unexpired) sessions hold in
--- staging: what its per-principal bound (issue 26) counts.
-SELECT coalesce(sum(received_bytes), 0)::bigint FROM intents
-WHERE principal = @principal AND state = 'pending' AND expires_at > now() AND staged_location IS NOT NULL;
+-- name: OpenUsage :many
+-- What each principal holds open (pending, unexpired sessions, and the
+-- bytes its chunked ones staged), for the principals at or past
+-- @min_sessions sessions or @min_staged bytes: the api's snapshot for its
+-- per-principal bounds (issue 26), read once a second, never per upload
+-- (a per-upload count walked every dead entry of a pending index).
+SELECT principal::text AS principal, count(*)::bigint AS sessions,
+       coalesce(sum(received_bytes) FILTER (WHERE staged_location IS NOT NULL), 0)::bigint AS staged_bytes
+FROM intents
+WHERE state = 'pending' AND expires_at > now()
+GROUP BY principal
+HAVING count(*) >= @min_sessions::bigint
+    OR coalesce(sum(received_bytes) FILTER (WHERE staged_location IS NOT NULL), 0) >= @min_staged::bigint;
 
 -- name: RecordPossession :execrows
 -- The intent's own bytes were streamed and hashed to its claimed digest

@@ -144,8 +144,6 @@ INSERT INTO intents (operation_id, repository, principal, expected_digest, expec
 SELECT coalesce($1::uuid, gen_random_uuid()), $2, $3, $4, $5, $6, $7,
        $8, now() + make_interval(secs => $9::float8)
 FROM async_commit
-WHERE $10::bigint <= 0
-   OR (SELECT count(*) FROM intents o WHERE o.principal = $3::principal_name AND o.state = 'pending' AND o.expires_at > now()) < $10::bigint
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
@@ -159,7 +157,6 @@ type CreateIntentParams struct {
 	Backend           string
 	StagedLocation    pgtype.Text
 	TtlSeconds        float64
-	MaxOpen           int64
 }
 
 // Admission and publication queries (db/migrations/00005_uploads.sql).
@@ -178,8 +175,7 @@ type CreateIntentParams struct {
 // for this statement's own transaction, so its commit is asynchronous
 // (store.CreateIntent says why that is safe). @operation_id NULL draws a
 // new id; store.OpenAndStage names its own, to stage under it in the same
-// round trip. With @max_open > 0, only while the principal holds fewer
-// open (pending, unexpired) sessions (issue 26; no row back: refused).
+// round trip.
 func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentParams) (Intent, error) {
 	row := db.QueryRow(ctx, createIntent,
 		arg.OperationID,
@@ -191,7 +187,6 @@ func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentPar
 		arg.Backend,
 		arg.StagedLocation,
 		arg.TtlSeconds,
-		arg.MaxOpen,
 	)
 	var i Intent
 	err := row.Scan(
@@ -224,9 +219,7 @@ FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS repositor
              unnest($3::text[]) AS principal, unnest($4::text[]) AS expected_digest,
              unnest($5::bigint[]) AS expected_size, unnest($6::text[]) AS ingress_datacenter,
              unnest($7::text[]) AS backend, unnest($8::text[]) AS staged_location,
-             unnest($9::float8[]) AS ttl_seconds, unnest($10::bigint[]) AS max_open) c, async_commit
-WHERE c.max_open <= 0
-   OR (SELECT count(*) FROM intents o WHERE o.principal = c.principal AND o.state = 'pending' AND o.expires_at > now()) < c.max_open
+             unnest($9::float8[]) AS ttl_seconds) c, async_commit
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
 `
 
@@ -240,7 +233,6 @@ type CreateIntentsParams struct {
 	Backends           []string
 	StagedLocations    []string
 	TtlSeconds         []float64
-	MaxOpen            []int64
 }
 
 // CreateIntent of each call of a merged claim batch (store/claim_batch.go),
@@ -257,7 +249,6 @@ func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsP
 		arg.Backends,
 		arg.StagedLocations,
 		arg.TtlSeconds,
-		arg.MaxOpen,
 	)
 	if err != nil {
 		return nil, err
@@ -922,6 +913,52 @@ func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UU
 	return i, err
 }
 
+const openUsage = `-- name: OpenUsage :many
+SELECT principal::text AS principal, count(*)::bigint AS sessions,
+       coalesce(sum(received_bytes) FILTER (WHERE staged_location IS NOT NULL), 0)::bigint AS staged_bytes
+FROM intents
+WHERE state = 'pending' AND expires_at > now()
+GROUP BY principal
+HAVING count(*) >= $1::bigint
+    OR coalesce(sum(received_bytes) FILTER (WHERE staged_location IS NOT NULL), 0) >= $2::bigint
+`
+
+type OpenUsageParams struct {
+	MinSessions int64
+	MinStaged   int64
+}
+
+type OpenUsageRow struct {
+	Principal   string
+	Sessions    int64
+	StagedBytes int64
+}
+
+// What each principal holds open (pending, unexpired sessions, and the
+// bytes its chunked ones staged), for the principals at or past
+// @min_sessions sessions or @min_staged bytes: the api's snapshot for its
+// per-principal bounds (issue 26), read once a second, never per upload
+// (a per-upload count walked every dead entry of a pending index).
+func (q *Queries) OpenUsage(ctx context.Context, db DBTX, arg OpenUsageParams) ([]OpenUsageRow, error) {
+	rows, err := db.Query(ctx, openUsage, arg.MinSessions, arg.MinStaged)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OpenUsageRow{}
+	for rows.Next() {
+		var i OpenUsageRow
+		if err := rows.Scan(&i.Principal, &i.Sessions, &i.StagedBytes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const publish = `-- name: Publish :one
 WITH intent AS (
     SELECT p.operation_id, p.repository FROM intents p
@@ -1154,18 +1191,4 @@ func (q *Queries) ReplicationTargets(ctx context.Context, db DBTX, ingressDatace
 		return nil, err
 	}
 	return items, nil
-}
-
-const stagedBytes = `-- name: StagedBytes :one
-SELECT coalesce(sum(received_bytes), 0)::bigint FROM intents
-WHERE principal = $1 AND state = 'pending' AND expires_at > now() AND staged_location IS NOT NULL
-`
-
-// The bytes a principal's open (pending, unexpired) sessions hold in
-// staging: what its per-principal bound (issue 26) counts.
-func (q *Queries) StagedBytes(ctx context.Context, db DBTX, principal string) (int64, error) {
-	row := db.QueryRow(ctx, stagedBytes, principal)
-	var column_1 int64
-	err := row.Scan(&column_1)
-	return column_1, err
 }

@@ -1,0 +1,123 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/store"
+)
+
+// principalBounds holds one principal to its bounds on open upload
+// sessions and staged bytes (issue 26 point 5), from a snapshot of what
+// every principal near a bound holds open (store.OpenUsages) read at most
+// once per period, plus what this process admitted since. Counting in
+// Postgres per upload would walk a pending index's dead entries on every
+// session's insert (store/plans_test.go); the snapshot is one aggregate a
+// period. Concurrent processes can each admit up to a bound within one
+// period: a principal holds at most its bound plus (processes × what one
+// period admits) for a moment, never without bound.
+type principalBounds struct {
+	usages             func(ctx context.Context, minSessions, minStaged int64) (map[string]store.OpenUsage, error)
+	maxOpen, maxStaged int64 // < 0: no bound
+	period             time.Duration
+
+	mu         sync.Mutex
+	snap       map[string]store.OpenUsage // nil until first read
+	local      map[string]store.OpenUsage // admitted by this process since the snapshot's read began
+	readAt     time.Time                  // monotonic
+	refreshing bool
+}
+
+// usage is what p holds open, as far as this process knows.
+func (b *principalBounds) usage(ctx context.Context, p string) (store.OpenUsage, error) {
+	b.mu.Lock()
+	if (b.snap == nil || time.Since(b.readAt) >= b.period) && !b.refreshing {
+		b.refreshing = true
+		since := b.local
+		b.local = map[string]store.OpenUsage{}
+		b.mu.Unlock()
+		snap, err := b.usages(ctx, max(b.maxOpen/2, 1), max(b.maxStaged/2, 1))
+		b.mu.Lock()
+		b.refreshing = false
+		if err != nil {
+			for q, u := range since { // what the failed read would have covered
+				l := b.local[q]
+				b.local[q] = store.OpenUsage{Sessions: l.Sessions + u.Sessions, StagedBytes: l.StagedBytes + u.StagedBytes}
+			}
+			if b.snap == nil {
+				b.mu.Unlock()
+				return store.OpenUsage{}, err
+			}
+		} else {
+			b.snap, b.readAt = snap, time.Now()
+		}
+	}
+	defer b.mu.Unlock()
+	s, l := b.snap[p], b.local[p]
+	return store.OpenUsage{Sessions: s.Sessions + l.Sessions, StagedBytes: s.StagedBytes + l.StagedBytes}, nil
+}
+
+// admitSession admits one more open session of p, or refuses it
+// (too_many_requests) at p's bound.
+func (b *principalBounds) admitSession(ctx context.Context, p string) error {
+	if b.maxOpen < 0 {
+		return nil
+	}
+	u, err := b.usage(ctx, p)
+	if err != nil {
+		return err
+	}
+	if u.Sessions >= b.maxOpen {
+		return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Retryable: true, Message: fmt.Sprintf(
+			"principal %s holds %d open upload sessions, its limit; finish or cancel some first", p, b.maxOpen)}
+	}
+	b.add(p, store.OpenUsage{Sessions: 1})
+	return nil
+}
+
+// release gives back a session admitSession admitted that closed within
+// its request (a single-request upload), so a busy principal's uploads
+// count while they run, not until the next snapshot.
+func (b *principalBounds) release(p string) {
+	if b.maxOpen >= 0 {
+		b.add(p, store.OpenUsage{Sessions: -1})
+	}
+}
+
+// stagingAllowance is how many more bytes p's chunked sessions may stage,
+// or -1 without a bound.
+func (b *principalBounds) stagingAllowance(ctx context.Context, p string) (int64, error) {
+	if b.maxStaged < 0 {
+		return -1, nil
+	}
+	u, err := b.usage(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	return max(b.maxStaged-u.StagedBytes, 0), nil
+}
+
+// staged records n bytes p staged.
+func (b *principalBounds) staged(p string, n int64) {
+	if n > 0 {
+		b.add(p, store.OpenUsage{StagedBytes: n})
+	}
+}
+
+func (b *principalBounds) add(p string, u store.OpenUsage) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.local == nil {
+		b.local = map[string]store.OpenUsage{}
+	}
+	l := b.local[p]
+	b.local[p] = store.OpenUsage{Sessions: l.Sessions + u.Sessions, StagedBytes: l.StagedBytes + u.StagedBytes}
+}
+
+func stagingFull(principal string, bound int64) error {
+	return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Retryable: true, Message: fmt.Sprintf(
+		"principal %s holds %d bytes in open chunked uploads, its limit; finish or cancel some first", principal, bound)}
+}
