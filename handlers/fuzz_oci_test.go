@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func FuzzOCIHandlers(f *testing.F) {
 		in := e.expand(t, fuzzInput{method: method, path: path, authn: authn, contentType: contentType,
 			rng: rng, contentRange: contentRange, clen: clen, chunked: chunked, body: body})
 		a := e.send(t, in)
-		t.Logf("%s: %d %.300s", in, a.status, a.body)
+		t.Logf("%s: %s", in, a)
 		e.check(t, in, a)
 		e.cleanup(t, in, a)
 		e.client.CloseIdleConnections()
@@ -85,7 +86,7 @@ func FuzzOCIHandlers(f *testing.F) {
 // copied from a client would pass it within seconds of fuzzing.
 const fuzzSeriesMax = 1000
 
-// fuzzAuth are the Authorization headers an input chooses from by index.
+// The Authorization headers an input chooses from (authn mod authChoices).
 const (
 	authNone = iota
 	authWriter
@@ -125,7 +126,17 @@ type fuzzAnswer struct {
 	status int
 	header http.Header
 	body   []byte
-	raw    bool // sent on a raw connection
+	// refused: net/http refused the request before routing it and closed
+	// the connection on bytes it had not read; the reset cut or lost its
+	// answer (fuzzEnv.cut).
+	refused bool
+}
+
+func (a fuzzAnswer) String() string {
+	if a.refused {
+		return "no answer (refused before routing)"
+	}
+	return fmt.Sprintf("%d %.300s", a.status, a.body)
 }
 
 type fuzzEnv struct {
@@ -140,6 +151,7 @@ type fuzzEnv struct {
 	blob   string              // {B}
 	blobC  []byte              // its content
 	op     string              // {O}
+	routed atomic.Int64        // requests that reached the router
 }
 
 func fuzzSetup(f *testing.F) *fuzzEnv {
@@ -204,7 +216,10 @@ func fuzzSetup(f *testing.F) *fuzzEnv {
 		f.Fatal(err)
 	}
 	// The api listener's limits (app.New).
-	e.srv = httptest.NewUnstartedServer(router)
+	e.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.routed.Add(1)
+		router.ServeHTTP(w, r)
+	}))
 	e.srv.Config.ReadHeaderTimeout = 10 * time.Second
 	e.srv.Config.MaxHeaderBytes = 64 << 10
 	e.srv.Config.IdleTimeout = 2 * time.Minute
@@ -375,14 +390,15 @@ func (e *fuzzEnv) send(t *testing.T, in fuzzInput) fuzzAnswer {
 		t.Fatalf("%s: %v", in, err)
 	}
 	req.Header = h
+	routed := e.routed.Load()
 	resp, err := e.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s: no answer: %v", in, err)
+		return e.cut(t, in, routed, "no answer", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		t.Fatalf("%s: answer cut short: %v", in, err)
+		return e.cut(t, in, routed, "answer cut short", err)
 	}
 	return fuzzAnswer{status: resp.StatusCode, header: resp.Header, body: b}
 }
@@ -406,7 +422,7 @@ func (e *fuzzEnv) sendRaw(t *testing.T, in fuzzInput, h http.Header) fuzzAnswer 
 	switch {
 	case in.chunked:
 		req.WriteString("Transfer-Encoding: chunked\r\n")
-		if in.clen >= 0 { // both: net/http refuses it
+		if in.clen >= 0 { // both, as a smuggling attempt sends them
 			fmt.Fprintf(&req, "Content-Length: %d\r\n", in.clen)
 		}
 	case in.clen >= 0:
@@ -423,25 +439,40 @@ func (e *fuzzEnv) sendRaw(t *testing.T, in fuzzInput, h http.Header) fuzzAnswer 
 	} else {
 		req.Write(in.body)
 	}
+	routed := e.routed.Load()
+	cut := func(what string, err error) fuzzAnswer { return e.cut(t, in, routed, what, err) }
 	if _, err := conn.Write(req.Bytes()); err != nil {
-		t.Fatalf("%s: send: %v", in, err)
+		return cut("send", err)
 	}
 	if !in.chunked && in.clen > int64(len(in.body)) {
 		// A body shorter than declared: the client is done sending.
 		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-			t.Fatal(err)
+			return cut("half-close", err)
 		}
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: in.method})
 	if err != nil {
-		t.Fatalf("%s: no answer on the raw connection: %v", in, err)
+		return cut("no answer on the raw connection", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		t.Fatalf("%s: answer cut short: %v", in, err)
+		return cut("answer cut short", err)
 	}
-	return fuzzAnswer{status: resp.StatusCode, header: resp.Header, body: b, raw: true}
+	return fuzzAnswer{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// cut is the answer to a request whose connection failed: a request
+// net/http refuses before routing it (a malformed request line, a header
+// past MaxHeaderBytes) is answered with its own text and the connection
+// closed on whatever was not read, and the reset may cut or lose that
+// answer. An answer of the router (routed moved) must never be cut.
+func (e *fuzzEnv) cut(t *testing.T, in fuzzInput, routed int64, what string, err error) fuzzAnswer {
+	if e.routed.Load() != routed {
+		t.Fatalf("%s: %s: %v", in, what, err)
+	}
+	t.Logf("%s: refused by net/http before routing, connection reset: %v", in, err)
+	return fuzzAnswer{refused: true}
 }
 
 // clientCanSend reports whether net/http sends method, path and h as
@@ -452,6 +483,11 @@ func clientCanSend(method, path string, h http.Header) bool {
 	}
 	if !strings.HasPrefix(path, "/") || strings.HasPrefix(path, "//") {
 		return false
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] <= ' ' || path[i] >= 0x7f { // net/http would send it as it is
+			return false
+		}
 	}
 	u, err := url.Parse("http://fuzz" + path)
 	if err != nil || u.RequestURI() != path {

@@ -1208,8 +1208,11 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 	}
 	if status >= 500 && !errors.Is(err, context.Canceled) {
 		h.logger.ErrorContext(r.Context(), "oci request failed", "err", err, "path", r.URL.Path)
+	} else if db, ok := databaseDetail(err); ok {
+		// What Postgres said is logged, never answered (issue 26 point 10).
+		h.logger.WarnContext(r.Context(), "oci request refused by the database", "err", err, "path", r.URL.Path, db)
 	}
-	h.writeOCI(w, r, status, oci, blobplane.ErrorMessage(err))
+	h.writeOCI(w, r, status, oci, clientMessage(err))
 }
 
 func (h *ociHandler) writeOCI(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
