@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/authority"
@@ -458,5 +459,35 @@ func TestFinalizeWorkerRetriesRefusalsUntilTheyClearAndCancelsTerminalOnes(t *te
 	}
 	if n := c.count(t, refsQuery, repo, digestOf("abandoned layer")); n != 0 {
 		t.Fatalf("an abandoned intent published: %d references", n)
+	}
+}
+
+// Issue 26 attack 1 at the home: the forwarded finalization (which the
+// finalize job sends too, jobs.HomeFinalizer) of an upload that claimed a
+// digest and never sent its bytes is refused, though a verified placement
+// of the digest exists (another repository's upload): a claim is no
+// possession (S9). The handler test TestAttackPublishBlobNeverUploaded
+// replays how such a claim is made over HTTP.
+func TestAttackForwardedFinalizeOfAClaimNeverUploaded(t *testing.T) {
+	c := startHomeCluster(t)
+	ctx := context.Background()
+	content := "alice's blob, verified in another repository"
+	d := digestOf(content)
+	if resp, body := c.send(t, "POST", c.nodes[1].URL()+"/v2/"+c.repos[1]+"/blobs/uploads/?digest="+d, content, nil); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("push into %s: %d %s", c.repos[1], resp.StatusCode, body)
+	}
+	in, err := c.st.CreateIntent(ctx, store.NewIntent{Repository: c.repos[0], Principal: "ci", ExpectedSize: store.SizeUnknown,
+		IngressDatacenter: c.cfgs[0].Datacenter, Backend: "fs", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.st.RecordIntentContent(ctx, in.OperationID, blobplane.Digest(d), int64(len(content))); err != nil {
+		t.Fatal(err)
+	}
+	if resp := c.internalFinalize(t, 0, signedCall, in.OperationID, c.repos[0]); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("forwarded finalization of a claim never uploaded: %d; want 400", resp.StatusCode)
+	}
+	if n := c.count(t, "SELECT count(*) FROM blob_references WHERE repository = $1 AND digest = $2", c.repos[0], d); n != 0 {
+		t.Fatalf("%s references the digest it never uploaded", c.repos[0])
 	}
 }

@@ -689,8 +689,12 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 	if staging >= 0 && staging < left {
 		left = staging
 	}
-	limit := &limitReader{r: r.Body, left: left}
+	cb := &clientBody{r: r.Body}
+	limit := &limitReader{r: cb, left: left}
 	n, err := be.AppendUpload(ctx, in.StagedLocation, offset, limit)
+	if !limit.exceeded {
+		err = cb.blame(err)
+	}
 	if limit.exceeded && left < h.MaxBlobSize-offset {
 		// A body of unknown length ran past the principal's staging
 		// bound: the session cannot keep what it wrote.
@@ -767,6 +771,7 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		in = claimed.in
 		info, err = be.PromoteUpload(ctx, in.StagedLocation, backend.WriteRequest{Digest: d, Size: size})
 	} else {
+		cb := &clientBody{r: body}
 		// The claim completes even if the client goes away mid-body: the
 		// session is left as a claim made before the write would leave it.
 		result := make(chan claimResult, 1)
@@ -775,9 +780,10 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		// Both writes hash while they stream: the bytes must prove the
 		// digest even when a verified copy exists (S8). An existing
 		// object is the same content under the same key: one stored copy.
-		info, err = be.Write(ctx, backend.WriteRequest{Digest: d, Size: size, Body: body,
+		info, err = be.Write(ctx, backend.WriteRequest{Digest: d, Size: size, Body: cb,
 			BeforeVisible: func() error { return wait().err },
 			DeferSync:     func(sync func() error) { deferredSync = sync }})
+		err = cb.blame(err)
 		// The claim's outcome comes first, whatever the write's: a refused
 		// claim is the answer, as if it had run before the write.
 		if claimed = wait(); claimed.err != nil {
@@ -1232,6 +1238,32 @@ func truncateID(s string) string {
 		return s[:40] + "..."
 	}
 	return s
+}
+
+// clientBody is a request body that remembers whether reading it failed:
+// the client cut it short of its Content-Length, stalled past the idle
+// deadline or went away. That is the client's fault, answered 400
+// BLOB_UPLOAD_INVALID, not a backend's 503 (found by FuzzOCIHandlers).
+type clientBody struct {
+	r   io.Reader
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// blame is err, a write's error, as the client's when reading the body
+// failed first.
+func (b *clientBody) blame(err error) error {
+	if err == nil || b.err == nil || errors.Is(err, backend.ErrMismatch) {
+		return err
+	}
+	return blobplane.Wrap(blobplane.CodeInvalid, b.err, "the request body could not be read whole (%v); send the blob again", b.err)
 }
 
 // limitReader fails once more than left bytes were asked of it.

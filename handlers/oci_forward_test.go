@@ -199,7 +199,3 @@ func TestRequireClusterSecret(t *testing.T) {
 		t.Errorf("empty configured secret admitted a signed request: %d", code)
 	}
 }
-
-type httpOK struct{}
-
-func (httpOK) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }

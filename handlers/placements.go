@@ -3,12 +3,14 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 )
@@ -144,6 +146,12 @@ func nodeCredential(secret string) func(*http.Request) bool {
 	}
 	check := RequireClusterSecret(secret, nil)
 	return func(r *http.Request) bool {
+		if scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " "); !strings.EqualFold(scheme, nodeauth.Scheme) {
+			// A user's credentials (or none): not a node, without
+			// running the check and discarding its refusal, which cost
+			// a tenth of the routing query's api CPU (make bench).
+			return false
+		}
 		admitted := false
 		check(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { admitted = true })).ServeHTTP(discardResponse{}, r)
 		return admitted

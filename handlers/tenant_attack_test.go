@@ -407,3 +407,32 @@ func TestAttackDeleteNothingEmptiesEveryCache(t *testing.T) {
 		t.Fatalf("after a DELETE that removed a reference: %+v, %v", n, err)
 	}
 }
+
+// A body shorter than its Content-Length is the client's fault: 400
+// BLOB_UPLOAD_INVALID, not a retryable 503 that blames the backend
+// (found by FuzzOCIHandlers), for a whole-body close and for a chunk.
+func TestShortBodyIsTheClientsFault(t *testing.T) {
+	t.Parallel()
+	tn := tenantSetup(t)
+	content, d := blobOf(t, 100<<10)
+	for name, path := range map[string]func() string{
+		"monolithic POST": func() string { return "/v2/victim/blobs/uploads/?digest=" + d },
+		"PATCH chunk":     func() string { loc, _ := tn.openSession(t, tn.victim, tn.alice); return loc },
+	} {
+		method := "POST"
+		if name == "PATCH chunk" {
+			method = "PATCH"
+		}
+		s := tn.stall(t, method, path(), tn.alice, len(content), content[:10])
+		s.conn.(*net.TCPConn).CloseWrite()
+		s.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(s.r, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s cut short: %d; want 400", name, resp.StatusCode)
+		}
+	}
+}
