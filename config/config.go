@@ -25,6 +25,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/internal/atomicfile"
 	"github.com/robfig/cron/v3"
 )
 
@@ -751,7 +752,7 @@ func clusterSecret(dataDir string) (string, error) {
 		return "", err
 	}
 	secret = hex.EncodeToString(buf)
-	switch err := createAtomically(path, []byte(secret+"\n")); {
+	switch err := atomicfile.Create(path, []byte(secret+"\n")); {
 	case errors.Is(err, os.ErrExist): // another process won the race: use its secret
 		return readClusterSecret(path)
 	case err != nil:
@@ -785,41 +786,4 @@ func readClusterSecret(path string) (string, error) {
 		return "", fmt.Errorf("%s holds %d characters, fewer than a secret's 32: remove it to generate a new one (and restart every process that shares it)", path, len(secret))
 	}
 	return secret, nil
-}
-
-// createAtomically makes path hold data, whole or not at all: a temp file
-// in the same directory (0600) is written and synced, then linked to path
-// (which, unlike rename, never replaces a file another process created
-// meanwhile: os.ErrExist then), and the directory synced.
-func createAtomically(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

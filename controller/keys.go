@@ -16,6 +16,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/internal/atomicfile"
 )
 
 // KeyFile is the controller's signing key on disk (or in
@@ -118,43 +119,17 @@ func WriteKey(path string, k KeyFile) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".signing-key-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	// os.Link fails when path exists: never overwrite a key.
-	if err := os.Link(tmp.Name(), path); err != nil {
+	// atomicfile.Create fails when path exists: never overwrite a key.
+	if err := atomicfile.Create(path, append(data, '\n')); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return blobplane.Errorf(blobplane.CodeConflict, "%s already exists; keep it, or pass another --out to rotate", path)
 		}
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // Keygen generates a key, writes it to path (0600) and publishes its public

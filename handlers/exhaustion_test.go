@@ -5,7 +5,6 @@ package handlers_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -23,9 +22,7 @@ import (
 
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/backend"
-	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/handlers"
-	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -42,22 +39,7 @@ type exhaustEnv struct {
 
 func exhaustSetup(t *testing.T, d handlers.Deps) *exhaustEnv {
 	t.Helper()
-	ctx := context.Background()
-	st := pgtest.NewStore(t)
-	if err := st.CreateRepository(ctx, "team/app"); err != nil {
-		t.Fatal(err)
-	}
-	lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
-	home.home.Store(true)
+	st, raw, home := homeFixture(t, "team/app")
 	e := &exhaustEnv{st: st, metrics: handlers.NewMetrics(), done: make(chan string, 1024)}
 	d.Auth, d.Repositories, d.Metrics = st, st, e.metrics
 	d.OCI = &handlers.OCI{Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}

@@ -105,25 +105,8 @@ type ociEnv struct {
 
 func ociSetup(t *testing.T, maxBlob int64) *ociEnv {
 	t.Helper()
-	ctx := context.Background()
-	st := pgtest.NewStore(t)
-	for _, repo := range []string{"team/app", "team/other"} {
-		if err := st.CreateRepository(ctx, repo); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
+	st, raw, home := homeFixture(t, "team/app", "team/other")
 	be := &countingBackend{Backend: raw}
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
-	home.home.Store(true)
 	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
 		Store: st, Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1",
 		Home: home, MaxBlobSize: maxBlob,
@@ -679,4 +662,31 @@ func TestOCIConcurrentClosesAllPublish(t *testing.T) {
 	if e.st.ChainedCloses() != before+1 {
 		t.Fatal("a close with nothing in flight did not chain: a slot was not given back")
 	}
+}
+
+// homeFixture is what a handler test's server stands on: a store on a
+// database of its own with repos created, this node ("node-a") holding
+// partition p-0001's lease for real, a filesystem backend in a temp dir,
+// and the home resolver naming the lease.
+func homeFixture(t *testing.T, repos ...string) (*store.Store, *fs.Backend, *staticHome) {
+	t.Helper()
+	ctx := context.Background()
+	st := pgtest.NewStore(t)
+	for _, repo := range repos {
+		if err := st.CreateRepository(ctx, repo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
+	home.home.Store(true)
+	return st, raw, home
 }

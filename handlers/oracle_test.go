@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -13,10 +12,8 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane/backend"
-	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/nodeauth"
-	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -33,24 +30,7 @@ type oracleEnv struct {
 
 func oracleSetup(t *testing.T) *oracleEnv {
 	t.Helper()
-	ctx := context.Background()
-	st := pgtest.NewStore(t)
-	for _, repo := range []string{"victim", "attacker"} {
-		if err := st.CreateRepository(ctx, repo); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
-	home.home.Store(true)
+	st, be, home := homeFixture(t, "victim", "attacker")
 	e := &oracleEnv{st: st, clusterSecret: "cluster-secret-for-the-oracle-tests"}
 	e.srv = httptest.NewServer(handlers.NewRouter(handlers.Deps{
 		Auth: st, Placements: st, Datacenter: "eu-1",

@@ -19,9 +19,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
-	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/handlers"
-	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 )
@@ -42,24 +40,7 @@ type tenants struct {
 
 func tenantSetup(t *testing.T, opts ...func(*handlers.OCI)) *tenants {
 	t.Helper()
-	ctx := context.Background()
-	st := pgtest.NewStore(t)
-	for _, repo := range []string{"victim", "attacker"} {
-		if err := st.CreateRepository(ctx, repo); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lease, err := st.AcquireLease(ctx, "p-0001", "node-a", "node-a:7443", 15*time.Second, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := fs.Open(t.TempDir(), backend.StoreAsSubmitted)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
-	home.home.Store(true)
+	st, raw, home := homeFixture(t, "victim", "attacker")
 	oci := &handlers.OCI{Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}
 	for _, o := range opts {
 		o(oci)
