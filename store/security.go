@@ -56,6 +56,19 @@ func (s *Store) PlacementRoutingFor(ctx context.Context, d blobplane.Digest, dat
 	if !placement.ValidDatacenter(datacenter) {
 		return placement.Routing{}, blobplane.Errorf(blobplane.CodeInvalid, "datacenter %q: must be 1-63 lowercase letters, digits or dashes", datacenter)
 	}
+	if scope.All {
+		return s.PlacementRouting(ctx, d, datacenter)
+	}
+	// A digest found visible to this scope stays so until a reference is
+	// deleted or a blob leaves live, which empties the existence cache
+	// (RefsChannel): then the routing query is the plain one, without the
+	// scope's reference lookup (docs/performance.md, issue 26).
+	cache := s.existenceCache.Load()
+	key := scope.cacheKey()
+	_, visible, ticket := cache.lookup(key, d)
+	if visible {
+		return s.PlacementRouting(ctx, d, datacenter)
+	}
 	exact, prefixes := scope.Exact, scope.Prefixes
 	if exact == nil {
 		exact = []string{}
@@ -73,7 +86,16 @@ func (s *Store) PlacementRoutingFor(ctx context.Context, d blobplane.Digest, dat
 	for i, r := range rows {
 		ps[i] = placementFromRow(r)
 	}
+	if len(ps) > 0 { // rows only when visible (no rows: invisible, or no placements)
+		cache.insert(ticket, key, d, 0)
+	}
 	return placement.Route(d, datacenter, ps), nil
+}
+
+// cacheKey names the scope in the existence cache, where it stands in for
+// a repository: "\x01" starts no repository name, and NUL is in none.
+func (sc ReadScope) cacheKey() string {
+	return "\x01" + strings.Join(sc.Exact, "\x00") + "\x01" + strings.Join(sc.Prefixes, "\x00")
 }
 
 // LeaseStatus is a lease record with whether it is live by the database's

@@ -86,3 +86,37 @@ func TestReadScopeAgreesWithAllowed(t *testing.T) {
 		t.Errorf("before the ledger exists: %+v %v", rt, err)
 	}
 }
+
+// A digest found visible to a scope is served from the existence cache
+// (the plain routing query, no reference lookup), and forgotten with the
+// reference that made it visible: a deletion empties the cache, so the
+// scope's next query asks again and the digest is hidden (issue 26 point
+// 3; docs/performance.md).
+func TestRoutingVisibilityCachedUntilAReferenceGoes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	stop := u.s.StartCaches(ctx, store.CacheOptions{Existence: &store.ExistenceCacheOptions{}})
+	defer stop()
+	d, _ := publish(t, u, upRepo, "visible through team/app")
+	scope := store.ReadScopeOf(grants(t, "team/*:read"))
+	stranger := store.ReadScopeOf(grants(t, "other/*:read"))
+	for i := range 3 {
+		rt, err := u.s.PlacementRoutingFor(ctx, d, upDC, scope)
+		if err != nil || !rt.Known {
+			t.Fatalf("query %d of a reader: %+v, %v", i, rt, err)
+		}
+		if rt, err := u.s.PlacementRoutingFor(ctx, d, upDC, stranger); err != nil || rt.Known {
+			t.Fatalf("query %d of a stranger: %+v, %v", i, rt, err)
+		}
+	}
+	if st := u.s.ExistenceCacheStats(); st.Hits < 2 {
+		t.Fatalf("cache stats %+v: the reader's later queries should be hits", st)
+	}
+	if err := u.s.DeleteReference(ctx, upRepo, d); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := u.s.PlacementRoutingFor(ctx, d, upDC, scope); err != nil || rt.Known {
+		t.Fatalf("after the only reference went: %+v, %v; want hidden", rt, err)
+	}
+}
