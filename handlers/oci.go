@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
@@ -71,6 +72,10 @@ type UploadStore interface {
 	// the finalize job) may publish it. Errors: not_found, conflict,
 	// digest_mismatch (v's).
 	RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *store.Verification) error
+	// AcceptIntent takes a proven pending intent out of the reaper's
+	// reach before its 202, enqueue (when set) running in the same
+	// transaction. Errors: not_found, conflict.
+	AcceptIntent(ctx context.Context, op string, enqueue func(ctx context.Context, tx pgx.Tx) error) error
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
 	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
@@ -997,7 +1002,22 @@ func (h *ociHandler) publishAway(w http.ResponseWriter, r *http.Request, in stor
 		}
 		h.logger.WarnContext(ctx, "the home cannot publish now; finalization is queued", "operation_id", in.OperationID, "repository", in.Repository, "err", err)
 	}
-	if h.Later != nil {
+	// Acknowledged means kept (issue 27): before the 202 the intent is
+	// accepted, out of the reaper's reach, with its finalize job inserted
+	// in the same transaction when the queue can.
+	var enqueueTx func(context.Context, pgx.Tx) error
+	if txq, ok := h.Later.(interface {
+		EnqueueFinalizeTx(ctx context.Context, tx pgx.Tx, repo, op string) error
+	}); ok {
+		enqueueTx = func(ctx context.Context, tx pgx.Tx) error {
+			return txq.EnqueueFinalizeTx(ctx, tx, in.Repository, in.OperationID)
+		}
+	}
+	if err := h.Store.AcceptIntent(context.WithoutCancel(ctx), in.OperationID, enqueueTx); err != nil {
+		h.fail(w, r, err, ociUnavailable)
+		return
+	}
+	if h.Later != nil && enqueueTx == nil {
 		if err := h.Later.EnqueueFinalize(context.WithoutCancel(ctx), in.Repository, in.OperationID); err != nil {
 			h.fail(w, r, err, ociUnavailable)
 			return
@@ -1152,7 +1172,12 @@ func (h *ociHandler) operation(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]any{"state": in.State, "outcome": o})
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"state": in.State, "repository": in.Repository, "digest": in.ExpectedDigest})
+	answer := map[string]any{"state": in.State, "repository": in.Repository, "digest": in.ExpectedDigest}
+	if !in.AcceptedAt.IsZero() {
+		// Answered 202: kept, awaiting publication by the home (issue 27).
+		answer["accepted_at"] = in.AcceptedAt
+	}
+	WriteJSON(w, http.StatusOK, answer)
 }
 
 // sessionAnswer writes the headers of an open upload session.
@@ -1311,6 +1336,16 @@ func ParseContentRange(s string) (start, end int64, err error) {
 	return start, end, nil
 }
 
+// digitsOnly reports whether s holds nothing but ASCII digits ("" too).
+func digitsOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // ParseByteRange parses a single-range "Range: bytes=a-b" (or "a-" or
 // "-n") against a blob of size bytes.
 func ParseByteRange(s string, size int64) (backend.Range, error) {
@@ -1320,7 +1355,9 @@ func ParseByteRange(s string, size int64) (backend.Range, error) {
 		return backend.Range{}, bad
 	}
 	a, b, ok := strings.Cut(spec, "-")
-	if !ok {
+	if !ok || !digitsOnly(a) || !digitsOnly(b) {
+		// RFC 9110 §14.1.2: digits only (strconv.ParseInt would take a
+		// sign; found by FuzzParseByteRange).
 		return backend.Range{}, bad
 	}
 	var start, end int64

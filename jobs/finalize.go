@@ -68,6 +68,16 @@ func (q FinalizeQueue) EnqueueFinalize(ctx context.Context, repo, op string) err
 	return nil
 }
 
+// EnqueueFinalizeTx inserts the finalize job of op in tx: the accepting
+// transaction of store.AcceptIntent (issue 27: an upload answered 202
+// always has its job).
+func (q FinalizeQueue) EnqueueFinalizeTx(ctx context.Context, tx pgx.Tx, repo, op string) error {
+	if _, err := q.Client.InsertTx(ctx, tx, FinalizeArgs{OperationID: op, Repository: repo}, nil); err != nil {
+		return blobplane.Wrap(blobplane.CodeUnavailable, err, "enqueue finalization of %s", op)
+	}
+	return nil
+}
+
 // HomeFinalizer forwards a finalization to the repository's home through
 // the routing contract (client: verified map, MOVED followed a bounded
 // number of times), each attempt signed with the cluster secret

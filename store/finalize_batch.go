@@ -276,7 +276,7 @@ func finalizeContextOf(r dbsqlc.FinalizeContextsRow) dbsqlc.FinalizeContextRow {
 			ExpectedDigest: r.ExpectedDigest, ExpectedSize: r.ExpectedSize, IngressDatacenter: r.IngressDatacenter,
 			Backend: r.Backend, StagedLocation: r.StagedLocation, State: r.State, ReceivedBytes: r.ReceivedBytes,
 			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, StagedDeletedAt: r.StagedDeletedAt,
-			Possession: r.Possession, MountedFrom: r.MountedFrom},
+			Possession: r.Possession, MountedFrom: r.MountedFrom, AcceptedAt: r.AcceptedAt},
 		OutcomeResult: r.OutcomeResult, OutcomePublishedAt: r.OutcomePublishedAt,
 		LeaseOwner:      pgtype.Text{String: r.LeaseOwner, Valid: r.LeaseOwner != ""},
 		LeaseEpoch:      pgtype.Int8{Int64: r.LeaseEpoch, Valid: r.LeaseOwner != ""},

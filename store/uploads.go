@@ -63,6 +63,9 @@ type Intent struct {
 	// cannot publish, whatever verified placements of its digest exist).
 	Possession  string
 	MountedFrom string // the mount's source repository (PossessionMounted)
+	// AcceptedAt, when not zero, is when the client was answered 202 for
+	// this upload (AcceptIntent): the reaper never abandons it (issue 27).
+	AcceptedAt time.Time
 }
 
 // Possession of an intent (Intent.Possession, issue 26): a claim, a size
@@ -547,6 +550,41 @@ func (s *Store) CreateMountIntent(ctx context.Context, n NewIntent, from string)
 		return Intent{}, createIntentErr(n, err)
 	}
 	return intentFromRow(row), nil
+}
+
+// AcceptIntent records that the client is answered 202 for the pending
+// intent op, whose bytes it proved (RecordPossession): acknowledged means
+// kept, so the reaper never abandons it and its finalize job publishes it
+// once a home can, however long that takes (issue 27). Idempotent.
+// Errors: not_found; conflict when op is not pending or proved nothing.
+//
+// enqueue, when set, runs in the accepting transaction (the finalize
+// job's insert, jobs.FinalizeQueue.EnqueueFinalizeTx): an accepted intent
+// then always has its job, and a job never exists for an intent that was
+// not accepted.
+func (s *Store) AcceptIntent(ctx context.Context, op string, enqueue func(ctx context.Context, tx pgx.Tx) error) error {
+	id, err := parseOpID(op)
+	if err != nil {
+		return err
+	}
+	var n int64
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if n, err = s.q.AcceptIntent(ctx, tx, id); err != nil || n == 0 || enqueue == nil {
+			return err
+		}
+		return enqueue(ctx, tx)
+	})
+	if err != nil {
+		return placementErr("accept intent", err)
+	}
+	if n == 0 {
+		if err := s.notPending(ctx, "accept intent", id); blobplane.ErrorCode(err) != blobplane.CodeConflict || errors.Is(err, ErrIntentClosed) {
+			return err
+		}
+		return &blobplane.Error{Code: blobplane.CodeConflict, Op: "accept intent", Message: fmt.Sprintf("upload %s proved no content; it cannot be accepted", op)}
+	}
+	return nil
 }
 
 // OpenUsage is what one principal holds open: pending, unexpired upload
@@ -1242,5 +1280,8 @@ func intentFromRow(r dbsqlc.Intent) Intent {
 		in.ExpectedSize = r.ExpectedSize.Int64
 	}
 	in.Possession, in.MountedFrom = r.Possession.String, r.MountedFrom.String
+	if r.AcceptedAt.Valid {
+		in.AcceptedAt = r.AcceptedAt.Time
+	}
 	return in
 }

@@ -18,19 +18,20 @@
 WITH claimed AS (
     SELECT p.operation_id FROM intents p
     WHERE p.state = 'pending' AND p.ingress_datacenter = @ingress_datacenter AND p.expires_at < now()
+      AND p.accepted_at IS NULL -- answered 202: never reaped (issue 27)
     ORDER BY p.expires_at
     LIMIT @batch
     FOR UPDATE SKIP LOCKED
 )
 UPDATE intents i SET state = 'abandoned', updated_at = now()
 WHERE i.operation_id = ANY (ARRAY(SELECT c.operation_id FROM claimed c))
-  AND coalesce(i.state, '') = 'pending'
+  AND coalesce(i.state, '') = 'pending' AND i.accepted_at IS NULL
 RETURNING i.*;
 
 -- name: ExpiredIntents :many
 -- What ReapExpiredIntents would decide now (dry run): no lock, no change.
 SELECT * FROM intents
-WHERE state = 'pending' AND ingress_datacenter = @ingress_datacenter AND expires_at < now()
+WHERE state = 'pending' AND ingress_datacenter = @ingress_datacenter AND expires_at < now() AND accepted_at IS NULL
 ORDER BY expires_at
 LIMIT @batch;
 

@@ -77,7 +77,7 @@ WITH claimed AS (
 )
 SELECT c.operation_id, c.repository, c.principal, c.expected_digest, c.expected_size, c.ingress_datacenter, c.backend,
        c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at,
-       c.possession, c.mounted_from
+       c.possession, c.mounted_from, c.accepted_at
 FROM claimed c, LATERAL pg_advisory_xact_lock(@lock_class::int4, hashtext(@digest::text)) AS stage_lock;
 
 -- name: RecordIntentContent :one
@@ -122,6 +122,13 @@ UPDATE intents SET possession = 'uploaded', updated_at = now()
 WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
   AND expected_digest = @digest::text AND expected_size = @size_bytes::bigint
   AND coalesce(possession, 'uploaded') = 'uploaded';
+
+-- name: AcceptIntent :execrows
+-- The client is about to be answered 202 for this upload (issue 27):
+-- pending, its bytes proven (possession uploaded), it leaves the reaper's
+-- reach. No row: not pending, or nothing proven.
+UPDATE intents SET accepted_at = coalesce(accepted_at, now()), updated_at = now()
+WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending' AND possession = 'uploaded';
 
 -- name: AbandonIntent :one
 -- Terminal; decided on the locked row, so it cannot overlap a publication.
@@ -272,7 +279,7 @@ SELECT DISTINCT datacenter FROM nodes WHERE datacenter <> @ingress_datacenter OR
 -- flattened back into joins, are index lookups per call.
 SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend,
        i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
-       i.possession, i.mounted_from,
+       i.possession, i.mounted_from, i.accepted_at,
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        coalesce((SELECT l.owner_node FROM leases l WHERE l.partition_id = c.partition_id), '')::text AS lease_owner, -- '': no lease
        coalesce((SELECT l.epoch FROM leases l WHERE l.partition_id = c.partition_id), 0)::bigint AS lease_epoch,

@@ -116,6 +116,8 @@ type Intent struct {
 	Possession pgtype.Text
 	// Repository a mount publishes from; set exactly when possession is mounted. The home re-checks at publication that it still references the digest and that the principal can read it.
 	MountedFrom pgtype.Text
+	// When the client was answered 202 for this upload (bytes verified, possession recorded, publication queued): an accepted pending intent is never reaped; its finalize job publishes it. NULL: not accepted.
+	AcceptedAt pgtype.Timestamptz
 }
 
 // The lease store: one record per partition holding ownership, the fencing epoch and the checkpoint pointer together (ZBP-5 R14-R28). Written only by ACQUIRE, RENEW, FENCE and FORCE, each one conditional statement on the database clock. Epochs never decrease and ownership never changes without an epoch increase (trigger); rows are never deleted.

@@ -12,8 +12,8 @@ import (
 )
 
 const expiredIntents = `-- name: ExpiredIntents :many
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents
-WHERE state = 'pending' AND ingress_datacenter = $1 AND expires_at < now()
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at FROM intents
+WHERE state = 'pending' AND ingress_datacenter = $1 AND expires_at < now() AND accepted_at IS NULL
 ORDER BY expires_at
 LIMIT $2
 `
@@ -50,6 +50,7 @@ func (q *Queries) ExpiredIntents(ctx context.Context, db DBTX, arg ExpiredIntent
 			&i.StagedDeletedAt,
 			&i.Possession,
 			&i.MountedFrom,
+			&i.AcceptedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -80,14 +81,15 @@ const reapExpiredIntents = `-- name: ReapExpiredIntents :many
 WITH claimed AS (
     SELECT p.operation_id FROM intents p
     WHERE p.state = 'pending' AND p.ingress_datacenter = $1 AND p.expires_at < now()
+      AND p.accepted_at IS NULL -- answered 202: never reaped (issue 27)
     ORDER BY p.expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
 UPDATE intents i SET state = 'abandoned', updated_at = now()
 WHERE i.operation_id = ANY (ARRAY(SELECT c.operation_id FROM claimed c))
-  AND coalesce(i.state, '') = 'pending'
-RETURNING i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at, i.possession, i.mounted_from
+  AND coalesce(i.state, '') = 'pending' AND i.accepted_at IS NULL
+RETURNING i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at, i.possession, i.mounted_from, i.accepted_at
 `
 
 type ReapExpiredIntentsParams struct {
@@ -136,6 +138,7 @@ func (q *Queries) ReapExpiredIntents(ctx context.Context, db DBTX, arg ReapExpir
 			&i.StagedDeletedAt,
 			&i.Possession,
 			&i.MountedFrom,
+			&i.AcceptedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -168,7 +171,7 @@ func (q *Queries) SweepIntentBacklog(ctx context.Context, db DBTX, ingressDatace
 }
 
 const undeletedStagedIntents = `-- name: UndeletedStagedIntents :many
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at FROM intents
 WHERE state = 'abandoned' AND staged_deleted_at IS NULL AND staged_location IS NOT NULL
   AND ingress_datacenter = $1
 ORDER BY updated_at
@@ -209,6 +212,7 @@ func (q *Queries) UndeletedStagedIntents(ctx context.Context, db DBTX, arg Undel
 			&i.StagedDeletedAt,
 			&i.Possession,
 			&i.MountedFrom,
+			&i.AcceptedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -14,7 +14,7 @@ import (
 const abandonIntent = `-- name: AbandonIntent :one
 UPDATE intents SET state = 'abandoned', updated_at = now()
 WHERE operation_id = $1 AND coalesce(state, '') = 'pending'
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
 // Terminal; decided on the locked row, so it cannot overlap a publication.
@@ -38,8 +38,25 @@ func (q *Queries) AbandonIntent(ctx context.Context, db DBTX, operationID pgtype
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
+}
+
+const acceptIntent = `-- name: AcceptIntent :execrows
+UPDATE intents SET accepted_at = coalesce(accepted_at, now()), updated_at = now()
+WHERE operation_id = $1 AND coalesce(state, '') = 'pending' AND possession = 'uploaded'
+`
+
+// The client is about to be answered 202 for this upload (issue 27):
+// pending, its bytes proven (possession uploaded), it leaves the reaper's
+// reach. No row: not pending, or nothing proven.
+func (q *Queries) AcceptIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (int64, error) {
+	result, err := db.Exec(ctx, acceptIntent, operationID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const admitIntent = `-- name: AdmitIntent :execrows
@@ -64,11 +81,11 @@ WITH claimed AS (
       AND coalesce(expected_size, $3::bigint) = $3::bigint
       AND ($5::text IS NULL
            OR (repository = $5::text AND backend = $6::text AND staged_location IS NULL))
-    RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+    RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 )
 SELECT c.operation_id, c.repository, c.principal, c.expected_digest, c.expected_size, c.ingress_datacenter, c.backend,
        c.staged_location, c.state, c.received_bytes, c.created_at, c.updated_at, c.expires_at, c.staged_deleted_at,
-       c.possession, c.mounted_from
+       c.possession, c.mounted_from, c.accepted_at
 FROM claimed c, LATERAL pg_advisory_xact_lock($1::int4, hashtext($2::text)) AS stage_lock
 `
 
@@ -98,6 +115,7 @@ type ClaimIntentContentRow struct {
 	StagedDeletedAt   pgtype.Timestamptz
 	Possession        pgtype.Text
 	MountedFrom       pgtype.Text
+	AcceptedAt        pgtype.Timestamptz
 }
 
 // RecordIntentContent, then the stage lock of the digest
@@ -133,6 +151,7 @@ func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimInte
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
@@ -144,7 +163,7 @@ INSERT INTO intents (operation_id, repository, principal, expected_digest, expec
 SELECT coalesce($1::uuid, gen_random_uuid()), $2, $3, $4, $5, $6, $7,
        $8, now() + make_interval(secs => $9::float8)
 FROM async_commit
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
 type CreateIntentParams struct {
@@ -206,6 +225,7 @@ func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentPar
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
@@ -220,7 +240,7 @@ FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS repositor
              unnest($5::bigint[]) AS expected_size, unnest($6::text[]) AS ingress_datacenter,
              unnest($7::text[]) AS backend, unnest($8::text[]) AS staged_location,
              unnest($9::float8[]) AS ttl_seconds) c, async_commit
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
 type CreateIntentsParams struct {
@@ -274,6 +294,7 @@ func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsP
 			&i.StagedDeletedAt,
 			&i.Possession,
 			&i.MountedFrom,
+			&i.AcceptedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -289,7 +310,7 @@ const createMountIntent = `-- name: CreateMountIntent :one
 INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at, possession, mounted_from)
 VALUES ($1, $2, $3::text, $4::bigint, $5, $6,
         now() + make_interval(secs => $7::float8), 'mounted', $8::text)
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
 type CreateMountIntentParams struct {
@@ -335,6 +356,7 @@ func (q *Queries) CreateMountIntent(ctx context.Context, db DBTX, arg CreateMoun
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
@@ -497,7 +519,7 @@ SET received_bytes = $1,
     updated_at = now()
 WHERE operation_id = $4 AND coalesce(state, '') = 'pending'
   AND ($2::text IS NULL OR staged_location IS NULL OR staged_location = $2)
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
 type ExtendIntentParams struct {
@@ -535,12 +557,13 @@ func (q *Queries) ExtendIntent(ctx context.Context, db DBTX, arg ExtendIntentPar
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
 
 const finalizeContext = `-- name: FinalizeContext :one
-SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at, i.possession, i.mounted_from,
+SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend, i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at, i.possession, i.mounted_from, i.accepted_at,
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        l.owner_node AS lease_owner, l.epoch AS lease_epoch,
        ARRAY(
@@ -612,6 +635,7 @@ func (q *Queries) FinalizeContext(ctx context.Context, db DBTX, arg FinalizeCont
 		&i.Intent.StagedDeletedAt,
 		&i.Intent.Possession,
 		&i.Intent.MountedFrom,
+		&i.Intent.AcceptedAt,
 		&i.OutcomeResult,
 		&i.OutcomePublishedAt,
 		&i.LeaseOwner,
@@ -627,7 +651,7 @@ const finalizeContexts = `-- name: FinalizeContexts :many
 
 SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_size, i.ingress_datacenter, i.backend,
        i.staged_location, i.state, i.received_bytes, i.created_at, i.updated_at, i.expires_at, i.staged_deleted_at,
-       i.possession, i.mounted_from,
+       i.possession, i.mounted_from, i.accepted_at,
        o.result AS outcome_result, o.published_at AS outcome_published_at,
        coalesce((SELECT l.owner_node FROM leases l WHERE l.partition_id = c.partition_id), '')::text AS lease_owner, -- '': no lease
        coalesce((SELECT l.epoch FROM leases l WHERE l.partition_id = c.partition_id), 0)::bigint AS lease_epoch,
@@ -639,7 +663,7 @@ SELECT i.operation_id, i.repository, i.principal, i.expected_digest, i.expected_
 FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS digest,
              unnest($3::bigint[]) AS size_bytes, unnest($4::text[]) AS partition_id
       ORDER BY digest OFFSET 0) c
-JOIN LATERAL (SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents WHERE operation_id = c.operation_id FOR UPDATE) i ON true
+JOIN LATERAL (SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at FROM intents WHERE operation_id = c.operation_id FOR UPDATE) i ON true
 LEFT JOIN LATERAL (SELECT operation_id, repository, digest, size_bytes, published_at, result FROM operation_outcomes WHERE operation_id = c.operation_id OFFSET 0) o ON true
 LEFT JOIN LATERAL (
     SELECT true AS verified FROM placements p
@@ -672,6 +696,7 @@ type FinalizeContextsRow struct {
 	StagedDeletedAt       pgtype.Timestamptz
 	Possession            pgtype.Text
 	MountedFrom           pgtype.Text
+	AcceptedAt            pgtype.Timestamptz
 	OutcomeResult         []byte
 	OutcomePublishedAt    pgtype.Timestamptz
 	LeaseOwner            string
@@ -726,6 +751,7 @@ func (q *Queries) FinalizeContexts(ctx context.Context, db DBTX, arg FinalizeCon
 			&i.StagedDeletedAt,
 			&i.Possession,
 			&i.MountedFrom,
+			&i.AcceptedAt,
 			&i.OutcomeResult,
 			&i.OutcomePublishedAt,
 			&i.LeaseOwner,
@@ -762,7 +788,7 @@ func (q *Queries) GetBlob(ctx context.Context, db DBTX, digest string) (Blob, er
 }
 
 const getIntent = `-- name: GetIntent :one
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents WHERE operation_id = $1
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at FROM intents WHERE operation_id = $1
 `
 
 func (q *Queries) GetIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (Intent, error) {
@@ -785,6 +811,7 @@ func (q *Queries) GetIntent(ctx context.Context, db DBTX, operationID pgtype.UUI
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
@@ -886,7 +913,7 @@ func (q *Queries) InsertReference(ctx context.Context, db DBTX, arg InsertRefere
 }
 
 const lockIntent = `-- name: LockIntent :one
-SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from FROM intents WHERE operation_id = $1 FOR UPDATE
+SELECT operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at FROM intents WHERE operation_id = $1 FOR UPDATE
 `
 
 func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UUID) (Intent, error) {
@@ -909,6 +936,7 @@ func (q *Queries) LockIntent(ctx context.Context, db DBTX, operationID pgtype.UU
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
@@ -1107,7 +1135,7 @@ SET expected_digest = $1::text, expected_size = $2::bigint, received_bytes = $2:
 WHERE operation_id = $3 AND coalesce(state, '') = 'pending'
   AND coalesce(expected_digest, $1::text) = $1::text
   AND coalesce(expected_size, $2::bigint) = $2::bigint
-RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from
+RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
 type RecordIntentContentParams struct {
@@ -1138,6 +1166,7 @@ func (q *Queries) RecordIntentContent(ctx context.Context, db DBTX, arg RecordIn
 		&i.StagedDeletedAt,
 		&i.Possession,
 		&i.MountedFrom,
+		&i.AcceptedAt,
 	)
 	return i, err
 }
