@@ -49,9 +49,21 @@ func (FinalizeArgs) Kind() string { return "finalize" }
 // InsertOpts: the default queue (served by the default BLOBPLANE_QUEUES),
 // unique by the operation id only, in every state but cancelled and
 // discarded.
+//
+// An accepted upload (answered 202) is kept until it publishes, however
+// long the home is away (issue 27): the job retries practically for ever
+// (FinalizeMaxAttempts), every FinalizeMaxBackoff at the most once River's
+// growing backoff reaches it; only a terminal refusal cancels it.
 func (FinalizeArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: river.QueueDefault, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	return river.InsertOpts{Queue: river.QueueDefault, UniqueOpts: river.UniqueOpts{ByArgs: true}, MaxAttempts: FinalizeMaxAttempts}
 }
+
+// The finalize job's retry bounds (FinalizeArgs.InsertOpts): about 19
+// years of attempts ten minutes apart.
+const (
+	FinalizeMaxAttempts = 1_000_000
+	FinalizeMaxBackoff  = 10 * time.Minute
+)
 
 // FinalizeQueue enqueues finalize jobs; handlers.OCI uses it as its
 // FinalizeEnqueuer.
@@ -198,6 +210,13 @@ type FinalizeWorker struct {
 
 // Timeout bounds one attempt.
 func (w *FinalizeWorker) Timeout(*river.Job[FinalizeArgs]) time.Duration { return time.Minute }
+
+// NextRetry is River's backoff (attempt^4 seconds) capped at
+// FinalizeMaxBackoff, so a home back after days is found within minutes.
+func (w *FinalizeWorker) NextRetry(job *river.Job[FinalizeArgs]) time.Time {
+	n := float64(len(job.Errors) + 1)
+	return time.Now().Add(min(time.Duration(n*n*n*n)*time.Second, FinalizeMaxBackoff))
+}
 
 func (w *FinalizeWorker) Work(ctx context.Context, job *river.Job[FinalizeArgs]) error {
 	a := job.Args

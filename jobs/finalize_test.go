@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -76,5 +77,23 @@ func TestFinalizeJobUniqueByOperation(t *testing.T) {
 	}
 	if n != 2 || ops != 2 {
 		t.Fatalf("%d finalize jobs for %d operations, want one per operation", n, ops)
+	}
+}
+
+// An accepted upload's job outlasts any outage (issue 27): practically
+// unbounded attempts, the backoff capped at FinalizeMaxBackoff.
+func TestFinalizeJobRetriesForEverAtABoundedPace(t *testing.T) {
+	if got := (FinalizeArgs{}).InsertOpts().MaxAttempts; got != FinalizeMaxAttempts {
+		t.Fatalf("MaxAttempts %d", got)
+	}
+	w := &FinalizeWorker{}
+	for _, tc := range []struct {
+		errors   int
+		min, max time.Duration
+	}{{0, time.Second - 50*time.Millisecond, time.Second}, {2, 80 * time.Second, 81 * time.Second}, {50, FinalizeMaxBackoff - time.Second, FinalizeMaxBackoff + time.Second}} {
+		job := &river.Job[FinalizeArgs]{JobRow: &rivertype.JobRow{Errors: make([]rivertype.AttemptError, tc.errors)}}
+		if d := time.Until(w.NextRetry(job)); d < tc.min || d > tc.max {
+			t.Fatalf("after %d errors: retry in %s, want %s to %s", tc.errors, d, tc.min, tc.max)
+		}
 	}
 }
