@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// sign signs domain+canonical; tests use it to forge documents that skip
+// SignMap's validation or use the wrong domain.
+func (s Signer) sign(domain string, canonical []byte) *Signature {
+	return s.signMessage(append([]byte(domain), canonical...))
+}
+
 var t0 = time.Date(2026, 8, 21, 9, 14, 2, 0, time.UTC)
 
 // seeded is a deterministic io.Reader for partition ids.

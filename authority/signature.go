@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -46,12 +45,6 @@ func (s Signer) SignDelta(d *Delta) error {
 	return nil
 }
 
-// sign signs domain+canonical; tests use it to forge documents that skip
-// SignMap's validation or use the wrong domain.
-func (s Signer) sign(domain string, canonical []byte) *Signature {
-	return s.signMessage(append([]byte(domain), canonical...))
-}
-
 func (s Signer) signMessage(msg []byte) *Signature {
 	return &Signature{KeyID: s.KeyID, Alg: SignatureAlg, Value: base64.StdEncoding.EncodeToString(ed25519.Sign(s.Key, msg))}
 }
@@ -66,11 +59,6 @@ type TrustedKey struct {
 	PublicKey ed25519.PublicKey `json:"public_key"`
 	NotBefore time.Time         `json:"not_before"`
 	NotAfter  time.Time         `json:"not_after"`
-}
-
-// ValidAt reports whether now lies in [NotBefore, NotAfter) (R12).
-func (k TrustedKey) ValidAt(now time.Time) bool {
-	return !now.Before(k.NotBefore) && now.Before(k.NotAfter)
 }
 
 // Keyring is the set of keys a Verifier trusts, by key id.
@@ -150,22 +138,13 @@ type Verifier struct {
 
 // NewVerifier returns a verifier trusting keys. onReject, if non-nil, is
 // called synchronously for every rejection — wire it to a counter metric and
-// an error-level "correctness fault" log (see LogRejections).
+// an error-level "correctness fault" log (the keeper logs each one).
 func NewVerifier(keys *Keyring, onReject func(Rejection)) *Verifier {
 	return &Verifier{keys: keys, onReject: onReject}
 }
 
 // Rejected is the number of documents rejected so far (R12).
 func (v *Verifier) Rejected() uint64 { return v.rejected.Load() }
-
-// LogRejections returns an onReject hook that logs each rejection as a
-// correctness fault (R12).
-func LogRejections(l *slog.Logger) func(Rejection) {
-	return func(r Rejection) {
-		l.Error("partition map rejected: correctness fault",
-			"doc", r.Doc, "map_version", r.Version, "base_version", r.BaseVersion, "key_id", r.KeyID, "err", r.Err)
-	}
-}
 
 func (v *Verifier) reject(op string, r Rejection) error {
 	v.rejected.Add(1)

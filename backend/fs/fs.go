@@ -158,6 +158,7 @@ func OpenWith(dir string, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, classify(op, err)
 	}
+	learnEscapeError(root)
 	b := &Backend{root: root, dir: dir, policy: policy, mode: mode, directMin: never}
 	if o.Direct > 0 {
 		b.directMin = o.Direct
@@ -635,8 +636,8 @@ func classify(op string, err error) error {
 	switch {
 	case errors.As(err, &be):
 		return err
-	case strings.Contains(err.Error(), "path escapes from parent"):
-		// os.Root refused to follow a symlink out of the tree.
+	case escapesRoot(err):
+		// os.Root refused to follow a symlink out of the tree (see escape.go).
 		return backend.Refused(op, err, "path leaves the backend root")
 	case errors.Is(err, iofs.ErrPermission), errors.Is(err, syscall.EROFS):
 		return backend.Refused(op, err, "%v", err)

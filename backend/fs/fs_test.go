@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,6 +168,11 @@ func TestPathTraversal(t *testing.T) {
 	}
 	_, err := b.Write(ctx, blob.Identity())
 	backendtest.RequireCode(t, err, backend.ErrRefused, false)
+	// Classified by identity, not message: the refusal still wraps the very
+	// error os.Root returns for an escaping name.
+	if escape := rootEscapeError(t); !errors.Is(err, escape) {
+		t.Fatalf("refusal %v does not wrap os.Root's escape error %v", err, escape)
+	}
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Fatalf("write escaped the root: %v", entries)
 	}
@@ -210,6 +216,23 @@ func TestPathTraversal(t *testing.T) {
 	}
 	_, err = b.CreateUpload(ctx)
 	backendtest.RequireCode(t, err, backend.ErrRefused, false)
+}
+
+// rootEscapeError returns the error os.Root wraps when a name leaves the
+// root, taken from a root of the test's own.
+func rootEscapeError(t *testing.T) error {
+	t.Helper()
+	root, err := os.OpenRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	_, err = root.Lstat("..")
+	var pe *iofs.PathError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Lstat(\"..\") in a root: %v, want an *fs.PathError", err)
+	}
+	return pe.Err
 }
 
 const killHelperEnv = "BLOBPLANE_FS_KILL_HELPER_DIR"
