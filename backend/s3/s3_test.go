@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.uber.org/goleak"
 
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/backendtest"
@@ -20,7 +21,15 @@ import (
 	"github.com/blobplane/blobplane/internal/minio"
 )
 
-func TestMain(m *testing.M) { os.Exit(minio.Main(m)) }
+// TestMain stops the shared MinIO server after the tests (minio.Main) and
+// then fails the package if any goroutine outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(minioMain{m}) }
+
+// minioMain runs the tests through minio.Main, so goleak checks after the
+// shared server is stopped.
+type minioMain struct{ m *testing.M }
+
+func (w minioMain) Run() int { return minio.Main(w.m) }
 
 // testPartSize is S3's minimum part size, so multipart paths run with
 // blobs of a few MiB.
