@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -424,7 +423,13 @@ func TestFinalizeConcurrentOnePublication(t *testing.T) {
 }
 
 // Two operations publishing one digest into two repositories at once: two
-// references, one blob state row, both succeed.
+// references, one blob state row, both succeed. Driven deterministically
+// (issue 27): a third connection inserts the digest's blob row and holds
+// its transaction open, so both publications queue on that row's insert
+// (EnsureBlobUnderLease's ON CONFLICT waits for the holder's outcome);
+// then it rolls back, and the two race for the insert itself, the case
+// where neither row existed: one inserts, the other waits for it and
+// takes the conflict path.
 func TestFinalizeSameDigestTwoRepositories(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -432,22 +437,29 @@ func TestFinalizeSameDigestTwoRepositories(t *testing.T) {
 	if err := u.s.CreateRepository(ctx, "team/other"); err != nil {
 		t.Fatal(err)
 	}
-	const rounds = 5 // the race is on the blob row insert; repeat to meet it
-	for i := range rounds {
-		content := fmt.Sprintf("shared %d", i)
-		_, a := u.admittedIn(t, upRepo, content)
-		_, b := u.admittedIn(t, "team/other", content)
-		var errA, errB error
-		var wg sync.WaitGroup
-		wg.Go(func() { _, errA = u.s.Finalize(ctx, a) })
-		wg.Go(func() { _, errB = u.s.Finalize(ctx, b) })
-		wg.Wait()
-		if errA != nil || errB != nil {
-			t.Fatalf("round %d: finalize: %v / %v", i, errA, errB)
-		}
+	_, a := u.admittedIn(t, upRepo, "shared")
+	_, b := u.admittedIn(t, "team/other", "shared")
+	holder, err := u.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if u.references(t) != 2*rounds || u.count(t, `SELECT count(*) FROM blobs`) != rounds {
-		t.Fatalf("%d references, %d blob rows", u.references(t), u.count(t, `SELECT count(*) FROM blobs`))
+	if _, err := holder.Exec(ctx, "INSERT INTO blobs (digest, size_bytes) VALUES ($1, $2)", string(a.Digest), a.Size); err != nil {
+		t.Fatal(err)
+	}
+	var errA, errB error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, errA = u.s.Finalize(ctx, a) })
+	wg.Go(func() { _, errB = u.s.Finalize(ctx, b) })
+	pgtest.WaitForLockWaiters(t, u.pool, 2)
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if errA != nil || errB != nil {
+		t.Fatalf("finalize: %v / %v", errA, errB)
+	}
+	if u.references(t) != 2 || u.count(t, `SELECT count(*) FROM blobs`) != 1 {
+		t.Fatalf("%d references, %d blob rows; want 2 and 1", u.references(t), u.count(t, `SELECT count(*) FROM blobs`))
 	}
 }
 

@@ -161,6 +161,69 @@ func TestReaperReclaimsExpiredUploadsInBatches(t *testing.T) {
 	}
 }
 
+// Schedule 8, driven deterministically (issue 27): a reaper mid-pass
+// holds the rows of its batch (here a connection that locked them FOR
+// UPDATE, as ReapExpiredIntents' claim does, and has not committed); a
+// second reaper running meanwhile skips them without waiting and reaps
+// every other expired intent; once the first commits its decision, no
+// pass reaps those rows again. Every intent is reaped exactly once.
+func TestTwoReapersSkipEachOthersBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var all []store.Intent
+	for range 8 {
+		all = append(all, b.upload(t, "x", true))
+	}
+	held := map[string]bool{all[0].OperationID: true, all[1].OperationID: true, all[2].OperationID: true}
+	first, err := b.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	ids := []string{all[0].OperationID, all[1].OperationID, all[2].OperationID}
+	if _, err := first.Exec(ctx, `SELECT 1 FROM intents WHERE operation_id = ANY($1::uuid[]) FOR UPDATE`, ids); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	second := b.reaper(b.be, 100)
+	rep, err := second.RunOnce(ctx, false) // returns: SKIP LOCKED never waits for the held rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range rep.Reaped {
+		if held[in.OperationID] {
+			t.Fatalf("the second reaper reaped %s, held by the first", in.OperationID)
+		}
+		seen[in.OperationID]++
+	}
+	if len(seen) != len(all)-len(held) {
+		t.Fatalf("the second reaper reaped %d, want the %d not held", len(seen), len(all)-len(held))
+	}
+	// The first decides its batch and commits.
+	if _, err := first.Exec(ctx, `UPDATE intents SET state = 'abandoned', updated_at = now() WHERE operation_id = ANY($1::uuid[])`, ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		seen[id]++
+	}
+	rep, err = second.RunOnce(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range rep.Reaped {
+		seen[in.OperationID]++
+	}
+	for _, in := range all {
+		if seen[in.OperationID] != 1 {
+			t.Fatalf("%s reaped %d times", in.OperationID, seen[in.OperationID])
+		}
+	}
+}
+
 // Schedule 8: two reapers at once reap every intent exactly once and never
 // fail on each other's deletes.
 func TestTwoReapersConcurrently(t *testing.T) {
