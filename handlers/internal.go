@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
@@ -34,7 +35,10 @@ type HomeForwarder interface {
 // FinalizeEnqueuer durably schedules a finalization for later
 // (jobs.FinalizeQueue: a River job unique by operation id).
 type FinalizeEnqueuer interface {
-	EnqueueFinalize(ctx context.Context, repo, op string) error
+	// EnqueueFinalizeTx inserts the job in tx, the transaction that
+	// accepts the upload (store.AcceptIntent, issue 27): an upload
+	// answered 202 always has its job.
+	EnqueueFinalizeTx(ctx context.Context, tx pgx.Tx, repo, op string) error
 }
 
 // internalFinalizeCall is the body of POST /internal/v1/finalize/{id}

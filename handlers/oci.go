@@ -942,14 +942,10 @@ func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.In
 				return
 			}
 		}
-		switch {
-		case proven:
+		// A verification comes only with a close that hashed the bytes
+		// (proven); both are recorded before the home is asked.
+		if proven {
 			if err := h.Store.RecordPossession(ctx, in.OperationID, d, size, verify); err != nil {
-				h.fail(w, r, err, ociUploadInvalid)
-				return
-			}
-		case verify != nil:
-			if _, err := h.Store.VerifyPlacement(ctx, verify.Key, verify.Digest, verify.Size, verify.Epoch); err != nil {
 				h.fail(w, r, err, ociUploadInvalid)
 				return
 			}
@@ -1004,24 +1000,16 @@ func (h *ociHandler) publishAway(w http.ResponseWriter, r *http.Request, in stor
 	}
 	// Acknowledged means kept (issue 27): before the 202 the intent is
 	// accepted, out of the reaper's reach, with its finalize job inserted
-	// in the same transaction when the queue can.
-	var enqueueTx func(context.Context, pgx.Tx) error
-	if txq, ok := h.Later.(interface {
-		EnqueueFinalizeTx(ctx context.Context, tx pgx.Tx, repo, op string) error
-	}); ok {
-		enqueueTx = func(ctx context.Context, tx pgx.Tx) error {
-			return txq.EnqueueFinalizeTx(ctx, tx, in.Repository, in.OperationID)
+	// in the same transaction.
+	var enqueue func(context.Context, pgx.Tx) error
+	if h.Later != nil {
+		enqueue = func(ctx context.Context, tx pgx.Tx) error {
+			return h.Later.EnqueueFinalizeTx(ctx, tx, in.Repository, in.OperationID)
 		}
 	}
-	if err := h.Store.AcceptIntent(context.WithoutCancel(ctx), in.OperationID, enqueueTx); err != nil {
+	if err := h.Store.AcceptIntent(context.WithoutCancel(ctx), in.OperationID, enqueue); err != nil {
 		h.fail(w, r, err, ociUnavailable)
 		return
-	}
-	if h.Later != nil && enqueueTx == nil {
-		if err := h.Later.EnqueueFinalize(context.WithoutCancel(ctx), in.Repository, in.OperationID); err != nil {
-			h.fail(w, r, err, ociUnavailable)
-			return
-		}
 	}
 	w.Header().Set("Location", "/v1/operations/"+in.OperationID)
 	w.Header().Set("Docker-Upload-UUID", in.OperationID)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
@@ -43,7 +45,7 @@ func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (store.
 		Partition: "p-0001", Node: "node-a", Epoch: f.epoch})
 }
 
-func (f *fakeHome) EnqueueFinalize(_ context.Context, repo, op string) error {
+func (f *fakeHome) EnqueueFinalizeTx(_ context.Context, _ pgx.Tx, repo, op string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queued = append(f.queued, repo+"/"+op)

@@ -77,7 +77,7 @@ func (s *Store) PlacementRoutingFor(ctx context.Context, d blobplane.Digest, dat
 		prefixes = []string{}
 	}
 	rows, err := s.q.ListReadablePlacements(ctx, s.pool, dbsqlc.ListReadablePlacementsParams{
-		Digest: string(d), AllVisible: scope.All, Exact: exact, Prefixes: prefixes,
+		Digest: string(d), Exact: exact, Prefixes: prefixes,
 	})
 	if err != nil && !isUndefinedTable(err) { // no ledger yet: no placements (PlacementRouting)
 		return placement.Routing{}, dbErr("list readable placements", err)

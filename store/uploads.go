@@ -618,20 +618,13 @@ func (s *Store) OpenUsages(ctx context.Context, minSessions, minStaged int64) (m
 // whose errors it returns). Errors: not_found; conflict (ErrIntentClosed)
 // when op is not pending or claims other content.
 func (s *Store) RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification) error {
-	return s.recordProof(ctx, op, d, size, v, true, true)
+	return s.recordPossession(ctx, op, d, size, v, true)
 }
 
-// recordProof records v (when set) and, when possessed, op's possession
-// of d, in one transaction; strict: an intent that cannot take it is an
-// error (else it is left as it is).
-func (s *Store) recordProof(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification, possessed, strict bool) error {
-	if !possessed {
-		if v == nil {
-			return nil
-		}
-		_, err := s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch)
-		return err
-	}
+// recordPossession records v (when set) and op's possession of d, in one
+// transaction; strict: an intent that cannot take it is an error (else it
+// is left as it is, and v recorded alone).
+func (s *Store) recordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification, strict bool) error {
 	id, err := parseOpID(op)
 	if err != nil {
 		if !strict && v != nil {
@@ -865,7 +858,14 @@ func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(
 		// The verification's error is the answer, as a VerifyPlacement
 		// before Finalize would have been; an intent that cannot take the
 		// possession (closed, other content) keeps Finalize's refusal.
-		if perr := s.recordProof(ctx, req.OperationID, req.Digest, req.Size, v, req.Proven && err != nil, false); perr != nil {
+		var perr error
+		switch {
+		case req.Proven && err != nil:
+			perr = s.recordPossession(ctx, req.OperationID, req.Digest, req.Size, v, false)
+		case v != nil:
+			_, perr = s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch)
+		}
+		if perr != nil {
 			return Outcome{}, perr
 		}
 	}

@@ -1,14 +1,14 @@
 -- name: ListReadablePlacements :many
 -- The routing query as a principal may see it (issue 26 point 3): d's
--- placements only when @all_visible (a global admin or a node) or some
--- repository the principal can read references d — a name in @exact, or
+-- placements only when some repository the principal can read references
+-- d (a global admin or a node takes ListPlacements) — a name in @exact, or
 -- one starting with a prefix in @prefixes ("team/" for the grant
 -- "team/*", "" for "*"). Anything else gets no rows: the same answer as
 -- an unknown digest. One statement, one round trip; the EXISTS stops at
 -- the first readable reference however many repositories share d.
 SELECT p.* FROM placements p
 WHERE p.digest = @digest
-  AND (@all_visible::bool OR EXISTS (
+  AND (EXISTS (
     SELECT 1 FROM blob_references r
     WHERE r.digest = @digest
       AND (r.repository = ANY (@exact::text[])

@@ -61,35 +61,29 @@ func (q *Queries) ListLeasesOnDatabaseClock(ctx context.Context, db DBTX) ([]Lis
 const listReadablePlacements = `-- name: ListReadablePlacements :many
 SELECT p.digest, p.backend, p.datacenter, p.location, p.state, p.reason, p.revoke_reason, p.size_bytes, p.epoch, p.generation, p.created_at, p.updated_at, p.verified_at FROM placements p
 WHERE p.digest = $1
-  AND ($2::bool OR EXISTS (
+  AND (EXISTS (
     SELECT 1 FROM blob_references r
     WHERE r.digest = $1
-      AND (r.repository = ANY ($3::text[])
-        OR EXISTS (SELECT 1 FROM unnest($4::text[]) AS g (prefix) WHERE starts_with(r.repository, g.prefix)))))
+      AND (r.repository = ANY ($2::text[])
+        OR EXISTS (SELECT 1 FROM unnest($3::text[]) AS g (prefix) WHERE starts_with(r.repository, g.prefix)))))
 ORDER BY p.datacenter, p.backend, p.location
 `
 
 type ListReadablePlacementsParams struct {
-	Digest     string
-	AllVisible bool
-	Exact      []string
-	Prefixes   []string
+	Digest   string
+	Exact    []string
+	Prefixes []string
 }
 
 // The routing query as a principal may see it (issue 26 point 3): d's
-// placements only when @all_visible (a global admin or a node) or some
-// repository the principal can read references d — a name in @exact, or
+// placements only when some repository the principal can read references
+// d (a global admin or a node takes ListPlacements) — a name in @exact, or
 // one starting with a prefix in @prefixes ("team/" for the grant
 // "team/*", "" for "*"). Anything else gets no rows: the same answer as
 // an unknown digest. One statement, one round trip; the EXISTS stops at
 // the first readable reference however many repositories share d.
 func (q *Queries) ListReadablePlacements(ctx context.Context, db DBTX, arg ListReadablePlacementsParams) ([]Placement, error) {
-	rows, err := db.Query(ctx, listReadablePlacements,
-		arg.Digest,
-		arg.AllVisible,
-		arg.Exact,
-		arg.Prefixes,
-	)
+	rows, err := db.Query(ctx, listReadablePlacements, arg.Digest, arg.Exact, arg.Prefixes)
 	if err != nil {
 		return nil, err
 	}
