@@ -565,6 +565,14 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		h.publish(w, r, in, d, in.ReceivedBytes, nil, nil, nil, false)
 		return
 	}
+	if in.StagedLocation == "" && r.ContentLength == 0 && d != emptyBlob {
+		// An empty close of a session that holds no bytes (and perhaps a
+		// claim, which is no possession, S9): nothing to verify, nothing
+		// to publish; said plainly rather than as the backend's refusal
+		// of an empty staged upload id.
+		h.fail(w, r, blobplane.Errorf(blobplane.CodeInvalid, "upload %s holds no bytes of %s: send them in this PUT, or PATCH them first", truncateID(id), d), ociUploadInvalid)
+		return
+	}
 	if in.StagedLocation == "" && r.ContentLength != 0 {
 		// The whole blob in this request: no staging.
 		h.closeWithBody(w, r, be, in, d)
@@ -883,6 +891,10 @@ func (h *ociHandler) finalizeRequest(home HomeLease, op string, d blobplane.Dige
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
 		Targets: h.Targets, Replication: h.Replication}
 }
+
+// emptyBlob is the digest of zero bytes, the one blob an empty close may
+// carry.
+const emptyBlob blobplane.Digest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // freshStage is the stage of a key that had no row (OpenAndStage staged
 // it): a new pending row's generation.
