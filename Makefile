@@ -3,6 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := run
 SQLC := go run github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1
 STATICCHECK := go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOCYCLO := go run github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 export BLOBPLANE_DATA_DIR ?= $(CURDIR)/.data
 
 .PHONY: run test check generate bench microbench build stop fmt
@@ -16,12 +17,13 @@ run: build ## start Postgres (if needed), migrate, run api + worker; Ctrl-C stop
 test: ## run every test (starts Postgres and MinIO as needed)
 	scripts/test.sh
 
-check: ## gofmt, go vet (here, and for macOS and Windows), staticcheck, sqlc freshness
+check: ## gofmt, go vet (here, and for macOS and Windows), staticcheck, cyclomatic complexity, sqlc freshness
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	GOOS=darwin go vet ./...
 	GOOS=windows go vet ./...
 	$(STATICCHECK) ./...
+	$(GOCYCLO) -over 20 -ignore '_test.go|internal/dbsqlc' .
 	$(SQLC) diff || { echo "sqlc output is stale: run make generate"; exit 1; }
 
 generate: ## regenerate sqlc code

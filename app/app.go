@@ -456,6 +456,14 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	if ok, err := st.MigrationsCurrent(ctx); err != nil || !ok {
 		return fmt.Errorf("database schema is not current (run `api migrate`): %v", err)
 	}
+	// Issue 27: the attempts a killed predecessor with this node id left
+	// running run again now, before this process fetches any, rather
+	// than after River's rescue delay (an hour).
+	if n, err := jobs.TakeBackRunning(ctx, st.Pool(), cfg.NodeID); err != nil {
+		return err
+	} else if n > 0 {
+		logger.Info("took back the jobs a previous worker with this node id left running", "node_id", cfg.NodeID, "jobs", n)
+	}
 	queues := map[string]river.QueueConfig{}
 	for name, max := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: max}
@@ -488,6 +496,9 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		Queues:       queues,
 		Workers:      workers,
 		PeriodicJobs: periodic,
+		// Issue 27: an attempt whose outcome was never recorded is
+		// retried within minutes, not River's hour.
+		RescueStuckJobsAfter: jobs.RescueStuckJobsAfter,
 	})
 	if err != nil {
 		return fmt.Errorf("river client: %w", err)

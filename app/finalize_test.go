@@ -21,6 +21,7 @@ import (
 	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Finalization away from the home (DESIGN flow 2, issue 6): the ingress
@@ -154,8 +155,8 @@ func digestOf(s string) string {
 }
 
 type operationView struct {
-	State   string        `json:"state"`
-	Outcome store.Outcome `json:"outcome"`
+	State   string         `json:"state"`
+	Outcome upload.Outcome `json:"outcome"`
 }
 
 func (c *homeCluster) operation(t *testing.T, node int, op string) operationView {
@@ -212,7 +213,7 @@ func TestFinalizeForwardedToTheHome(t *testing.T) {
 	}
 	part, epoch := c.homeOf(t, 1)
 	v := c.operation(t, 0, op)
-	if v.State != string(store.IntentAdmitted) || v.Outcome.Partition != part || v.Outcome.Epoch != epoch || string(v.Outcome.Digest) != d {
+	if v.State != string(upload.IntentAdmitted) || v.Outcome.Partition != part || v.Outcome.Epoch != epoch || string(v.Outcome.Digest) != d {
 		t.Fatalf("operation %s: %+v, want admitted under %s@%d", op, v, part, epoch)
 	}
 	if r, _ := c.send(t, "HEAD", c.nodes[0].URL()+"/v2/"+repo+"/blobs/"+d, "", nil); r.StatusCode != http.StatusOK {
@@ -257,7 +258,7 @@ func TestFinalizeQueuedWhileTheHomeIsDown(t *testing.T) {
 			t.Fatalf("close %d: %d finalize jobs, want 1", attempt, n)
 		}
 	}
-	if v := c.operation(t, 0, op); v.State != string(store.IntentPending) {
+	if v := c.operation(t, 0, op); v.State != string(upload.IntentPending) {
 		t.Fatalf("operation before the home is back: %+v", v)
 	}
 	if n := c.count(t, refsQuery, repo, d); n != 0 {
@@ -283,7 +284,7 @@ func TestFinalizeQueuedWhileTheHomeIsDown(t *testing.T) {
 	})
 	part, epoch := c.homeOf(t, 1)
 	v := c.operation(t, 0, op)
-	if v.State != string(store.IntentAdmitted) || v.Outcome.Partition != part || v.Outcome.Epoch != epoch {
+	if v.State != string(upload.IntentAdmitted) || v.Outcome.Partition != part || v.Outcome.Epoch != epoch {
 		t.Fatalf("operation after the worker: %+v, want admitted under %s@%d", v, part, epoch)
 	}
 	if r, _ := c.send(t, "HEAD", c.nodes[0].URL()+"/v2/"+repo+"/blobs/"+d, "", nil); r.StatusCode != http.StatusOK {
@@ -476,7 +477,7 @@ func TestAttackForwardedFinalizeOfAClaimNeverUploaded(t *testing.T) {
 	if resp, body := c.send(t, "POST", c.nodes[1].URL()+"/v2/"+c.repos[1]+"/blobs/uploads/?digest="+d, content, nil); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("push into %s: %d %s", c.repos[1], resp.StatusCode, body)
 	}
-	in, err := c.st.CreateIntent(ctx, store.NewIntent{Repository: c.repos[0], Principal: "ci", ExpectedSize: store.SizeUnknown,
+	in, err := c.st.CreateIntent(ctx, upload.NewIntent{Repository: c.repos[0], Principal: "ci", ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: c.cfgs[0].Datacenter, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -65,7 +65,7 @@ type LeaseOpKind uint8
 
 // The lease writes.
 const (
-	Acquire LeaseOpKind = iota + 1 // claim at :new_epoch once expired (R15)
+	Acquire LeaseOpKind = iota + 1 // claim at :new_epoch once expired, or taken back (R15; LeaseOp.TakeBack)
 	Renew                          // extend expires_at under my epoch (R14)
 	Fence                          // checkpoint pointer / state / sealed LSN under my epoch (R20, R22)
 	Force                          // operator takeover: ACQUIRE without the expiry test (R26–R28)
@@ -109,6 +109,12 @@ type LeaseOp struct {
 	// FORCE: the human override's audit trail (R28).
 	Operator string
 	Reason   string
+	// TakeBack (ACQUIRE only; issue 27): the claimant has just started
+	// and claims a live record it owns — left by an earlier process with
+	// the same node id — without waiting for its expiry, at :new_epoch
+	// like any claim, which fences that earlier process (R15, R20). Not a
+	// sealed or quarantined record (R74, R59). See TakesBack.
+	TakeBack bool
 }
 
 // NextEpoch is :new_epoch for a claim after reading cur (nil: no record):
@@ -162,7 +168,8 @@ func VerdictOf(err error) LeaseVerdict {
 // writes. cur is the current record (nil: attribute_not_exists). It
 // returns the record after the write, or cur unchanged and an error:
 //
-//	ACQUIRE  cur absent, or (cur.epoch < new_epoch AND cur.expires_at < now)
+//	ACQUIRE  cur absent, or (cur.epoch < new_epoch AND (cur.expires_at < now
+//	         OR TakesBack(cur, op)))
 //	         → epoch, owner, endpoint, state=RESTORING, expires_at=now+ttl
 //	RENEW    cur.epoch = my_epoch AND cur.owner = me → expires_at=now+ttl
 //	FENCE    cur.epoch = my_epoch AND cur.owner = me → pointer / state / sealed_lsn
@@ -176,69 +183,134 @@ func VerdictOf(err error) LeaseVerdict {
 // ownership never changes without an epoch increase (R15, R16, R27).
 func ApplyLease(cur *LeaseRecord, op LeaseOp) (LeaseRecord, error) {
 	opName := "authority.ApplyLease " + op.Kind.String()
-	if op.Node == "" || op.Epoch == 0 || op.Now.IsZero() {
-		return zeroOr(cur), invalidf(opName, ErrMissingField, "node, epoch and now are required")
-	}
-	if cur != nil && op.Partition != "" && op.Partition != cur.Partition {
-		return *cur, invalidf(opName, ErrMalformed, "op for %q applied to record %q", op.Partition, cur.Partition)
+	if err := checkLeaseOp(cur, op, opName); err != nil {
+		return zeroOr(cur), err
 	}
 	switch op.Kind {
 	case Acquire, Force:
-		if cur == nil && op.Partition == "" {
-			return LeaseRecord{}, invalidf(opName, ErrMissingField, "partition")
-		}
-		if op.TTL <= 0 || op.RenewInterval <= 0 || op.RenewInterval >= op.TTL || op.Endpoint == "" {
-			return zeroOr(cur), invalidf(opName, ErrLeaseTiming, "ttl %v renew %v endpoint %q", op.TTL, op.RenewInterval, op.Endpoint) // R14
-		}
-		if op.Kind == Force && (op.Operator == "" || op.Reason == "") { // R28
-			return zeroOr(cur), invalidf(opName, ErrMissingField, "force-takeover needs an operator and a reason")
-		}
-		if cur != nil {
-			if cur.Epoch >= op.Epoch { // R15, R20, R27: only a strictly higher epoch lands
-				return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("record at epoch %d, claim at %d: %w", cur.Epoch, op.Epoch, ErrStaleEpoch))
-			}
-			if op.Kind == Acquire && !cur.ExpiresAt.Before(op.Now) { // FORCE skips only this test (R26)
-				return *cur, retryable(blobplane.CodeConflict, opName, fmt.Errorf("owner %s until %s: %w", cur.OwnerNode, cur.ExpiresAt.UTC().Format(time.RFC3339Nano), ErrLeaseHeld))
-			}
-		}
-		next := zeroOr(cur)
-		if cur == nil {
-			next.Partition = op.Partition
-		}
-		next.Epoch, next.OwnerNode, next.OwnerEndpoint = op.Epoch, op.Node, op.Endpoint
-		next.State = PrimaryRestoring // R23: holding is not ready
-		next.TTL, next.RenewInterval, next.ExpiresAt = op.TTL, op.RenewInterval, op.Now.Add(op.TTL)
-		if op.Kind == Force { // R28
-			at := op.Now
-			next.TakenBy, next.TakenReason, next.TakenAt = op.Operator, op.Reason, &at
-		}
-		return next, nil
-
+		return claim(cur, op, opName)
 	case Renew, Fence:
-		if cur == nil {
-			return LeaseRecord{}, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("no lease record: %w", ErrNotOwner))
-		}
-		if cur.Epoch != op.Epoch { // R20: the fence
-			return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("record at epoch %d, write at %d: %w", cur.Epoch, op.Epoch, ErrStaleEpoch))
-		}
-		if cur.OwnerNode != op.Node {
-			return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("owner %s, writer %s: %w", cur.OwnerNode, op.Node, ErrNotOwner))
-		}
-		next := *cur
-		if op.Kind == Renew {
-			ttl := op.TTL
-			if ttl == 0 {
-				ttl = cur.TTL
-			}
-			if ttl <= 0 {
-				return *cur, invalidf(opName, ErrLeaseTiming, "ttl %v", ttl)
-			}
-			next.TTL, next.ExpiresAt = ttl, op.Now.Add(ttl)
-			return next, nil
-		}
-		return fence(cur, next, op, opName)
+		return holderWrite(cur, op, opName)
 	}
 	return zeroOr(cur), invalidf(opName, ErrMalformed, "unknown lease operation %d", op.Kind)
+}
+
+// TakesBack reports whether op, an ACQUIRE, may claim cur while it is live
+// (issue 27): the claimant asks to take back (it has just started and
+// holds nothing in this process), it owns the record — an earlier
+// process with the same node id left it — and the record is held the
+// ordinary way. A sealed record moves only to its successor (R74), a
+// quarantined one is not placed (R59). The claim still needs a higher
+// epoch, which fences that earlier process (R15, R20, R27).
+func TakesBack(cur *LeaseRecord, op LeaseOp) bool {
+	if cur == nil || op.Kind != Acquire || !op.TakeBack || cur.OwnerNode != op.Node {
+		return false
+	}
+	switch cur.State {
+	case PrimaryRestoring, PrimaryCatchingUp, PrimaryServing:
+		return true
+	}
+	return false
+}
+
+// checkLeaseOp refuses a malformed op before any record is consulted.
+func checkLeaseOp(cur *LeaseRecord, op LeaseOp, opName string) error {
+	switch {
+	case op.Node == "" || op.Epoch == 0 || op.Now.IsZero():
+		return invalidf(opName, ErrMissingField, "node, epoch and now are required")
+	case cur != nil && op.Partition != "" && op.Partition != cur.Partition:
+		return invalidf(opName, ErrMalformed, "op for %q applied to record %q", op.Partition, cur.Partition)
+	case op.TakeBack && op.Kind != Acquire:
+		return invalidf(opName, ErrMalformed, "only ACQUIRE takes a lease back")
+	}
+	return nil
+}
+
+// claim is ACQUIRE and FORCE: a well-formed claim that the record allows
+// writes the claimant in at op.Epoch.
+func claim(cur *LeaseRecord, op LeaseOp, opName string) (LeaseRecord, error) {
+	if err := checkClaimOp(cur, op, opName); err != nil {
+		return zeroOr(cur), err
+	}
+	if err := claimable(cur, op, opName); err != nil {
+		return *cur, err
+	}
+	return claimed(cur, op), nil
+}
+
+// checkClaimOp refuses a claim without a partition to create, without a
+// lease timing (R14) or, for FORCE, without its audit trail (R28).
+func checkClaimOp(cur *LeaseRecord, op LeaseOp, opName string) error {
+	switch {
+	case cur == nil && op.Partition == "":
+		return invalidf(opName, ErrMissingField, "partition")
+	case op.TTL <= 0 || op.RenewInterval <= 0 || op.RenewInterval >= op.TTL || op.Endpoint == "":
+		return invalidf(opName, ErrLeaseTiming, "ttl %v renew %v endpoint %q", op.TTL, op.RenewInterval, op.Endpoint) // R14
+	case op.Kind == Force && (op.Operator == "" || op.Reason == ""): // R28
+		return invalidf(opName, ErrMissingField, "force-takeover needs an operator and a reason")
+	}
+	return nil
+}
+
+// claimable is the claim's condition on an existing record: a strictly
+// higher epoch (R15, R20, R27), and for ACQUIRE an expired record or one
+// it takes back (FORCE skips only the expiry test, R26).
+func claimable(cur *LeaseRecord, op LeaseOp, opName string) error {
+	switch {
+	case cur == nil:
+		return nil
+	case cur.Epoch >= op.Epoch:
+		return coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("record at epoch %d, claim at %d: %w", cur.Epoch, op.Epoch, ErrStaleEpoch))
+	case op.Kind == Acquire && !cur.ExpiresAt.Before(op.Now) && !TakesBack(cur, op):
+		return retryable(blobplane.CodeConflict, opName, fmt.Errorf("owner %s until %s: %w", cur.OwnerNode, cur.ExpiresAt.UTC().Format(time.RFC3339Nano), ErrLeaseHeld))
+	}
+	return nil
+}
+
+// claimed is the record after an accepted claim.
+func claimed(cur *LeaseRecord, op LeaseOp) LeaseRecord {
+	next := zeroOr(cur)
+	if cur == nil {
+		next.Partition = op.Partition
+	}
+	next.Epoch, next.OwnerNode, next.OwnerEndpoint = op.Epoch, op.Node, op.Endpoint
+	next.State = PrimaryRestoring // R23: holding is not ready
+	next.TTL, next.RenewInterval, next.ExpiresAt = op.TTL, op.RenewInterval, op.Now.Add(op.TTL)
+	if op.Kind == Force { // R28
+		at := op.Now
+		next.TakenBy, next.TakenReason, next.TakenAt = op.Operator, op.Reason, &at
+	}
+	return next
+}
+
+// holderWrite is RENEW and FENCE: writes of the holder at its epoch (R20).
+func holderWrite(cur *LeaseRecord, op LeaseOp, opName string) (LeaseRecord, error) {
+	switch {
+	case cur == nil:
+		return LeaseRecord{}, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("no lease record: %w", ErrNotOwner))
+	case cur.Epoch != op.Epoch: // R20: the fence
+		return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("record at epoch %d, write at %d: %w", cur.Epoch, op.Epoch, ErrStaleEpoch))
+	case cur.OwnerNode != op.Node:
+		return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("owner %s, writer %s: %w", cur.OwnerNode, op.Node, ErrNotOwner))
+	case op.Kind == Renew:
+		return renew(cur, op, opName)
+	}
+	return fence(cur, *cur, op, opName)
+}
+
+// renew extends the holder's lease by op.TTL, or by the record's own TTL
+// when op names none (R14).
+func renew(cur *LeaseRecord, op LeaseOp, opName string) (LeaseRecord, error) {
+	ttl := op.TTL
+	if ttl == 0 {
+		ttl = cur.TTL
+	}
+	if ttl <= 0 {
+		return *cur, invalidf(opName, ErrLeaseTiming, "ttl %v", ttl)
+	}
+	next := *cur
+	next.TTL, next.ExpiresAt = ttl, op.Now.Add(ttl)
+	return next, nil
 }
 
 func fence(cur *LeaseRecord, next LeaseRecord, op LeaseOp, opName string) (LeaseRecord, error) {

@@ -135,6 +135,73 @@ func TestR15_AcquireRules(t *testing.T) {
 	}
 }
 
+// Issue 27, "Acknowledged means kept": a restarted process that keeps
+// its node id takes its live lease back at once, at epoch + 1, which
+// fences the incarnation it replaces; nobody else can, and a sealed or
+// quarantined record is never taken back (R74, R59).
+func TestTakeBackOwnLiveLease(t *testing.T) {
+	t.Parallel()
+	rec := record73() // live until storeT0 + 15 s, owner n_7a2c
+	now := storeT0.Add(2 * time.Second)
+	back := acquire("n_7a2c", "10.0.4.11:7444", 74, now) // a new process: new port
+	back.TakeBack = true
+
+	// A plain ACQUIRE by the owner itself waits out the TTL.
+	if _, err := ApplyLease(rec, acquire("n_7a2c", "10.0.4.11:7444", 74, now)); VerdictOf(err) != RejectLeaseHeld {
+		t.Fatalf("plain ACQUIRE of a live lease: %v", err)
+	}
+	if !TakesBack(rec, back) {
+		t.Fatal("TakesBack refuses the owner's restart")
+	}
+	next, err := ApplyLease(rec, back)
+	if err != nil {
+		t.Fatalf("take-back: %v", err)
+	}
+	// R15: the epoch moves in the claiming write; R23: holding is not ready.
+	if next.Epoch != 74 || next.OwnerNode != "n_7a2c" || next.OwnerEndpoint != "10.0.4.11:7444" || next.State != PrimaryRestoring ||
+		!next.ExpiresAt.Equal(now.Add(timing.TTL)) || next.CheckpointPointer != rec.CheckpointPointer {
+		t.Fatalf("taken back: %+v", next)
+	}
+	// R20: the earlier incarnation's writes under epoch 73 are fenced.
+	if _, err := ApplyLease(&next, fenceOp("n_7a2c", 73, now, "ckpt-zombie")); VerdictOf(err) != RejectStaleEpoch {
+		t.Fatalf("old incarnation's FENCE: %v", err)
+	}
+	if _, err := ApplyLease(&next, LeaseOp{Kind: Renew, Node: "n_7a2c", Epoch: 73, Now: now}); VerdictOf(err) != RejectStaleEpoch {
+		t.Fatalf("old incarnation's RENEW: %v", err)
+	}
+
+	refused := []struct {
+		name string
+		cur  *LeaseRecord
+		op   LeaseOp
+		want LeaseVerdict
+	}{
+		{"another node", rec, func() LeaseOp { o := back; o.Node = "n_1f90"; return o }(), RejectLeaseHeld},
+		{"not a higher epoch", rec, func() LeaseOp { o := back; o.Epoch = 73; return o }(), RejectStaleEpoch},
+		{"sealed (R74)", func() *LeaseRecord {
+			r := record73()
+			r.State, r.SealedLSN = PrimarySealed, ptr(uint64(918408))
+			return r
+		}(), back, RejectLeaseHeld},
+		{"quarantined (R59)", func() *LeaseRecord { r := record73(); r.State = PrimaryQuarantined; return r }(), back, RejectLeaseHeld},
+		{"RENEW cannot take back", rec, LeaseOp{Kind: Renew, Node: "n_7a2c", Epoch: 73, Now: now, TakeBack: true}, RejectInvalid},
+		{"FORCE cannot take back", rec, func() LeaseOp { o := back; o.Kind, o.Operator, o.Reason = Force, "alice", "r"; return o }(), RejectInvalid},
+	}
+	for _, c := range refused {
+		got, err := ApplyLease(c.cur, c.op)
+		if VerdictOf(err) != c.want {
+			t.Errorf("%s: %s (%v), want %s", c.name, VerdictOf(err), err, c.want)
+		}
+		if got.Epoch != c.cur.Epoch || got.OwnerNode != c.cur.OwnerNode || got.State != c.cur.State {
+			t.Errorf("%s: refused write changed the record: %+v", c.name, got)
+		}
+	}
+	// An expired record is claimed with or without the flag, by anyone.
+	if _, err := ApplyLease(rec, func() LeaseOp { o := back; o.Node, o.Now = "n_1f90", rec.ExpiresAt.Add(time.Millisecond); return o }()); err != nil {
+		t.Fatalf("take-back flag on an expired record of another owner: %v", err)
+	}
+}
+
 func TestR14_NoLeaseWithoutExpiry(t *testing.T) {
 	t.Parallel()
 	for _, op := range []LeaseOp{
@@ -225,6 +292,7 @@ func TestR16_EpochsNeverDecrease(t *testing.T) {
 		switch rng.IntN(4) {
 		case 0:
 			op.Kind = Acquire
+			op.TakeBack = rng.IntN(2) == 0 // issue 27: a restart's claim
 		case 1:
 			op.Kind = Renew
 		case 2:

@@ -77,6 +77,16 @@ func Validate(m *Map) error {
 
 // validatePartition checks one entry (R7, R29, R89–R91, R13).
 func validatePartition(v *problems, p *Partition, bits int) {
+	checkPartitionFields(v, p)
+	checkSlotRanges(v, p, bits)
+	checkLineage(v, p)
+	checkPrimary(v, p)
+	checkStandbys(v, p)
+}
+
+// checkPartitionFields checks the entry's id (R13), class, mode and
+// generation.
+func checkPartitionFields(v *problems, p *Partition) {
 	if p.ID == "" {
 		v.addf(ErrMissingField, "partition without id")
 	} else if len(p.ID) > MaxPartitionIDLen || !printable(p.ID) {
@@ -91,6 +101,11 @@ func validatePartition(v *problems, p *Partition, bits int) {
 	if p.Generation == 0 {
 		v.addf(ErrMissingField, "partition %q: generation must be >= 1", p.ID)
 	}
+}
+
+// checkSlotRanges checks the entry's own slot ranges; coverage across
+// entries is checkCoverage's.
+func checkSlotRanges(v *problems, p *Partition, bits int) {
 	// R7: inclusive [low, high] pairs, sorted, non-overlapping; R89: never
 	// zero slots.
 	if len(p.Slots) == 0 {
@@ -111,6 +126,9 @@ func validatePartition(v *problems, p *Partition, bits int) {
 			}
 		}
 	}
+}
+
+func checkLineage(v *problems, p *Partition) {
 	// R91 lineage: parents name other partitions at a lower generation
 	// (R89, R90: a child's generation exceeds every parent's).
 	for _, pr := range p.Parents {
@@ -118,6 +136,9 @@ func validatePartition(v *problems, p *Partition, bits int) {
 			v.addf(ErrBadLineage, "partition %q (generation %d): parent %q generation %d", p.ID, p.Generation, pr.ID, pr.Generation)
 		}
 	}
+}
+
+func checkPrimary(v *problems, p *Partition) {
 	// R7: primary endpoint and state.
 	if !p.Primary.State.Known() {
 		v.addf(ErrUnknownState, "partition %q: primary state %q", p.ID, p.Primary.State)
@@ -129,6 +150,9 @@ func validatePartition(v *problems, p *Partition, bits int) {
 			v.addf(ErrMissingField, "partition %q: primary endpoint %q must be host:port", p.ID, p.Primary.Endpoint)
 		}
 	}
+}
+
+func checkStandbys(v *problems, p *Partition) {
 	// R7: each standby's endpoint and state; a standby is never the primary.
 	for k, s := range p.Standbys {
 		if !s.State.Known() {

@@ -170,90 +170,149 @@ func ParseSpec(entry string) (Spec, error) {
 		return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "name %q: want a lowercase letter followed by letters, digits, '-' or '_'", name)
 	}
 	spec := Spec{Name: name, Store: StoreAsSubmitted}
+	var err error
 	switch {
 	case strings.HasPrefix(rest, "filesystem:"):
-		spec.Kind = KindFilesystem
-		path, query, _ := strings.Cut(strings.TrimPrefix(rest, "filesystem:"), "?")
-		if path == "" {
-			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: empty path")
-		}
-		spec.Path = path
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: bad options %q", query)
-		}
-		if err := spec.takeStore(q); err != nil {
-			return Spec{}, err
-		}
-		switch m := SyncMode(take(q, "sync")); m {
-		case "", SyncFile, SyncFilesystem:
-			spec.Sync = m
-		default:
-			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: sync %q: want file or filesystem", truncate(string(m)))
-		}
-		if d := take(q, "direct"); d != "" {
-			n, err := strconv.ParseInt(d, 10, 64)
-			if err != nil || n < 1 {
-				return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "filesystem: direct %q: want the smallest size in bytes (≥ 1) written past the page cache", truncate(d))
-			}
-			spec.Direct = n
-		}
-		if err := noneLeft("filesystem", q); err != nil {
-			return Spec{}, err
-		}
+		err = spec.parseFilesystem(strings.TrimPrefix(rest, "filesystem:"))
 	case strings.HasPrefix(rest, "s3://"):
-		spec.Kind = KindS3
-		u, err := url.Parse(rest)
-		if err != nil {
-			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "s3: not a URL")
-		}
-		c := &spec.S3
-		c.Bucket = u.Host
-		if !validBucket(c.Bucket) {
-			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "s3: bucket %q: want 3-63 lowercase letters, digits, '.' or '-'", c.Bucket)
-		}
-		if p := strings.Trim(u.Path, "/"); p != "" {
-			c.Prefix = p + "/"
-		}
-		q := u.Query()
-		if err := spec.takeStore(q); err != nil {
-			return Spec{}, err
-		}
-		c.Endpoint = take(q, "endpoint")
-		if c.Endpoint != "" {
-			eu, err := url.Parse(c.Endpoint)
-			if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
-				return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "s3: endpoint %q: want http(s)://host[:port]", c.Endpoint)
-			}
-		}
-		c.Region = take(q, "region")
-		if ps := take(q, "path_style"); ps != "" {
-			b, err := strconv.ParseBool(ps)
-			if err != nil {
-				return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "s3: path_style %q: want true or false", ps)
-			}
-			c.PathStyle = b
-		}
-		c.AccessKeyID = take(q, "access_key_id")
-		c.SecretAccessKey = take(q, "secret_access_key")
-		if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
-			return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "s3: access_key_id and secret_access_key go together")
-		}
-		if ps := take(q, "part_size"); ps != "" {
-			n, err := strconv.ParseInt(ps, 10, 64)
-			if err != nil || n < 5<<20 || n > 5<<30 {
-				return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "s3: part_size %q: want bytes between 5 MiB and 5 GiB", ps)
-			}
-			c.PartSize = n
-		}
-		if err := noneLeft("s3", q); err != nil {
-			return Spec{}, err
-		}
+		err = spec.parseS3(rest)
 	default:
 		kind, _, _ := strings.Cut(rest, ":")
 		return Spec{}, blobplane.Errorf(blobplane.CodeInvalid, "unknown backend kind %q: want filesystem:<path> or s3://<bucket>", truncate(kind))
 	}
+	if err != nil {
+		return Spec{}, err
+	}
 	return spec, nil
+}
+
+// parseFilesystem fills s from what follows "filesystem:": a path and its
+// options.
+func (s *Spec) parseFilesystem(rest string) error {
+	s.Kind = KindFilesystem
+	path, query, _ := strings.Cut(rest, "?")
+	if path == "" {
+		return blobplane.Errorf(blobplane.CodeInvalid, "filesystem: empty path")
+	}
+	s.Path = path
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return blobplane.Errorf(blobplane.CodeInvalid, "filesystem: bad options %q", query)
+	}
+	if err := s.takeStore(q); err != nil {
+		return err
+	}
+	if err := s.takeSync(q); err != nil {
+		return err
+	}
+	if err := s.takeDirect(q); err != nil {
+		return err
+	}
+	return noneLeft("filesystem", q)
+}
+
+func (s *Spec) takeSync(q url.Values) error {
+	switch m := SyncMode(take(q, "sync")); m {
+	case "", SyncFile, SyncFilesystem:
+		s.Sync = m
+	default:
+		return blobplane.Errorf(blobplane.CodeInvalid, "filesystem: sync %q: want file or filesystem", truncate(string(m)))
+	}
+	return nil
+}
+
+func (s *Spec) takeDirect(q url.Values) error {
+	d := take(q, "direct")
+	if d == "" {
+		return nil
+	}
+	n, err := strconv.ParseInt(d, 10, 64)
+	if err != nil || n < 1 {
+		return blobplane.Errorf(blobplane.CodeInvalid, "filesystem: direct %q: want the smallest size in bytes (≥ 1) written past the page cache", truncate(d))
+	}
+	s.Direct = n
+	return nil
+}
+
+// parseS3 fills s from an s3://<bucket>[/<prefix>]?... URL.
+func (s *Spec) parseS3(rest string) error {
+	s.Kind = KindS3
+	u, err := url.Parse(rest)
+	if err != nil {
+		return blobplane.Errorf(blobplane.CodeInvalid, "s3: not a URL")
+	}
+	c := &s.S3
+	c.Bucket = u.Host
+	if !validBucket(c.Bucket) {
+		return blobplane.Errorf(blobplane.CodeInvalid, "s3: bucket %q: want 3-63 lowercase letters, digits, '.' or '-'", c.Bucket)
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		c.Prefix = p + "/"
+	}
+	q := u.Query()
+	if err := s.takeStore(q); err != nil {
+		return err
+	}
+	if err := c.takeOptions(q); err != nil {
+		return err
+	}
+	return noneLeft("s3", q)
+}
+
+// takeOptions takes the S3 connection options out of q, in the order their
+// errors are reported.
+func (c *S3Config) takeOptions(q url.Values) error {
+	if err := c.takeEndpoint(q); err != nil {
+		return err
+	}
+	c.Region = take(q, "region")
+	if err := c.takePathStyle(q); err != nil {
+		return err
+	}
+	c.AccessKeyID = take(q, "access_key_id")
+	c.SecretAccessKey = take(q, "secret_access_key")
+	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
+		return blobplane.Errorf(blobplane.CodeInvalid, "s3: access_key_id and secret_access_key go together")
+	}
+	return c.takePartSize(q)
+}
+
+func (c *S3Config) takeEndpoint(q url.Values) error {
+	c.Endpoint = take(q, "endpoint")
+	if c.Endpoint == "" {
+		return nil
+	}
+	eu, err := url.Parse(c.Endpoint)
+	if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
+		return blobplane.Errorf(blobplane.CodeInvalid, "s3: endpoint %q: want http(s)://host[:port]", c.Endpoint)
+	}
+	return nil
+}
+
+func (c *S3Config) takePathStyle(q url.Values) error {
+	ps := take(q, "path_style")
+	if ps == "" {
+		return nil
+	}
+	b, err := strconv.ParseBool(ps)
+	if err != nil {
+		return blobplane.Errorf(blobplane.CodeInvalid, "s3: path_style %q: want true or false", ps)
+	}
+	c.PathStyle = b
+	return nil
+}
+
+func (c *S3Config) takePartSize(q url.Values) error {
+	ps := take(q, "part_size")
+	if ps == "" {
+		return nil
+	}
+	n, err := strconv.ParseInt(ps, 10, 64)
+	if err != nil || n < 5<<20 || n > 5<<30 {
+		return blobplane.Errorf(blobplane.CodeInvalid, "s3: part_size %q: want bytes between 5 MiB and 5 GiB", ps)
+	}
+	c.PartSize = n
+	return nil
 }
 
 func (s *Spec) takeStore(q url.Values) error {

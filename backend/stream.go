@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"hash"
 	"io"
 	"sync"
 
@@ -132,101 +133,163 @@ func (e *SinkError) Unwrap() error { return e.Err }
 // failed mid-stream), or a *SinkError from dst, which the caller classifies.
 func Encode(ctx context.Context, dst io.Writer, req WriteRequest, out Codec) (Representation, error) {
 	const op = "backend.Encode"
-	in, err := ParseCodec(string(req.Codec))
+	in, out, err := checkEncode(op, req, out)
 	if err != nil {
 		return Representation{}, err
-	}
-	if out, err = ParseCodec(string(out)); err != nil {
-		return Representation{}, err
-	}
-	if err := ValidDigest(op, req.Digest); err != nil {
-		return Representation{}, err
-	}
-	if req.Size < 0 {
-		return Representation{}, Invalid(op, "size %d: must not be negative", req.Size)
-	}
-	if req.PayloadSize < 0 || (in == CodecIdentity && req.PayloadSize > 0 && req.PayloadSize != req.Size) {
-		return Representation{}, Invalid(op, "payload size %d does not fit codec %s and size %d", req.PayloadSize, in, req.Size)
-	}
-	if req.Body == nil {
-		return Representation{}, Invalid(op, "no body")
 	}
 
 	bufp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bufp)
-	buf := *bufp
 
-	src := &sourceReader{r: ctxReader{ctx: ctx, r: req.Body}}
-	sink := &sinkWriter{w: dst}
-	h := sha256.New()
-	var content int64 // decoded bytes seen
-	var decodeErr error
-
-	// limit stops a body (or a zstd bomb) one byte past the claimed size:
-	// that byte alone proves a mismatch.
-	limit := req.Size + 1
-
+	e := &encoding{
+		src:  &sourceReader{r: ctxReader{ctx: ctx, r: req.Body}},
+		sink: &sinkWriter{w: dst},
+		h:    sha256.New(),
+		buf:  *bufp,
+		size: req.Size,
+	}
 	switch {
 	case in == CodecIdentity && out == CodecIdentity:
-		content, err = io.CopyBuffer(io.MultiWriter(h, sink), io.LimitReader(src, limit), buf)
+		e.copyIdentity()
 	case in == CodecIdentity && out == CodecZstd:
-		enc := encoders.Get().(*zstd.Encoder)
-		enc.Reset(sink)
-		content, err = io.CopyBuffer(io.MultiWriter(h, enc), io.LimitReader(src, limit), buf)
-		if cerr := enc.Close(); err == nil {
-			err = cerr
-		}
-		enc.Reset(nil)
-		encoders.Put(enc)
+		e.compress()
 	case in == CodecZstd:
-		// The payload goes to dst as it is read (zstd → zstd) or the
-		// decoded content does (zstd → identity).
-		var payload io.Reader = src
-		var contentDst io.Writer = h
-		if out == CodecZstd {
-			payload = io.TeeReader(src, sink)
-		} else {
-			contentDst = io.MultiWriter(h, sink)
-		}
-		var dec *zstd.Decoder
-		dec, err = getDecoder(payload)
-		if err == nil {
-			content, err = io.CopyBuffer(contentDst, io.LimitReader(dec, limit), buf)
-			putDecoder(dec)
-			if err == nil && content <= req.Size {
-				// All frames decoded; anything after them is not zstd.
-				if n, _ := io.CopyBuffer(io.Discard, payload, buf); n > 0 && src.err == nil && sink.err == nil {
-					decodeErr = errors.New("trailing bytes after the last zstd frame")
-				}
-			}
-		}
-		if err != nil && src.err == nil && sink.err == nil {
-			decodeErr, err = err, nil
-		}
+		e.decompress(out)
 	}
-	switch {
-	case src.err != nil:
-		return Representation{}, Unavailable(op, src.err, "request body failed after %d content bytes: %v", content, src.err)
-	case sink.err != nil:
-		return Representation{}, sink.err
-	case err != nil:
-		return Representation{}, Classify(op, err)
-	case decodeErr != nil:
-		return Representation{}, Mismatch(op, "payload does not decode as zstd: %v", decodeErr)
-	case content != req.Size:
-		if content > req.Size {
-			return Representation{}, Mismatch(op, "content is larger than the expected %d bytes", req.Size)
-		}
-		return Representation{}, Mismatch(op, "content is %d bytes, expected %d", content, req.Size)
+	if err := e.failure(op); err != nil {
+		return Representation{}, err
 	}
-	if got := blobplane.DigestFromHash(h); got != req.Digest {
+	if got := blobplane.DigestFromHash(e.h); got != req.Digest {
 		return Representation{}, Mismatch(op, "content hashed to %s, expected %s", got, req.Digest)
 	}
-	repr := Representation{Codec: out, PayloadSize: sink.n, ContentSize: content}
-	if in == CodecZstd && req.PayloadSize > 0 && req.PayloadSize != src.n {
-		return Representation{}, Mismatch(op, "payload is %d bytes, declared %d", src.n, req.PayloadSize)
+	repr := Representation{Codec: out, PayloadSize: e.sink.n, ContentSize: e.content}
+	if in == CodecZstd && req.PayloadSize > 0 && req.PayloadSize != e.src.n {
+		return Representation{}, Mismatch(op, "payload is %d bytes, declared %d", e.src.n, req.PayloadSize)
 	}
 	return repr, nil
+}
+
+// checkEncode validates an Encode request before a byte is read, and
+// returns its input and output codecs in canonical form.
+func checkEncode(op string, req WriteRequest, out Codec) (Codec, Codec, error) {
+	in, err := ParseCodec(string(req.Codec))
+	if err != nil {
+		return "", "", err
+	}
+	if out, err = ParseCodec(string(out)); err != nil {
+		return "", "", err
+	}
+	if err := ValidDigest(op, req.Digest); err != nil {
+		return "", "", err
+	}
+	if req.Size < 0 {
+		return "", "", Invalid(op, "size %d: must not be negative", req.Size)
+	}
+	if req.PayloadSize < 0 || (in == CodecIdentity && req.PayloadSize > 0 && req.PayloadSize != req.Size) {
+		return "", "", Invalid(op, "payload size %d does not fit codec %s and size %d", req.PayloadSize, in, req.Size)
+	}
+	if req.Body == nil {
+		return "", "", Invalid(op, "no body")
+	}
+	return in, out, nil
+}
+
+// encoding is one run of Encode's pipeline: the body it reads, the
+// destination it writes, the hash of the decoded content, and what the run
+// saw.
+type encoding struct {
+	src  *sourceReader
+	sink *sinkWriter
+	h    hash.Hash
+	buf  []byte
+	size int64 // the content size the request claims
+
+	content   int64 // decoded bytes seen
+	decodeErr error // the payload is not valid zstd
+	err       error // the copy failed otherwise
+}
+
+// limit stops a body (or a zstd bomb) one byte past the claimed size: that
+// byte alone proves a mismatch.
+func (e *encoding) limit() int64 { return e.size + 1 }
+
+// copyIdentity stores an identity body as it is.
+func (e *encoding) copyIdentity() {
+	e.content, e.err = io.CopyBuffer(io.MultiWriter(e.h, e.sink), io.LimitReader(e.src, e.limit()), e.buf)
+}
+
+// compress stores an identity body zstd-encoded.
+func (e *encoding) compress() {
+	enc := encoders.Get().(*zstd.Encoder)
+	enc.Reset(e.sink)
+	e.content, e.err = io.CopyBuffer(io.MultiWriter(e.h, enc), io.LimitReader(e.src, e.limit()), e.buf)
+	if cerr := enc.Close(); e.err == nil {
+		e.err = cerr
+	}
+	enc.Reset(nil)
+	encoders.Put(enc)
+}
+
+// decompress verifies a zstd body by decoding it, and stores either the
+// payload as read (zstd → zstd) or the decoded content (zstd → identity).
+func (e *encoding) decompress(out Codec) {
+	var payload io.Reader = e.src
+	var contentDst io.Writer = e.h
+	if out == CodecZstd {
+		payload = io.TeeReader(e.src, e.sink)
+	} else {
+		contentDst = io.MultiWriter(e.h, e.sink)
+	}
+	err := e.decode(payload, contentDst)
+	if err != nil && e.streamsIntact() {
+		// Neither the body nor dst failed: the payload itself is bad.
+		e.decodeErr = err
+		return
+	}
+	e.err = err
+}
+
+// decode copies the content decoded from payload to contentDst, then checks
+// nothing but zstd frames made up the payload.
+func (e *encoding) decode(payload io.Reader, contentDst io.Writer) error {
+	dec, err := getDecoder(payload)
+	if err != nil {
+		return err
+	}
+	e.content, err = io.CopyBuffer(contentDst, io.LimitReader(dec, e.limit()), e.buf)
+	putDecoder(dec)
+	if err != nil || e.content > e.size {
+		return err
+	}
+	// All frames decoded; anything after them is not zstd.
+	if n, _ := io.CopyBuffer(io.Discard, payload, e.buf); n > 0 && e.streamsIntact() {
+		e.decodeErr = errors.New("trailing bytes after the last zstd frame")
+	}
+	return nil
+}
+
+// streamsIntact reports that neither the body nor the destination failed,
+// so a failure of the pipeline is the payload's own.
+func (e *encoding) streamsIntact() bool { return e.src.err == nil && e.sink.err == nil }
+
+// failure says why the run did not carry exactly the claimed content, or
+// returns nil. A failing body or destination outranks what it left behind.
+func (e *encoding) failure(op string) error {
+	switch {
+	case e.src.err != nil:
+		return Unavailable(op, e.src.err, "request body failed after %d content bytes: %v", e.content, e.src.err)
+	case e.sink.err != nil:
+		return e.sink.err
+	case e.err != nil:
+		return Classify(op, e.err)
+	case e.decodeErr != nil:
+		return Mismatch(op, "payload does not decode as zstd: %v", e.decodeErr)
+	case e.content > e.size:
+		return Mismatch(op, "content is larger than the expected %d bytes", e.size)
+	case e.content != e.size:
+		return Mismatch(op, "content is %d bytes, expected %d", e.content, e.size)
+	}
+	return nil
 }
 
 // StoredCodec is what a backend configured with policy stores for a body

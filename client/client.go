@@ -192,37 +192,23 @@ func (c *Client) latestMap(ctx context.Context) (*authority.Map, error) {
 // fresh request each time (it may be called several times). A served answer
 // is returned as is, whatever its status; routing answers are consumed.
 func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Context, base string) (*http.Request, error)) (*http.Response, error) {
-	if core := c.core.Load(); core == nil || core.Map() == nil || time.Now().UnixNano() > c.next.Load() {
-		if err := c.Refresh(ctx); err != nil {
-			if core := c.core.Load(); core == nil || core.Map() == nil {
-				return nil, err
-			}
-		}
+	core, err := c.routing(ctx)
+	if err != nil {
+		return nil, err
 	}
-	core := c.core.Load()
 	deadline := time.Now().Add(c.cfg.MaxWait)
 	redirects := 0
 	for {
 		t, err := core.Target(key)
 		if err != nil {
-			if errors.Is(err, authority.ErrNotReady) && time.Now().Add(authority.RetryAfterOf(err)).Before(deadline) {
-				if err := sleep(ctx, authority.RetryAfterOf(err)); err != nil {
-					return nil, err
-				}
-				continue
+			if err := waitNotReady(ctx, err, deadline); err != nil {
+				return nil, err
 			}
-			return nil, err
+			continue
 		}
-		req, err := build(ctx, "http://"+t.Endpoint)
+		resp, err := c.send(ctx, key, t, build)
 		if err != nil {
 			return nil, err
-		}
-		req.Header.Set("Blobplane-Slot", strconv.FormatUint(uint64(t.Slot), 10))
-		req.Header.Set("Blobplane-Slot-Bits", strconv.Itoa(t.SlotBits))
-		req.Header.Set("Blobplane-Map-Version", strconv.FormatUint(t.MapVersion, 10))
-		resp, err := c.cfg.HTTP.Do(req)
-		if err != nil {
-			return nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "home %s of %q unreachable", t.Endpoint, key)
 		}
 		env, ok := routingAnswer(resp)
 		if !ok {
@@ -230,25 +216,71 @@ func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Cont
 		}
 		step := core.OnAnswer(env, redirects, time.Now())
 		redirects = step.Redirects
-		switch step.Action {
-		case authority.Fail:
-			if env.Code == authority.RouteMisrouted {
-				c.misrouted.Add(1) // R105: counted; the caller alarms
-			}
-			return nil, step.Err
-		case authority.FetchMap:
-			if err := c.Refresh(ctx); err != nil {
-				return nil, err
-			}
-		case authority.RetryAfter:
-			if time.Now().Add(step.After).After(deadline) {
-				return nil, blobplane.Errorf(blobplane.CodeUnavailable, "%s for %q did not clear within %v", env.Code, key, c.cfg.MaxWait)
-			}
-			if err := sleep(ctx, step.After); err != nil {
+		if err := c.follow(ctx, key, env, step, deadline); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// routing returns the core to route with, refreshing the map first when
+// there is none or the periodic refresh is due. A failed refresh is an
+// error only when there is no map to route with.
+func (c *Client) routing(ctx context.Context) (*authority.Client, error) {
+	if core := c.core.Load(); core == nil || core.Map() == nil || time.Now().UnixNano() > c.next.Load() {
+		if err := c.Refresh(ctx); err != nil {
+			if core := c.core.Load(); core == nil || core.Map() == nil {
 				return nil, err
 			}
 		}
 	}
+	return c.core.Load(), nil
+}
+
+// waitNotReady waits out err, a home that is not ready yet, when its
+// retry-after ends before deadline; nil means route again. Any other
+// error comes back as it is.
+func waitNotReady(ctx context.Context, err error, deadline time.Time) error {
+	if errors.Is(err, authority.ErrNotReady) && time.Now().Add(authority.RetryAfterOf(err)).Before(deadline) {
+		return sleep(ctx, authority.RetryAfterOf(err))
+	}
+	return err
+}
+
+// send sends the request build makes to t, key's home, stamped with the
+// slot and map version it was routed by.
+func (c *Client) send(ctx context.Context, key string, t authority.Target, build func(ctx context.Context, base string) (*http.Request, error)) (*http.Response, error) {
+	req, err := build(ctx, "http://"+t.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Blobplane-Slot", strconv.FormatUint(uint64(t.Slot), 10))
+	req.Header.Set("Blobplane-Slot-Bits", strconv.Itoa(t.SlotBits))
+	req.Header.Set("Blobplane-Map-Version", strconv.FormatUint(t.MapVersion, 10))
+	resp, err := c.cfg.HTTP.Do(req)
+	if err != nil {
+		return nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "home %s of %q unreachable", t.Endpoint, key)
+	}
+	return resp, nil
+}
+
+// follow takes the step the routing answer env called for; nil means
+// route and send again.
+func (c *Client) follow(ctx context.Context, key string, env *authority.Envelope, step authority.Step, deadline time.Time) error {
+	switch step.Action {
+	case authority.Fail:
+		if env.Code == authority.RouteMisrouted {
+			c.misrouted.Add(1) // R105: counted; the caller alarms
+		}
+		return step.Err
+	case authority.FetchMap:
+		return c.Refresh(ctx)
+	case authority.RetryAfter:
+		if time.Now().Add(step.After).After(deadline) {
+			return blobplane.Errorf(blobplane.CodeUnavailable, "%s for %q did not clear within %v", env.Code, key, c.cfg.MaxWait)
+		}
+		return sleep(ctx, step.After)
+	}
+	return nil
 }
 
 // routingAnswer reads a routing envelope from resp, consuming the body, or

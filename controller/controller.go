@@ -114,31 +114,53 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 	}
 	opts.Now = opts.Now.UTC().Truncate(time.Millisecond)
 
-	var next *authority.Map
+	next, err := nextMap(op, prev, nodes, opts)
+	if err != nil {
+		return nil, err
+	}
+	raiseEpochs(next, leases)
+	delta, err := checkNext(op, prev, next)
+	if err != nil {
+		return nil, err
+	}
+	if err := sign(signer, next, delta); err != nil {
+		return nil, err
+	}
+	if err := st.PublishMap(ctx, next, delta); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// nextMap computes the map that follows prev (nil before the first map)
+// over nodes, epochs not yet raised: the first map is an even split, a
+// later one prev re-placed with the next version.
+func nextMap(op string, prev *authority.Map, nodes []authority.NodeAddr, opts PublishOptions) (*authority.Map, error) {
 	if prev == nil {
 		if opts.Partitions == 0 {
 			opts.Partitions = DefaultPartitions
 		}
-		next, err = authority.EvenSplit{
+		return authority.EvenSplit{
 			Version: 1, GeneratedAt: opts.Now, SlotBits: opts.SlotBits, Partitions: opts.Partitions,
 			Nodes: nodes, Class: DefaultClass, Mode: DefaultMode, Epoch: 0, State: PublishedState,
 		}.Build()
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		if opts.Partitions != 0 && opts.Partitions != len(prev.Partitions) {
-			return nil, blobplane.Errorf(blobplane.CodeInvalid,
-				"%s: the published map (version %d) has %d partitions, not %d; changing the count is a split or merge, which publish does not do", op, prev.Version, len(prev.Partitions), opts.Partitions)
-		}
-		if opts.SlotBits != 0 && opts.SlotBits != prev.SlotBits {
-			return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: the published map uses slot_bits %d; publish keeps it", op, prev.SlotBits)
-		}
-		next = replace(prev, nodes)
-		next.Version, next.GeneratedAt = prev.Version+1, opts.Now
 	}
-	raiseEpochs(next, leases)
+	if opts.Partitions != 0 && opts.Partitions != len(prev.Partitions) {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid,
+			"%s: the published map (version %d) has %d partitions, not %d; changing the count is a split or merge, which publish does not do", op, prev.Version, len(prev.Partitions), opts.Partitions)
+	}
+	if opts.SlotBits != 0 && opts.SlotBits != prev.SlotBits {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: the published map uses slot_bits %d; publish keeps it", op, prev.SlotBits)
+	}
+	next := replace(prev, nodes)
+	next.Version, next.GeneratedAt = prev.Version+1, opts.Now
+	return next, nil
+}
 
+// checkNext refuses a next map with prev's content (ErrNothingChanged),
+// one that is not a valid map (R5) and one that breaks prev's successor
+// rules (R6, R16); it returns the delta from prev, nil for the first map.
+func checkNext(op string, prev, next *authority.Map) (*authority.Delta, error) {
 	if prev != nil {
 		same := next.Clone()
 		same.Version, same.GeneratedAt, same.Signature = prev.Version, prev.GeneratedAt, prev.Signature
@@ -149,27 +171,24 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 	if err := authority.Validate(next); err != nil {
 		return nil, err
 	}
-	var delta *authority.Delta
-	if prev != nil {
-		if err := authority.CheckSuccessor(prev, next); err != nil {
-			return nil, err
-		}
-		if delta, err = authority.Diff(prev, next); err != nil {
-			return nil, err
-		}
+	if prev == nil {
+		return nil, nil
 	}
+	if err := authority.CheckSuccessor(prev, next); err != nil {
+		return nil, err
+	}
+	return authority.Diff(prev, next)
+}
+
+// sign signs next and its delta, if any (R10).
+func sign(signer authority.Signer, next *authority.Map, delta *authority.Delta) error {
 	if err := signer.SignMap(next); err != nil {
-		return nil, err
+		return err
 	}
-	if delta != nil {
-		if err := signer.SignDelta(delta); err != nil {
-			return nil, err
-		}
+	if delta == nil {
+		return nil
 	}
-	if err := st.PublishMap(ctx, next, delta); err != nil {
-		return nil, err
-	}
-	return next, nil
+	return signer.SignDelta(delta)
 }
 
 // upAPINodes lists the api nodes that are up, as map addresses, sorted by

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Acknowledged means kept (issue 27): a close away from the home whose
@@ -40,7 +40,7 @@ func TestOCI202IsAcceptedAndNeverReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.Finalize(ctx, store.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
+	if _, err := e.st.Finalize(ctx, upload.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Targets: []string{}}); err != nil {
 		t.Fatalf("the home publishes the accepted upload a day late: %v", err)
 	}

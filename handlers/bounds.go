@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // principalBounds holds one principal to its bounds on open upload
@@ -20,24 +20,24 @@ import (
 // period: a principal holds at most its bound plus (processes × what one
 // period admits) for a moment, never without bound.
 type principalBounds struct {
-	usages             func(ctx context.Context, minSessions, minStaged int64) (map[string]store.OpenUsage, error)
+	usages             func(ctx context.Context, minSessions, minStaged int64) (map[string]upload.OpenUsage, error)
 	maxOpen, maxStaged int64 // < 0: no bound
 	period             time.Duration
 
 	mu         sync.Mutex
-	snap       map[string]store.OpenUsage // nil until first read
-	local      map[string]store.OpenUsage // admitted by this process since the snapshot's read began
-	readAt     time.Time                  // monotonic
+	snap       map[string]upload.OpenUsage // nil until first read
+	local      map[string]upload.OpenUsage // admitted by this process since the snapshot's read began
+	readAt     time.Time                   // monotonic
 	refreshing bool
 }
 
 // usage is what p holds open, as far as this process knows.
-func (b *principalBounds) usage(ctx context.Context, p string) (store.OpenUsage, error) {
+func (b *principalBounds) usage(ctx context.Context, p string) (upload.OpenUsage, error) {
 	b.mu.Lock()
 	if (b.snap == nil || time.Since(b.readAt) >= b.period) && !b.refreshing {
 		b.refreshing = true
 		since := b.local
-		b.local = map[string]store.OpenUsage{}
+		b.local = map[string]upload.OpenUsage{}
 		b.mu.Unlock()
 		snap, err := b.usages(ctx, max(b.maxOpen/2, 1), max(b.maxStaged/2, 1))
 		b.mu.Lock()
@@ -45,11 +45,11 @@ func (b *principalBounds) usage(ctx context.Context, p string) (store.OpenUsage,
 		if err != nil {
 			for q, u := range since { // what the failed read would have covered
 				l := b.local[q]
-				b.local[q] = store.OpenUsage{Sessions: l.Sessions + u.Sessions, StagedBytes: l.StagedBytes + u.StagedBytes}
+				b.local[q] = upload.OpenUsage{Sessions: l.Sessions + u.Sessions, StagedBytes: l.StagedBytes + u.StagedBytes}
 			}
 			if b.snap == nil {
 				b.mu.Unlock()
-				return store.OpenUsage{}, err
+				return upload.OpenUsage{}, err
 			}
 		} else {
 			b.snap, b.readAt = snap, time.Now()
@@ -57,7 +57,7 @@ func (b *principalBounds) usage(ctx context.Context, p string) (store.OpenUsage,
 	}
 	defer b.mu.Unlock()
 	s, l := b.snap[p], b.local[p]
-	return store.OpenUsage{Sessions: s.Sessions + l.Sessions, StagedBytes: s.StagedBytes + l.StagedBytes}, nil
+	return upload.OpenUsage{Sessions: s.Sessions + l.Sessions, StagedBytes: s.StagedBytes + l.StagedBytes}, nil
 }
 
 // admitSession admits one more open session of p, or refuses it
@@ -74,7 +74,7 @@ func (b *principalBounds) admitSession(ctx context.Context, p string) error {
 		return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Retryable: true, Message: fmt.Sprintf(
 			"principal %s holds %d open upload sessions, its limit; finish or cancel some first", p, b.maxOpen)}
 	}
-	b.add(p, store.OpenUsage{Sessions: 1})
+	b.add(p, upload.OpenUsage{Sessions: 1})
 	return nil
 }
 
@@ -83,7 +83,7 @@ func (b *principalBounds) admitSession(ctx context.Context, p string) error {
 // count while they run, not until the next snapshot.
 func (b *principalBounds) release(p string) {
 	if b.maxOpen >= 0 {
-		b.add(p, store.OpenUsage{Sessions: -1})
+		b.add(p, upload.OpenUsage{Sessions: -1})
 	}
 }
 
@@ -103,18 +103,18 @@ func (b *principalBounds) stagingAllowance(ctx context.Context, p string) (int64
 // staged records n bytes p staged.
 func (b *principalBounds) staged(p string, n int64) {
 	if n > 0 {
-		b.add(p, store.OpenUsage{StagedBytes: n})
+		b.add(p, upload.OpenUsage{StagedBytes: n})
 	}
 }
 
-func (b *principalBounds) add(p string, u store.OpenUsage) {
+func (b *principalBounds) add(p string, u upload.OpenUsage) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.local == nil {
-		b.local = map[string]store.OpenUsage{}
+		b.local = map[string]upload.OpenUsage{}
 	}
 	l := b.local[p]
-	b.local[p] = store.OpenUsage{Sessions: l.Sessions + u.Sessions, StagedBytes: l.StagedBytes + u.StagedBytes}
+	b.local[p] = upload.OpenUsage{Sessions: l.Sessions + u.Sessions, StagedBytes: l.StagedBytes + u.StagedBytes}
 }
 
 func stagingFull(principal string, bound int64) error {

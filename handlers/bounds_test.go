@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // The per-principal bounds between two snapshots: what this process
@@ -18,9 +18,9 @@ func TestPrincipalBoundsBetweenSnapshots(t *testing.T) {
 	ctx := context.Background()
 	var reads int
 	var fail error
-	held := map[string]store.OpenUsage{"mallory": {Sessions: 2, StagedBytes: 900}}
+	held := map[string]upload.OpenUsage{"mallory": {Sessions: 2, StagedBytes: 900}}
 	b := &principalBounds{maxOpen: 3, maxStaged: 1000, period: time.Hour,
-		usages: func(_ context.Context, minSessions, minStaged int64) (map[string]store.OpenUsage, error) {
+		usages: func(_ context.Context, minSessions, minStaged int64) (map[string]upload.OpenUsage, error) {
 			reads++
 			if minSessions != 1 || minStaged != 500 {
 				t.Errorf("read for principals past %d sessions or %d bytes; want half the bounds", minSessions, minStaged)
@@ -53,7 +53,7 @@ func TestPrincipalBoundsBetweenSnapshots(t *testing.T) {
 	}
 	// A new read: what it returns, nothing admitted before it began.
 	b.period = 0
-	held, fail = map[string]store.OpenUsage{}, nil
+	held, fail = map[string]upload.OpenUsage{}, nil
 	if n, _ := b.stagingAllowance(ctx, "mallory"); n != 1000 {
 		t.Fatalf("allowance after a read of nothing: %d", n)
 	}

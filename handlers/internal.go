@@ -15,7 +15,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/internal/nodeauth"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Node-to-node endpoints (docs/uploads.md). They accept only requests
@@ -29,7 +29,7 @@ type HomeForwarder interface {
 	// ForwardFinalize returns the outcome the home stored, or a
 	// *blobplane.Error: the home's refusal with its code, or unavailable
 	// when the home could not be reached.
-	ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error)
+	ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error)
 }
 
 // FinalizeEnqueuer durably schedules a finalization for later
@@ -179,7 +179,7 @@ func (h *ociHandler) finalizeAtHome(w http.ResponseWriter, r *http.Request, node
 		WriteError(w, r, h.logger, err)
 		return
 	}
-	if in.State == store.IntentAdmitted {
+	if in.State == upload.IntentAdmitted {
 		o, err := h.Store.Outcome(ctx, op)
 		if err != nil {
 			WriteError(w, r, h.logger, err)
@@ -188,11 +188,11 @@ func (h *ociHandler) finalizeAtHome(w http.ResponseWriter, r *http.Request, node
 		WriteJSON(w, http.StatusOK, o)
 		return
 	}
-	if in.State == store.IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == store.SizeUnknown) {
+	if in.State == upload.IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == upload.SizeUnknown) {
 		WriteError(w, r, h.logger, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op))
 		return
 	}
-	o, err := h.Store.Finalize(ctx, store.FinalizeRequest{
+	o, err := h.Store.Finalize(ctx, upload.FinalizeRequest{
 		OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
 		Partition: home.Partition, Node: node, Epoch: home.Epoch,
 		Targets: h.Targets, Replication: h.Replication,

@@ -23,6 +23,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // The OCI distribution blob API under /v2/ (issue 6): upload sessions are
@@ -35,56 +36,56 @@ import (
 type UploadStore interface {
 	// CreateIntent records a pending intent. Errors: invalid, not_found
 	// (no such repository).
-	CreateIntent(ctx context.Context, n store.NewIntent) (store.Intent, error)
+	CreateIntent(ctx context.Context, n upload.NewIntent) (upload.Intent, error)
 	// GetIntent errors: not_found.
-	GetIntent(ctx context.Context, op string) (store.Intent, error)
+	GetIntent(ctx context.Context, op string) (upload.Intent, error)
 	// ExtendIntent records progress per chunk. Errors: not_found, conflict
-	// (store.ErrIntentClosed).
-	ExtendIntent(ctx context.Context, op, stagedLocation string, received int64, ttl time.Duration) (store.Intent, error)
+	// (upload.ErrIntentClosed).
+	ExtendIntent(ctx context.Context, op, stagedLocation string, received int64, ttl time.Duration) (upload.Intent, error)
 	// ClaimAndStage records the claimed digest and size on the intent and
 	// stages the placement of k in one transaction, before any byte is
 	// written at k; alreadyVerified: k was verified already. Errors:
 	// not_found, conflict, digest_mismatch, stale_epoch. The Stage names
 	// the generation the close may fail (FailStagedPlacement).
-	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (store.Stage, error)
+	ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (upload.Stage, error)
 	// ClaimSessionAndStage is ClaimAndStage of a pending session of
 	// repository on k's backend that staged nothing, read and claimed in
 	// one round trip; claimed false: nothing recorded, the session is
 	// something else. Errors: those of ClaimAndStage's stage.
-	ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in store.Intent, claimed bool, st store.Stage, err error)
+	ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in upload.Intent, claimed bool, st upload.Stage, err error)
 	// OpenAndStage creates an intent declaring k's content (its claim)
 	// and stages k, in one transaction: a single-request upload's first
 	// step; staged false leaves the stage to ClaimAndStage. Errors: those
 	// of CreateIntent.
-	OpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key) (in store.Intent, staged bool, err error)
+	OpenAndStage(ctx context.Context, n upload.NewIntent, k placement.Key) (in upload.Intent, staged bool, err error)
 	// ChainOpenAndStage and ChainClaimSessionAndStage send
 	// OpenAndStage's (ClaimSessionAndStage's) statements and Finalize's
 	// at once on one connection (see store.ChainedClose); nil: not
 	// chained, the caller runs them one after the other.
-	ChainOpenAndStage(ctx context.Context, n store.NewIntent, k placement.Key, req store.FinalizeRequest) *store.ChainedClose
-	ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req store.FinalizeRequest) *store.ChainedClose
+	ChainOpenAndStage(ctx context.Context, n upload.NewIntent, k placement.Key, req upload.FinalizeRequest) *store.ChainedClose
+	ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req upload.FinalizeRequest) *store.ChainedClose
 	// CreateMountIntent records a mount's intent, its possession the
 	// mount from from (re-checked by Finalize at the home). Errors: those
 	// of CreateIntent.
-	CreateMountIntent(ctx context.Context, n store.NewIntent, from string) (store.Intent, error)
+	CreateMountIntent(ctx context.Context, n upload.NewIntent, from string) (upload.Intent, error)
 	// RecordPossession records that this close hashed op's bytes to d
 	// (S9), with v's verification when set, so the home (forwarded or by
 	// the finalize job) may publish it. Errors: not_found, conflict,
 	// digest_mismatch (v's).
-	RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *store.Verification) error
+	RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *upload.Verification) error
 	// AcceptIntent takes a proven pending intent out of the reaper's
 	// reach before its 202, enqueue (when set) running in the same
 	// transaction. Errors: not_found, conflict.
 	AcceptIntent(ctx context.Context, op string, enqueue func(ctx context.Context, tx pgx.Tx) error) error
 	// AbandonIntent cancels a pending intent. Errors: not_found, conflict.
-	AbandonIntent(ctx context.Context, op string) (store.Intent, error)
+	AbandonIntent(ctx context.Context, op string) (upload.Intent, error)
 	// Finalize publishes; see store.Store.Finalize for its refusals.
-	Finalize(ctx context.Context, req store.FinalizeRequest) (store.Outcome, error)
+	Finalize(ctx context.Context, req upload.FinalizeRequest) (upload.Outcome, error)
 	// OpenUsages is what the principals near a bound hold open (the
 	// per-principal bounds' snapshot, principalBounds).
-	OpenUsages(ctx context.Context, minSessions, minStaged int64) (map[string]store.OpenUsage, error)
+	OpenUsages(ctx context.Context, minSessions, minStaged int64) (map[string]upload.OpenUsage, error)
 	// Outcome errors: not_found.
-	Outcome(ctx context.Context, op string) (store.Outcome, error)
+	Outcome(ctx context.Context, op string) (upload.Outcome, error)
 	// ReferencedBlob answers existence from Postgres (or the store's existence
 	// cache), never from a backend. Errors: not_found.
 	ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error)
@@ -161,7 +162,7 @@ type OCI struct {
 	Home       HomeResolver
 	// Replication enqueues replication work in the publishing transaction
 	// (jobs.Replication); needed only when other datacenters exist.
-	Replication store.ReplicationEnqueuer
+	Replication upload.ReplicationEnqueuer
 	// Targets is the replication policy (FinalizeRequest.Targets): nil
 	// means every registered datacenter other than the ingress, empty none.
 	Targets []string
@@ -362,7 +363,7 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 			return
 		}
 	}
-	size := store.SizeUnknown
+	size := upload.SizeUnknown
 	if d != "" && r.ContentLength >= 0 {
 		size = r.ContentLength
 		if size > h.MaxBlobSize {
@@ -376,7 +377,7 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		return
 	}
 	p, _ := PrincipalOf(ctx)
-	n := store.NewIntent{
+	n := upload.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
 	}
@@ -389,7 +390,7 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 		// runs (a stalled body is cut by the idle deadline).
 		defer h.bounds.release(p.Name)
 	}
-	if d != "" && size != store.SizeUnknown {
+	if d != "" && size != upload.SizeUnknown {
 		// The whole blob in this request, its size known: the intent, its
 		// claim and the stage are one round trip (OpenAndStage), made
 		// while the body is written, and committed before the bytes
@@ -400,9 +401,9 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 			chain = h.Store.ChainOpenAndStage(ctx, n, k, req)
 			defer chain.Release() // publish or a failure path releases it first
 		}
-		h.close(w, r, be, store.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
+		h.close(w, r, be, upload.Intent{ExpectedDigest: d, ExpectedSize: size, Backend: h.Backend}, d, size, r.Body,
 			func(ctx context.Context) claimResult {
-				var in store.Intent
+				var in upload.Intent
 				var staged bool
 				var err error
 				if chain != nil {
@@ -458,7 +459,7 @@ func (h *ociHandler) mount(w http.ResponseWriter, r *http.Request, name, m, from
 	// The intent's possession is the mount from from (S9), which the home
 	// re-checks when it publishes: no bytes, no claim, only a repository
 	// the principal can read that references d.
-	in, err := h.Store.CreateMountIntent(ctx, store.NewIntent{
+	in, err := h.Store.CreateMountIntent(ctx, upload.NewIntent{
 		Repository: name, Principal: p.Name, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: h.Datacenter, Backend: h.Backend, TTL: h.IntentTTL,
 	}, from)
@@ -529,9 +530,9 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 				chain = h.Store.ChainClaimSessionAndStage(r.Context(), id, name, k, size, req)
 				defer chain.Release()
 			}
-			var in store.Intent
+			var in upload.Intent
 			var claimed bool
-			var st store.Stage
+			var st upload.Stage
 			if chain != nil {
 				in, claimed, st, err = chain.ClaimSession()
 			} else {
@@ -556,7 +557,7 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 	if !ok {
 		return
 	}
-	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == store.PossessionUploaded {
+	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == upload.PossessionUploaded {
 		// A retried close: this session's own bytes were hashed to d and
 		// recorded as its possession (S9); only publication failed, and a
 		// refusal can succeed later. A claim alone (digest, size, received
@@ -594,7 +595,7 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 // write to d's content-addressed key, with no staged copy to write, sync,
 // re-read and remove. A body of unknown length is staged first: the
 // verifying write needs the size it must confirm.
-func (h *ociHandler) closeWithBody(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest) {
+func (h *ociHandler) closeWithBody(w http.ResponseWriter, r *http.Request, be backend.Backend, in upload.Intent, d blobplane.Digest) {
 	if r.ContentLength < 0 {
 		n, ok := h.append(w, r, be, &in, 0)
 		if !ok {
@@ -649,19 +650,19 @@ func (h *ociHandler) cancelUpload(w http.ResponseWriter, r *http.Request, name, 
 }
 
 // session loads a pending upload of repository name.
-func (h *ociHandler) session(w http.ResponseWriter, r *http.Request, name, id string) (store.Intent, backend.Backend, bool) {
+func (h *ociHandler) session(w http.ResponseWriter, r *http.Request, name, id string) (upload.Intent, backend.Backend, bool) {
 	in, err := h.Store.GetIntent(r.Context(), id)
-	if err != nil || in.Repository != name || in.State != store.IntentPending {
+	if err != nil || in.Repository != name || in.State != upload.IntentPending {
 		if err == nil {
 			err = blobplane.Errorf(blobplane.CodeNotFound, "upload %s is unknown to %s", truncateID(id), name)
 		}
 		h.fail(w, r, err, ociUploadUnknown)
-		return store.Intent{}, nil, false
+		return upload.Intent{}, nil, false
 	}
 	be, ok := h.Backends[in.Backend]
 	if !ok {
 		h.fail(w, r, blobplane.Errorf(blobplane.CodeNotFound, "upload %s was staged on a backend this node does not have", id), ociUploadUnknown)
-		return store.Intent{}, nil, false
+		return upload.Intent{}, nil, false
 	}
 	return in, be, true
 }
@@ -669,7 +670,7 @@ func (h *ociHandler) session(w http.ResponseWriter, r *http.Request, name, id st
 // append streams the request body into the staged upload at offset and
 // records the new size on the intent (moving its expiry). It answers the
 // client itself when it fails.
-func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.Backend, in *store.Intent, offset int64) (int64, bool) {
+func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.Backend, in *upload.Intent, offset int64) (int64, bool) {
 	ctx := r.Context()
 	if in.StagedLocation == "" {
 		// The first chunk starts staging. The intent names the staged
@@ -746,7 +747,7 @@ func (h *ociHandler) append(w http.ResponseWriter, r *http.Request, be backend.B
 }
 
 // abortStaged deletes in's staged upload, if staging ever started.
-func (h *ociHandler) abortStaged(ctx context.Context, be backend.Backend, in store.Intent) error {
+func (h *ociHandler) abortStaged(ctx context.Context, be backend.Backend, in upload.Intent) error {
 	if in.StagedLocation == "" {
 		return nil
 	}
@@ -756,9 +757,9 @@ func (h *ociHandler) abortStaged(ctx context.Context, be backend.Backend, in sto
 // close verifies the blob's size bytes while storing them as d's
 // content-addressed object — promoted from the staged upload when body is
 // nil, else streamed from body — records the placement, and publishes.
-func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, size int64, body io.Reader, claim claimFunc) {
+func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Backend, in upload.Intent, d blobplane.Digest, size int64, body io.Reader, claim claimFunc) {
 	ctx := r.Context()
-	if in.ExpectedDigest != "" && (in.ExpectedDigest != d || (in.ExpectedSize != store.SizeUnknown && in.ExpectedSize != size)) {
+	if in.ExpectedDigest != "" && (in.ExpectedDigest != d || (in.ExpectedSize != upload.SizeUnknown && in.ExpectedSize != size)) {
 		h.rejectContent(w, r, be, in, d, blobplane.Errorf(blobplane.CodeMismatch, "the upload declared %s, closed as %s with %d bytes", in.ExpectedDigest, d, size))
 		return
 	}
@@ -830,9 +831,9 @@ func (h *ociHandler) close(w http.ResponseWriter, r *http.Request, be backend.Ba
 		h.fail(w, r, err, ociUploadInvalid)
 		return
 	}
-	var verify *store.Verification
+	var verify *upload.Verification
 	if !claimed.stage.AlreadyVerified {
-		verify = &store.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize, Hashed: true}
+		verify = &upload.Verification{Key: k, Digest: info.Digest, Size: info.Repr.ContentSize, Hashed: true}
 	}
 	// The write's last syncs (the object file's and its directory's) run
 	// while publication's first round trip does; nothing commits before
@@ -861,10 +862,10 @@ const chainBodyMax = 64 << 10
 // body that does not hash to d is left to the unchained close, which
 // answers for it: r.Body is replaced by the bytes read and whatever
 // follows them.
-func (h *ociHandler) chainable(r *http.Request, repo string, d blobplane.Digest, size int64, k placement.Key) (store.FinalizeRequest, bool) {
+func (h *ociHandler) chainable(r *http.Request, repo string, d blobplane.Digest, size int64, k placement.Key) (upload.FinalizeRequest, bool) {
 	home, ok := h.Home.Home(repo)
 	if !ok || size > chainBodyMax || size != r.ContentLength {
-		return store.FinalizeRequest{}, false
+		return upload.FinalizeRequest{}, false
 	}
 	buf := make([]byte, size)
 	got, err := io.ReadFull(r.Body, buf)
@@ -873,21 +874,21 @@ func (h *ociHandler) chainable(r *http.Request, repo string, d blobplane.Digest,
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(buf[:got]), r.Body), r.Body}
 	if err != nil {
-		return store.FinalizeRequest{}, false
+		return upload.FinalizeRequest{}, false
 	}
 	if sum := sha256.Sum256(buf); hex.EncodeToString(sum[:]) != d.Hex() {
-		return store.FinalizeRequest{}, false
+		return upload.FinalizeRequest{}, false
 	}
 	req := h.finalizeRequest(home, "", d, size) // the chain names the operation
-	req.Verify = &store.Verification{Key: k, Digest: d, Size: size, Hashed: true}
+	req.Verify = &upload.Verification{Key: k, Digest: d, Size: size, Hashed: true}
 	req.Proven = true // the body was hashed above
 	return req, true
 }
 
 // finalizeRequest is the publication of operation op's content d, size
 // bytes, fenced by home, with this handler's replication policy.
-func (h *ociHandler) finalizeRequest(home HomeLease, op string, d blobplane.Digest, size int64) store.FinalizeRequest {
-	return store.FinalizeRequest{OperationID: op, Digest: d, Size: size,
+func (h *ociHandler) finalizeRequest(home HomeLease, op string, d blobplane.Digest, size int64) upload.FinalizeRequest {
+	return upload.FinalizeRequest{OperationID: op, Digest: d, Size: size,
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch,
 		Targets: h.Targets, Replication: h.Replication}
 }
@@ -898,7 +899,7 @@ const emptyBlob blobplane.Digest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae4
 
 // freshStage is the stage of a key that had no row (OpenAndStage staged
 // it): a new pending row's generation.
-var freshStage = store.Stage{Generation: 1}
+var freshStage = upload.Stage{Generation: 1}
 
 // claimFunc records what must precede d's bytes at its key (the intent's
 // claim and the placement's stage, S6).
@@ -907,8 +908,8 @@ type claimFunc func(ctx context.Context) claimResult
 // claimResult is a claimFunc's answer: the intent, whether the placement
 // is verified already, and the OCI code its error falls back to.
 type claimResult struct {
-	in       store.Intent
-	stage    store.Stage
+	in       upload.Intent
+	stage    upload.Stage
 	fallback string
 	err      error
 	// chain, when set, holds the close's publication (store.ChainedClose,
@@ -918,7 +919,7 @@ type claimResult struct {
 }
 
 // claimStage is the claim of a close on the existing session in.
-func (h *ociHandler) claimStage(in store.Intent, d blobplane.Digest, size int64) claimFunc {
+func (h *ociHandler) claimStage(in upload.Intent, d blobplane.Digest, size int64) claimFunc {
 	return func(ctx context.Context) claimResult {
 		st, err := h.Store.ClaimAndStage(ctx, in.OperationID, h.objectKey(d, in.Backend), size)
 		return claimResult{in: in, stage: st, fallback: ociUploadInvalid, err: err}
@@ -942,7 +943,7 @@ func (h *ociHandler) objectKey(d blobplane.Digest, backend string) placement.Key
 // publication (chainable), which Finalize goes through at the home.
 // proven: this request hashed the intent's bytes to d (S9); elsewhere it
 // is recorded with the verification before the home is asked.
-func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest, size int64, verify *store.Verification, durable func() error, chain *store.ChainedClose, proven bool) {
+func (h *ociHandler) publish(w http.ResponseWriter, r *http.Request, in upload.Intent, d blobplane.Digest, size int64, verify *upload.Verification, durable func() error, chain *store.ChainedClose, proven bool) {
 	ctx := r.Context()
 	defer chain.Release()
 	home, ok := h.Home.Home(in.Repository)
@@ -996,7 +997,7 @@ func (h *ociHandler) published(w http.ResponseWriter, repo string, d blobplane.D
 // the local answer would be), else enqueue the finalize job and answer 202
 // with the operation. The intent stays pending with its verified content
 // until the home publishes it.
-func (h *ociHandler) publishAway(w http.ResponseWriter, r *http.Request, in store.Intent, d blobplane.Digest) {
+func (h *ociHandler) publishAway(w http.ResponseWriter, r *http.Request, in upload.Intent, d blobplane.Digest) {
 	ctx := r.Context()
 	if h.Forward != nil {
 		_, err := h.Forward.ForwardFinalize(ctx, in.Repository, in.OperationID)
@@ -1046,7 +1047,7 @@ func forwardedRefusalIsFinal(err error) bool {
 
 // rejectContent ends an upload whose bytes are not the claimed content:
 // abandoned on the row, staged bytes removed, DIGEST_INVALID.
-func (h *ociHandler) rejectContent(w http.ResponseWriter, r *http.Request, be backend.Backend, in store.Intent, d blobplane.Digest, cause error) {
+func (h *ociHandler) rejectContent(w http.ResponseWriter, r *http.Request, be backend.Backend, in upload.Intent, d blobplane.Digest, cause error) {
 	ctx := context.WithoutCancel(r.Context())
 	if _, err := h.Store.AbandonIntent(ctx, in.OperationID); err == nil {
 		if err := h.abortStaged(ctx, be, in); err != nil {
@@ -1163,7 +1164,7 @@ func (h *ociHandler) operation(w http.ResponseWriter, r *http.Request) {
 		WriteAuthError(w, r, h.logger, err)
 		return
 	}
-	if in.State == store.IntentAdmitted {
+	if in.State == upload.IntentAdmitted {
 		o, err := h.Store.Outcome(r.Context(), in.OperationID)
 		if err != nil {
 			WriteError(w, r, h.logger, err)
@@ -1189,7 +1190,7 @@ func (h *ociHandler) sessionAnswer(w http.ResponseWriter, name, id string, size 
 	w.WriteHeader(status)
 }
 
-func (h *ociHandler) rangeNotSatisfiable(w http.ResponseWriter, r *http.Request, name string, in store.Intent, msg string) {
+func (h *ociHandler) rangeNotSatisfiable(w http.ResponseWriter, r *http.Request, name string, in upload.Intent, msg string) {
 	w.Header().Set("Location", "/v2/"+name+"/blobs/uploads/"+in.OperationID)
 	w.Header().Set("Docker-Upload-UUID", in.OperationID)
 	w.Header().Set("Range", uploadRange(in.ReceivedBytes))

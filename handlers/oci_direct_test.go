@@ -15,7 +15,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/placement"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // A session closed by one PUT carrying the whole blob never stages: the
@@ -42,7 +42,7 @@ func TestOCIWholeBodyPutStreamsOnce(t *testing.T) {
 	if n := e.be.calls.Load(); n != 1 {
 		t.Fatalf("%d backend calls, want 1 (the verifying write)", n)
 	}
-	if in, err := e.st.GetIntent(ctx, id); err != nil || in.State != store.IntentAdmitted || in.StagedLocation != "" {
+	if in, err := e.st.GetIntent(ctx, id); err != nil || in.State != upload.IntentAdmitted || in.StagedLocation != "" {
 		t.Fatalf("intent: %+v, %v", in, err)
 	}
 	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 200 || a.body != content {
@@ -69,7 +69,7 @@ func TestOCIWholeBodyPutOfAnotherRepositorysSession(t *testing.T) {
 	if a := e.do(t, "PUT", "/v2/team/app/blobs/uploads/"+id+"?digest="+d, content, e.writer, nil); a.status != 404 || ociCode(t, a) != "BLOB_UPLOAD_UNKNOWN" {
 		t.Fatalf("close at another repository: %+v", a)
 	}
-	if in, err := e.st.GetIntent(ctx, id); err != nil || in.State != store.IntentPending || in.ExpectedDigest != "" || in.ReceivedBytes != 0 {
+	if in, err := e.st.GetIntent(ctx, id); err != nil || in.State != upload.IntentPending || in.ExpectedDigest != "" || in.ReceivedBytes != 0 {
 		t.Fatalf("session after a close at another repository: %+v, %v", in, err)
 	}
 	if ps, err := e.st.Placements(ctx, blobplane.Digest(d)); err != nil || len(ps) != 0 {
@@ -110,7 +110,7 @@ func TestOCIWholeBodyPutMismatch(t *testing.T) {
 	if _, err := e.fs.Stat(ctx, blobplane.Digest(claimed)); err == nil {
 		t.Fatal("bytes stored at the claimed key")
 	}
-	if got, _ := e.st.GetIntent(ctx, id); got.State != store.IntentAbandoned {
+	if got, _ := e.st.GetIntent(ctx, id); got.State != upload.IntentAbandoned {
 		t.Fatalf("intent after mismatch: %s", got.State)
 	}
 }
@@ -159,7 +159,7 @@ func TestOCIWholeBodyPutCutShortResumesFromZero(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if in.ExpectedDigest == blobplane.Digest(d) && in.ReceivedBytes == 0 && in.State == store.IntentPending {
+		if in.ExpectedDigest == blobplane.Digest(d) && in.ReceivedBytes == 0 && in.State == upload.IntentPending {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -20,6 +20,7 @@ import (
 	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // fakeHome stands for the repository's home across the network: it
@@ -33,15 +34,15 @@ type fakeHome struct {
 	queued []string // repo/op of each EnqueueFinalize
 }
 
-func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error) {
+func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
 	if f.err != nil {
-		return store.Outcome{}, f.err
+		return upload.Outcome{}, f.err
 	}
 	in, err := f.st.GetIntent(ctx, op)
 	if err != nil {
-		return store.Outcome{}, err
+		return upload.Outcome{}, err
 	}
-	return f.st.Finalize(ctx, store.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
+	return f.st.Finalize(ctx, upload.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
 		Partition: "p-0001", Node: "node-a", Epoch: f.epoch})
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // countingBackend counts every call into the byte store.
@@ -276,7 +277,7 @@ func TestOCIDigestMismatch(t *testing.T) {
 	if _, err := e.fs.UploadSize(ctx, in.StagedLocation); err == nil {
 		t.Fatal("staged bytes kept after a mismatch")
 	}
-	if got, _ := e.st.GetIntent(ctx, id); got.State != store.IntentAbandoned {
+	if got, _ := e.st.GetIntent(ctx, id); got.State != upload.IntentAbandoned {
 		t.Fatalf("intent after mismatch: %s", got.State)
 	}
 	if a := e.do(t, "HEAD", "/v2/team/app/blobs/"+claimed, "", e.reader, nil); a.status != 404 {
@@ -350,7 +351,7 @@ func TestOCICancelUpload(t *testing.T) {
 	if a := e.do(t, "DELETE", loc, "", e.writer, nil); a.status != 204 {
 		t.Fatalf("cancel: %+v", a)
 	}
-	if got, _ := e.st.GetIntent(ctx, id); got.State != store.IntentAbandoned {
+	if got, _ := e.st.GetIntent(ctx, id); got.State != upload.IntentAbandoned {
 		t.Fatalf("intent: %s", got.State)
 	}
 	if _, err := e.fs.UploadSize(ctx, in.StagedLocation); err == nil {
@@ -386,7 +387,7 @@ func TestOCINotHomeAnswers202(t *testing.T) {
 	// The same operation published by the home shows its outcome.
 	id := strings.TrimPrefix(loc, "/v1/operations/")
 	good, _ := e.home.Home("team/app")
-	if _, err := e.st.Finalize(context.Background(), store.FinalizeRequest{OperationID: id, Digest: blobplane.Digest(d), Size: int64(len("elsewhere")),
+	if _, err := e.st.Finalize(context.Background(), upload.FinalizeRequest{OperationID: id, Digest: blobplane.Digest(d), Size: int64(len("elsewhere")),
 		Partition: "p-0001", Node: "node-a", Epoch: good.Epoch}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Issue 26, "Tenant isolation": alice writes repository victim, mallory
@@ -117,9 +118,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // waitClaimed waits until mallory's session op claims d: the PUT is
 // stalled inside its body, after its claim committed.
-func (tn *tenants) waitClaimed(t *testing.T, op string, d string) store.Intent {
+func (tn *tenants) waitClaimed(t *testing.T, op string, d string) upload.Intent {
 	t.Helper()
-	var in store.Intent
+	var in upload.Intent
 	waitFor(t, "the stalled PUT's claim", func() bool {
 		var err error
 		in, err = tn.st.GetIntent(context.Background(), op)
@@ -173,9 +174,9 @@ func TestAttackPublishBlobNeverUploaded(t *testing.T) {
 	// /internal/v1/finalize/{op} and the finalize job both call
 	// Store.Finalize without Proven for exactly this intent.
 	home, _ := tn.home.Home(tn.attack)
-	_, err := tn.st.Finalize(context.Background(), store.FinalizeRequest{OperationID: op, Digest: blobplane.Digest(d), Size: int64(len(content)),
+	_, err := tn.st.Finalize(context.Background(), upload.FinalizeRequest{OperationID: op, Digest: blobplane.Digest(d), Size: int64(len(content)),
 		Partition: home.Partition, Node: home.Node, Epoch: home.Epoch, Targets: []string{}})
-	if !errors.Is(err, store.ErrNotProven) {
+	if !errors.Is(err, upload.ErrNotProven) {
 		t.Fatalf("finalize of the claimed, never uploaded session: %v; want ErrNotProven", err)
 	}
 	if _, err := tn.st.ReferencedBlob(context.Background(), tn.attack, blobplane.Digest(d)); blobplane.ErrorCode(err) != blobplane.CodeNotFound {
@@ -200,7 +201,7 @@ func TestUploaderWithItsOwnBytesStillPublishesLaterAndDedups(t *testing.T) {
 	if a := tn.malloryE.do(t, "PUT", loc+"?digest="+d, string(content), tn.mallory, nil); a.status != http.StatusServiceUnavailable {
 		t.Fatalf("close under a stale epoch: %+v", a)
 	}
-	if in, err := tn.st.GetIntent(context.Background(), op); err != nil || in.Possession != store.PossessionUploaded {
+	if in, err := tn.st.GetIntent(context.Background(), op); err != nil || in.Possession != upload.PossessionUploaded {
 		t.Fatalf("after the refused close: %+v, %v; want its possession recorded", in, err)
 	}
 	tn.home.setEpoch(good.Epoch)

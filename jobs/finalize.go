@@ -18,7 +18,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/internal/nodeauth"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Finalization forwarded to a repository's home (DESIGN flow 2,
@@ -126,10 +126,10 @@ func InternalBase(port string) func(base string) string {
 // (digest_mismatch, conflict, forbidden, stale_epoch, unavailable, ...), or
 // unavailable when the home could not be reached or answered something
 // else.
-func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error) {
+func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
 	body, err := json.Marshal(FinalizeCall{Repository: repo})
 	if err != nil {
-		return store.Outcome{}, err
+		return upload.Outcome{}, err
 	}
 	resp, err := f.Routing.Do(ctx, repo, func(ctx context.Context, base string) (*http.Request, error) {
 		if f.Internal != nil {
@@ -149,19 +149,19 @@ func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (st
 	})
 	if err != nil {
 		if blobplane.ErrorCode(err) == blobplane.CodeUnavailable {
-			return store.Outcome{}, err
+			return upload.Outcome{}, err
 		}
-		return store.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
+		return upload.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return store.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the home's answer for %s", op)
+		return upload.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the home's answer for %s", op)
 	}
 	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
-		var o store.Outcome
+		var o upload.Outcome
 		if err := json.Unmarshal(b, &o); err != nil || o.OperationID != op {
-			return store.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", resp.StatusCode, op)
+			return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", resp.StatusCode, op)
 		}
 		return o, nil
 	}
@@ -172,7 +172,7 @@ func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (st
 	if json.Unmarshal(b, &eb) != nil || eb.Code == "" || eb.Code == blobplane.CodeInternal {
 		eb.Code = blobplane.CodeUnavailable
 	}
-	return store.Outcome{}, &blobplane.Error{
+	return upload.Outcome{}, &blobplane.Error{
 		Code: eb.Code, Op: "forward finalize " + op,
 		Message:   fmt.Sprintf("the home of %s answered %d: %s", repo, resp.StatusCode, eb.Message),
 		Retryable: eb.Code == blobplane.CodeUnavailable || eb.Code == blobplane.CodeStaleEpoch,
@@ -196,7 +196,7 @@ func FinalizeTerminal(err error) bool {
 // Forwarder forwards one finalization to the repository's home
 // (HomeFinalizer).
 type Forwarder interface {
-	ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error)
+	ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error)
 }
 
 // FinalizeWorker runs FinalizeArgs: it forwards to the home like the

@@ -13,12 +13,12 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/pgtest"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
-type forwardFunc func(ctx context.Context, repo, op string) (store.Outcome, error)
+type forwardFunc func(ctx context.Context, repo, op string) (upload.Outcome, error)
 
-func (f forwardFunc) ForwardFinalize(ctx context.Context, repo, op string) (store.Outcome, error) {
+func (f forwardFunc) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
 	return f(ctx, repo, op)
 }
 
@@ -35,13 +35,13 @@ func TestFinalizeWorkerRetriesOrCancels(t *testing.T) {
 		{err: blobplane.Errorf(blobplane.CodeStaleEpoch, "home moved"), fails: true},
 		{err: blobplane.Errorf(blobplane.CodeForbidden, "grant revoked"), fails: true},
 		{err: blobplane.Errorf(blobplane.CodeUnauthorized, "secret rejected"), fails: true},
-		{err: &blobplane.Error{Code: blobplane.CodeMismatch, Err: store.ErrContentIdentity}, fails: true, cancels: true},
-		{err: &blobplane.Error{Code: blobplane.CodeConflict, Err: store.ErrIntentClosed}, fails: true, cancels: true},
-		{err: &blobplane.Error{Code: blobplane.CodeConflict, Err: store.ErrObliterated}, fails: true, cancels: true},
+		{err: &blobplane.Error{Code: blobplane.CodeMismatch, Err: upload.ErrContentIdentity}, fails: true, cancels: true},
+		{err: &blobplane.Error{Code: blobplane.CodeConflict, Err: upload.ErrIntentClosed}, fails: true, cancels: true},
+		{err: &blobplane.Error{Code: blobplane.CodeConflict, Err: upload.ErrObliterated}, fails: true, cancels: true},
 		{err: blobplane.Errorf(blobplane.CodeNotFound, "unknown operation"), fails: true, cancels: true},
 	} {
-		w := &FinalizeWorker{Logger: slog.New(slog.DiscardHandler), Home: forwardFunc(func(context.Context, string, string) (store.Outcome, error) {
-			return store.Outcome{OperationID: "op"}, tc.err
+		w := &FinalizeWorker{Logger: slog.New(slog.DiscardHandler), Home: forwardFunc(func(context.Context, string, string) (upload.Outcome, error) {
+			return upload.Outcome{OperationID: "op"}, tc.err
 		})}
 		err := w.Work(context.Background(), &river.Job[FinalizeArgs]{JobRow: &rivertype.JobRow{Attempt: 1}, Args: FinalizeArgs{OperationID: "op", Repository: "team/app"}})
 		var cancel *rivertype.JobCancelError

@@ -8,7 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // ReplicationQueue holds replication jobs. No worker polls it yet (the
@@ -36,11 +36,11 @@ type Replication struct {
 	Client *river.Client[pgx.Tx]
 }
 
-var _ store.ReplicationEnqueuer = Replication{}
+var _ upload.ReplicationEnqueuer = Replication{}
 
 // EnqueueReplicationTx inserts one ReplicateArgs job per target in tx,
 // unique by arguments so that even a duplicated call enqueues one set.
-func (r Replication) EnqueueReplicationTx(ctx context.Context, tx pgx.Tx, rep store.Replication) error {
+func (r Replication) EnqueueReplicationTx(ctx context.Context, tx pgx.Tx, rep upload.Replication) error {
 	params := make([]river.InsertManyParams, 0, len(rep.Targets))
 	for _, t := range rep.Targets {
 		params = append(params, river.InsertManyParams{

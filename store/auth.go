@@ -199,17 +199,15 @@ func (s *Store) Authenticate(ctx context.Context, token string) (auth.Principal,
 		return auth.Principal{}, err
 	}
 	invalid := &blobplane.Error{Code: blobplane.CodeUnauthorized, Op: "authenticate", Message: "invalid token"}
-	cache := s.runningAuthCache()
-	var ticket cacheTicket
-	if cache != nil {
-		p, matched, hit, t := cache.lookup(tok)
-		if hit {
-			if !matched {
-				return auth.Principal{}, invalid
-			}
-			return p, nil
+	// cache is nil when it does not run: lookup misses, insert does nothing.
+	// The ticket is taken before the query: see authCache.
+	cache := s.authCache.Load()
+	cached, matched, hit, ticket := cache.lookup(tok)
+	if hit {
+		if !matched {
+			return auth.Principal{}, invalid
 		}
-		ticket = t // taken before the query: see authCache
+		return cached, nil
 	}
 	row, err := s.q.TokenForAuth(ctx, s.pool, tok.ID)
 	if errors.Is(err, errNoRows) {
@@ -229,9 +227,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (auth.Principal,
 		return auth.Principal{}, dbErr("authenticate", err)
 	}
 	p := auth.Principal{Name: row.Principal, TokenID: row.ID, Grants: grants}
-	if cache != nil {
-		cache.insert(ticket, row.SecretSha256, p)
-	}
+	cache.insert(ticket, row.SecretSha256, p)
 	if row.Touch {
 		if err := s.q.TouchToken(ctx, s.pool, tok.ID); err != nil {
 			s.logger.WarnContext(ctx, "cannot record token use", "token_id", tok.ID, "err", err)

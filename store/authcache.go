@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/store/notifycache"
 )
 
 // AuthChannel is the NOTIFY channel that a committed change to tokens,
@@ -50,37 +51,25 @@ type AuthCacheHooks struct {
 
 // AuthCacheStats reports the authentication cache's counters, for
 // metrics (Hits also counts a wrong secret refused for a cached token id).
-func (s *Store) AuthCacheStats() CacheStats {
-	if c := s.runningAuthCache(); c != nil {
-		return c.stats()
-	}
-	return CacheStats{}
-}
-
-// runningAuthCache is the authentication cache StartCaches runs, or nil.
-func (s *Store) runningAuthCache() *authCache { return s.authCache.Load() }
+func (s *Store) AuthCacheStats() CacheStats { return s.authCache.Load().cache().Stats() }
 
 // invalidateAuthCache empties this process's cache after a write to the auth
 // tables through this Store, so the caller's next request sees it without
 // waiting for the notification (which every other process waits for). It
 // is called whether or not the write reported success: an error may hide a
 // commit, and a spurious clear costs one query per cached token.
-func (s *Store) invalidateAuthCache() {
-	if c := s.runningAuthCache(); c != nil {
-		c.invalidate()
-	}
-}
+func (s *Store) invalidateAuthCache() { s.authCache.Load().cache().Invalidate() }
 
 // authCache is the authentication cache: successful authentications by
-// token id, in a notifyCache emptied by every notification on AuthChannel.
-// Why an entry never outlives a revocation it missed (beyond the
-// milliseconds until the notification arrives) is argued on notifyCache:
-// Authenticate takes its ticket in lookup, before TokenForAuth, and
-// inserts under it.
-type authCache struct {
-	*notifyCache[authEntry]
-	hooks AuthCacheHooks
-}
+// token id, in a notifycache.Cache emptied by every notification on
+// AuthChannel. Why an entry never outlives a revocation it missed (beyond
+// the milliseconds until the notification arrives) is argued on
+// notifycache.Cache: Authenticate takes its ticket in lookup, before
+// TokenForAuth, and inserts under it.
+//
+// Its methods accept a nil receiver (no cache running): lookup misses
+// without counting and insert does nothing.
+type authCache notifycache.Cache[string, authEntry]
 
 // authEntry is one successful authentication: the stored secret hash (a
 // presented token is compared against it in constant time; the token
@@ -91,18 +80,23 @@ type authEntry struct {
 	principal auth.Principal
 }
 
+var authBounds = cacheBounds{defTTL: DefaultAuthCacheTTL, maxTTL: MaxAuthCacheTTL, defEntries: DefaultAuthCacheMaxEntries}
+
 func newAuthCache(opts AuthCacheOptions) *authCache {
-	return &authCache{
-		notifyCache: newNotifyCache[authEntry](opts.TTL, DefaultAuthCacheTTL, MaxAuthCacheTTL, opts.MaxEntries, DefaultAuthCacheMaxEntries, opts.Now),
-		hooks:       opts.Hooks,
-	}
+	o := cacheOptions(authBounds, opts.TTL, opts.MaxEntries, opts.Now, opts.Hooks.AfterQuery)
+	return (*authCache)(notifycache.New[string, authEntry](o))
+}
+
+// cache is c as the generic cache it is (nil when c is).
+func (c *authCache) cache() *notifycache.Cache[string, authEntry] {
+	return (*notifycache.Cache[string, authEntry])(c)
 }
 
 // lookup answers tok from the cache when it can: hit reports that it did,
 // and then matched whether the secret is right. On a miss, the ticket is
-// what insert needs.
-func (c *authCache) lookup(tok auth.Token) (p auth.Principal, matched, hit bool, t cacheTicket) {
-	e, hit, t := c.get(tok.ID)
+// what insert needs; take it before the query.
+func (c *authCache) lookup(tok auth.Token) (p auth.Principal, matched, hit bool, t notifycache.Ticket) {
+	e, hit, t := c.cache().Get(tok.ID)
 	if !hit {
 		return auth.Principal{}, false, false, t
 	}
@@ -116,11 +110,11 @@ func (c *authCache) lookup(tok auth.Token) (p auth.Principal, matched, hit bool,
 
 // insert caches a successful authentication loaded under ticket t, unless
 // the cache was emptied since.
-func (c *authCache) insert(t cacheTicket, hash []byte, p auth.Principal) {
-	if h := c.hooks.AfterQuery; h != nil {
-		h(p.TokenID)
+func (c *authCache) insert(t notifycache.Ticket, hash []byte, p auth.Principal) {
+	if c == nil {
+		return
 	}
 	e := authEntry{hash: bytes.Clone(hash), principal: p}
-	e.principal.Grants = slices.Clone(p.Grants)
-	c.put(t, p.TokenID, e)
+	e.principal.Grants = slices.Clone(p.Grants) // the caller may change p
+	c.cache().Put(t, p.TokenID, e)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
@@ -293,6 +294,53 @@ func TestAuthCacheGenerationRace(t *testing.T) {
 	}
 }
 
+// startCachesWithOutage starts s's caches opts (on pool's database) with
+// the listener's first reconnect held, waits until listening holds, and
+// returns cut, which terminates the listener's one connection and returns
+// once it noticed, and restore, which lets it reconnect and waits until
+// listening holds again.
+func startCachesWithOutage(t *testing.T, s *store.Store, pool *pgxpool.Pool, opts store.CacheOptions, listening func() bool) (cut, restore func()) {
+	t.Helper()
+	var connects atomic.Int32
+	outage, release := make(chan struct{}), make(chan struct{})
+	opts.Hooks.BeforeConnect = func(ctx context.Context) error {
+		if connects.Add(1) != 2 { // hold the first reconnect until released
+			return nil
+		}
+		close(outage)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	t.Cleanup(s.StartCaches(context.Background(), opts))
+	waitFor(t, "the caches listen", listening)
+	cut = func() {
+		t.Helper()
+		var terminated int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = $1 AND datname = current_database()`, store.CacheListenerName).Scan(&terminated); err != nil {
+			t.Fatal(err)
+		}
+		if terminated != 1 {
+			t.Fatalf("terminated %d listener backends, want the 1 the caches share", terminated)
+		}
+		select {
+		case <-outage:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the listener did not notice it was terminated")
+		}
+	}
+	restore = func() {
+		t.Helper()
+		close(release)
+		waitFor(t, "the listener is back", listening)
+	}
+	return cut, restore
+}
+
 // While the listener is down nothing is cached and every authentication
 // asks Postgres, so a revocation during the outage applies at once; once it
 // listens again, caching resumes.
@@ -301,43 +349,15 @@ func TestAuthCacheListenerLoss(t *testing.T) {
 	ctx := context.Background()
 	d := pgtest.New(t)
 	s := store.New(d.Pool, nil)
-	var connects atomic.Int32
-	outage, release := make(chan struct{}), make(chan struct{})
-	stop := s.StartCaches(ctx, store.CacheOptions{Auth: &store.AuthCacheOptions{}, Hooks: store.ListenerHooks{
-		BeforeConnect: func(ctx context.Context) error {
-			if connects.Add(1) != 2 { // hold the first reconnect until released
-				return nil
-			}
-			close(outage)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
-	}})
-	t.Cleanup(stop)
-	waitFor(t, "the auth cache listens", func() bool { return s.AuthCacheStats().Listening })
+	cut, restore := startCachesWithOutage(t, s, d.Pool, store.CacheOptions{Auth: &store.AuthCacheOptions{}},
+		func() bool { return s.AuthCacheStats().Listening })
 	tokB, idB := issue(t, s, "ci", "team/*:read")
 	tokA, _ := cachedToken(t, s, "ci", "team/*:write") // last: issuing empties the cache
 	if st := s.AuthCacheStats(); st.Entries != 1 {
 		t.Fatalf("before the outage: %+v, want token A cached", st)
 	}
 
-	var terminated int
-	if err := d.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND datname = current_database()`, store.CacheListenerName).Scan(&terminated); err != nil {
-		t.Fatal(err)
-	}
-	if terminated != 1 {
-		t.Fatalf("terminated %d listener backends, want 1", terminated)
-	}
-	select {
-	case <-outage:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the listener did not notice it was terminated")
-	}
+	cut()
 	st := s.AuthCacheStats()
 	if st.Listening || st.Entries != 0 {
 		t.Fatalf("during the outage: %+v, want not listening and empty", st)
@@ -359,8 +379,7 @@ func TestAuthCacheListenerLoss(t *testing.T) {
 		t.Fatalf("revoked during the outage: %v", err)
 	}
 
-	close(release)
-	waitFor(t, "the listener is back", func() bool { return s.AuthCacheStats().Listening })
+	restore()
 	st = s.AuthCacheStats()
 	for range 2 {
 		if _, err := s.Authenticate(ctx, tokA); err != nil {

@@ -207,15 +207,38 @@ type LeaseFenceWrite struct {
 //
 // A live lease — held by another node, or by node itself — is CodeConflict
 // chaining to authority.ErrLeaseHeld, not retryable as such: re-read and
-// acquire after expiry (or RENEW if it is yours). Of two racing claimants
-// exactly one wins; the other gets that error.
+// acquire after expiry (or RENEW if it is yours; TakeBackLease when it was
+// an earlier incarnation's). Of two racing claimants exactly one wins; the
+// other gets that error.
 func (s *Store) AcquireLease(ctx context.Context, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error) {
-	const op = "store.AcquireLease"
+	return s.claimLease(ctx, "store.AcquireLease", partition, node, endpoint, ttl, renew, false)
+}
+
+// TakeBackLease is ACQUIRE for a node that has just started (issue 27): as
+// AcquireLease, and it also claims a live lease whose owner is node — left
+// by an earlier process with the same node id — at epoch + 1, without
+// waiting for its expiry. The new epoch fences whatever that incarnation
+// still has in flight (R15, R20, R27). A sealed or quarantined record is
+// not taken back (R74, R59), nor, of course, a live lease of another node:
+// both are CodeConflict chaining to authority.ErrLeaseHeld.
+//
+// Only a node that does not hold partition in this process may call it
+// (the keeper: for a partition it has not held since it started); a
+// holder RENEWs. Two live processes sharing a node id (a misconfiguration)
+// each take the lease once at their start, and the one that loses it then
+// waits like any other node: no flapping.
+func (s *Store) TakeBackLease(ctx context.Context, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error) {
+	return s.claimLease(ctx, "store.TakeBackLease", partition, node, endpoint, ttl, renew, true)
+}
+
+// claimLease is the ACQUIRE statement, with or without the take-back of
+// node's own live lease.
+func (s *Store) claimLease(ctx context.Context, op, partition, node, endpoint string, ttl, renew time.Duration, takeBack bool) (authority.LeaseRecord, error) {
 	if err := checkClaim(op, partition, node, endpoint, ttl, renew); err != nil {
 		return authority.LeaseRecord{}, err
 	}
 	row, err := s.q.AcquireLease(ctx, s.pool, dbsqlc.AcquireLeaseParams{
-		PartitionID: partition, Node: node, Endpoint: endpoint, TtlMs: ttl.Milliseconds(), RenewMs: renew.Milliseconds(),
+		PartitionID: partition, Node: node, Endpoint: endpoint, TtlMs: ttl.Milliseconds(), RenewMs: renew.Milliseconds(), TakeBack: takeBack,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		cause := fmt.Errorf("lease on %s is held and not expired: %w", partition, authority.ErrLeaseHeld)

@@ -90,10 +90,13 @@ func TestLeaseSQLMatchesModel(t *testing.T) {
 	s, pool := setupLeases(t)
 
 	starts := map[string]*seed{
-		"absent":           nil,
-		"live_e5_A":        {epoch: 5, owner: "A", expiresIn: time.Hour, pointer: "ckpt-1"},
-		"expired_e5_A":     {epoch: 5, owner: "A", expiresIn: -time.Minute, pointer: "ckpt-1"},
-		"sealed_live_e5_A": {epoch: 5, owner: "A", state: authority.PrimarySealed, expiresIn: time.Hour, sealedLSN: u64(900)},
+		"absent":                nil,
+		"live_e5_A":             {epoch: 5, owner: "A", expiresIn: time.Hour, pointer: "ckpt-1"},
+		"expired_e5_A":          {epoch: 5, owner: "A", expiresIn: -time.Minute, pointer: "ckpt-1"},
+		"sealed_live_e5_A":      {epoch: 5, owner: "A", state: authority.PrimarySealed, expiresIn: time.Hour, sealedLSN: u64(900)},
+		"quarantined_live_e5_A": {epoch: 5, owner: "A", state: authority.PrimaryQuarantined, expiresIn: time.Hour},
+		"restoring_live_e5_A":   {epoch: 5, owner: "A", state: authority.PrimaryRestoring, expiresIn: time.Hour},
+		"catching_up_live_e5_A": {epoch: 5, owner: "A", state: authority.PrimaryCatchingUp, expiresIn: time.Hour},
 	}
 	type opCase struct {
 		name string
@@ -103,12 +106,16 @@ func TestLeaseSQLMatchesModel(t *testing.T) {
 		// whose new epoch the statement computes (record + 1).
 		epoch uint64
 		fw    *store.LeaseFenceWrite
+		// takeBack: ACQUIRE through TakeBackLease (issue 27).
+		takeBack bool
 	}
 	serving, sealed := authority.PrimaryServing, authority.PrimarySealed
 	ptrB := "ckpt-2"
 	ops := []opCase{
 		{name: "acquire_by_A", kind: authority.Acquire, node: "A"},
 		{name: "acquire_by_B", kind: authority.Acquire, node: "B"},
+		{name: "take_back_by_A", kind: authority.Acquire, node: "A", takeBack: true},
+		{name: "take_back_by_B", kind: authority.Acquire, node: "B", takeBack: true},
 		{name: "force_by_B", kind: authority.Force, node: "B"},
 		{name: "force_by_A", kind: authority.Force, node: "A"},
 	}
@@ -154,7 +161,11 @@ func TestLeaseSQLMatchesModel(t *testing.T) {
 			var sqlErr error
 			switch oc.kind {
 			case authority.Acquire:
-				got, sqlErr = s.AcquireLease(ctx, partition, oc.node, oc.node+":7443", leaseTTL, leaseRenew)
+				claim := s.AcquireLease
+				if oc.takeBack {
+					claim = s.TakeBackLease
+				}
+				got, sqlErr = claim(ctx, partition, oc.node, oc.node+":7443", leaseTTL, leaseRenew)
 			case authority.Force:
 				got, sqlErr = s.ForceLease(ctx, partition, oc.node, oc.node+":7443", "alice", "node gone")
 			case authority.Renew:
@@ -177,7 +188,7 @@ func TestLeaseSQLMatchesModel(t *testing.T) {
 			op := authority.LeaseOp{Kind: oc.kind, Partition: partition, Node: oc.node, Endpoint: oc.node + ":7443", Epoch: oc.epoch, Now: now}
 			switch oc.kind {
 			case authority.Acquire:
-				op.Epoch, op.TTL, op.RenewInterval = authority.NextEpoch(cur), leaseTTL, leaseRenew
+				op.Epoch, op.TTL, op.RenewInterval, op.TakeBack = authority.NextEpoch(cur), leaseTTL, leaseRenew, oc.takeBack
 			case authority.Force:
 				op.Epoch, op.Operator, op.Reason = authority.NextEpoch(cur), "alice", "node gone"
 				op.TTL, op.RenewInterval = store.DefaultLeaseTTL, store.DefaultLeaseRenewInterval
@@ -316,6 +327,104 @@ func TestLeasePausedNodeIsFenced(t *testing.T) {
 	}
 	if _, err := s.RenewLease(ctx, "p_unknown", "A", 1); !errors.Is(err, isStale) {
 		t.Fatalf("RENEW without a record: %v", err)
+	}
+}
+
+// Issue 27, "Acknowledged means kept": node N holds a live lease and is
+// killed; a new process as N takes it back at once at epoch + 1 (no expiry
+// played forward, no sleep), another node M cannot, and the old
+// incarnation's writes under its epoch are fenced afterwards (R15, R20).
+func TestLeaseTakeBackByTheRestartedOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setupLeases(t)
+	const p = "p_restart"
+	old, err := s.AcquireLease(ctx, p, "N", "10.0.0.1:7443", time.Hour, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLeaseState(ctx, p, "N", old.Epoch, authority.PrimaryServing); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := "ckpt-before-the-kill"
+	if _, err := s.FenceLeaseWrite(ctx, p, "N", old.Epoch, store.LeaseFenceWrite{CheckpointPointer: &ckpt}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another node: refused while the lease is live, take-back or not.
+	for _, claim := range []func(context.Context, string, string, string, time.Duration, time.Duration) (authority.LeaseRecord, error){s.AcquireLease, s.TakeBackLease} {
+		if _, err := claim(ctx, p, "M", "10.0.0.2:7443", leaseTTL, leaseRenew); !errors.Is(err, authority.ErrLeaseHeld) || !errors.Is(err, isConflict) {
+			t.Fatalf("M against N's live lease: %v", err)
+		}
+	}
+	// N itself, the ordinary way: it waits out the TTL like anyone.
+	if _, err := s.AcquireLease(ctx, p, "N", "10.0.0.1:7444", leaseTTL, leaseRenew); !errors.Is(err, authority.ErrLeaseHeld) {
+		t.Fatalf("plain ACQUIRE by N: %v", err)
+	}
+	if cur, _ := s.Lease(ctx, p); cur.Epoch != old.Epoch || cur.OwnerNode != "N" || cur.State != authority.PrimaryServing {
+		t.Fatalf("refused claims changed the record: %+v", cur)
+	}
+
+	// The restarted N (a new port) takes it back at once, at epoch + 1.
+	back, err := s.TakeBackLease(ctx, p, "N", "10.0.0.1:7444", leaseTTL, leaseRenew)
+	if err != nil {
+		t.Fatalf("take-back: %v", err)
+	}
+	if back.Epoch != old.Epoch+1 || back.OwnerNode != "N" || back.OwnerEndpoint != "10.0.0.1:7444" || back.State != authority.PrimaryRestoring ||
+		back.TTL != leaseTTL || back.RenewInterval != leaseRenew || back.CheckpointPointer != ckpt || back.TakenBy != "" {
+		t.Fatalf("taken back: %+v", back)
+	}
+
+	// The old incarnation's writes under its epoch are fenced (R20), and
+	// its late clean stop does not release the new one's lease.
+	zombie := "ckpt-zombie"
+	if _, err := s.FenceLeaseWrite(ctx, p, "N", old.Epoch, store.LeaseFenceWrite{CheckpointPointer: &zombie}); !errors.Is(err, isStale) || !errors.Is(err, authority.ErrStaleEpoch) {
+		t.Fatalf("old epoch's FENCE: %v", err)
+	}
+	if err := s.FenceLease(ctx, p, "N", old.Epoch); !errors.Is(err, isStale) {
+		t.Fatalf("old epoch's bare FENCE: %v", err)
+	}
+	if _, err := s.RenewLease(ctx, p, "N", old.Epoch); !errors.Is(err, isStale) {
+		t.Fatalf("old epoch's RENEW: %v", err)
+	}
+	if err := s.SetLeaseState(ctx, p, "N", old.Epoch, authority.PrimaryServing); !errors.Is(err, isStale) {
+		t.Fatalf("old epoch's state write: %v", err)
+	}
+	if err := s.ReleaseLease(ctx, p, "N", old.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.Lease(ctx, p)
+	if err != nil || cur.Epoch != back.Epoch || cur.CheckpointPointer != ckpt || !cur.ExpiresAt.Equal(back.ExpiresAt) {
+		t.Fatalf("after the old incarnation's writes: %+v %v", cur, err)
+	}
+	// The new incarnation's own writes land.
+	if err := s.SetLeaseState(ctx, p, "N", back.Epoch, authority.PrimaryServing); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RenewLease(ctx, p, "N", back.Epoch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A sealed or quarantined lease is not taken back (R74, R59), not even
+// by its owner: the partition moves on only through its successor.
+func TestLeaseTakeBackRefusesASealedLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := setupLeases(t)
+	for _, st := range []authority.PrimaryState{authority.PrimarySealed, authority.PrimaryQuarantined} {
+		p := "p_" + string(st)
+		var lsn *uint64
+		if st == authority.PrimarySealed {
+			lsn = u64(918408)
+		}
+		seedLease(t, pool, p, seed{epoch: 9, owner: "N", state: st, expiresIn: time.Hour, sealedLSN: lsn})
+		if _, err := s.TakeBackLease(ctx, p, "N", "10.0.0.1:7444", leaseTTL, leaseRenew); !errors.Is(err, authority.ErrLeaseHeld) {
+			t.Fatalf("%s: take-back: %v", st, err)
+		}
+		if cur, _ := s.Lease(ctx, p); cur.Epoch != 9 || cur.State != st {
+			t.Fatalf("%s: record changed: %+v", st, cur)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Chained closes (docs/performance.md, item 31). A close at the home is
@@ -70,7 +71,7 @@ type ChainedClose struct {
 // means the close does not chain (this Store has claims or publications
 // in flight, or the arguments are anything but the common case): the
 // caller then calls OpenAndStage and Finalize.
-func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.Key, req FinalizeRequest) *ChainedClose {
+func (s *Store) ChainOpenAndStage(ctx context.Context, n upload.NewIntent, k placement.Key, req upload.FinalizeRequest) *ChainedClose {
 	if req.Size != n.ExpectedSize {
 		return nil
 	}
@@ -91,7 +92,7 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n NewIntent, k placement.
 // ChainClaimSessionAndStage is ChainOpenAndStage for the PUT that closes
 // the upload session op of repository with its whole body:
 // ClaimSessionAndStage(op, repository, k, size), then Finalize(req) of op.
-func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req FinalizeRequest) *ChainedClose {
+func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req upload.FinalizeRequest) *ChainedClose {
 	id, err := parseOpID(op)
 	if err != nil || repository == "" || req.Size != size {
 		return nil
@@ -128,7 +129,7 @@ func (s *Store) startChain(ctx context.Context) *ChainedClose {
 // send sends claim's statements, then BEGIN and Finalize's first round
 // trip for req, on one connection. nil (the chain released): req is not
 // Finalize's common case, or the statements could not be sent.
-func (ch *ChainedClose) send(claim *claimCall, id pgtype.UUID, k placement.Key, req FinalizeRequest) *ChainedClose {
+func (ch *ChainedClose) send(claim *claimCall, id pgtype.UUID, k placement.Key, req upload.FinalizeRequest) *ChainedClose {
 	s, ctx := ch.s, ch.ctx
 	req.BeforeCommit = nil
 	ch.call = &finalizeCall{req: req, id: id}
@@ -179,9 +180,9 @@ func (ch *ChainedClose) readClaim() error {
 // Claim waits for ChainOpenAndStage's claim and answers as OpenAndStage
 // would. Unless it staged k, the chain is over (released): the caller
 // goes on as after OpenAndStage, and Finalize is Store.Finalize.
-func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
+func (ch *ChainedClose) Claim() (in upload.Intent, staged bool, err error) {
 	if ch.open == nil {
-		return Intent{}, false, ErrNotThisChain
+		return upload.Intent{}, false, ErrNotThisChain
 	}
 	in, staged, err = ch.open.answer(ch.readClaim())
 	if err != nil || !staged {
@@ -193,10 +194,10 @@ func (ch *ChainedClose) Claim() (in Intent, staged bool, err error) {
 // ClaimSession waits for ChainClaimSessionAndStage's claim and answers
 // as ClaimSessionAndStage would. Unless the claim staged k, the chain is
 // over (released before anything else runs, such as re-staging k).
-func (ch *ChainedClose) ClaimSession() (in Intent, claimed bool, st Stage, err error) {
+func (ch *ChainedClose) ClaimSession() (in upload.Intent, claimed bool, st upload.Stage, err error) {
 	c := ch.session
 	if c == nil {
-		return Intent{}, false, Stage{}, ErrNotThisChain
+		return upload.Intent{}, false, upload.Stage{}, ErrNotThisChain
 	}
 	sendErr := ch.readClaim()
 	if sendErr != nil || !c.stagedAll() {
@@ -204,7 +205,7 @@ func (ch *ChainedClose) ClaimSession() (in Intent, claimed bool, st Stage, err e
 	}
 	row, claimed, st, err := c.answer(ch.ctx, sendErr)
 	if err != nil || !claimed {
-		return Intent{}, false, Stage{}, err
+		return upload.Intent{}, false, upload.Stage{}, err
 	}
 	return intentFromRow(dbsqlc.Intent(row)), true, st, nil
 }
@@ -213,7 +214,7 @@ func (ch *ChainedClose) ClaimSession() (in Intent, claimed bool, st Stage, err e
 // chain's request (the same content, fence, targets and verification)
 // for the chain's statements to count; otherwise, or once the chain is
 // over, it runs Store.Finalize.
-func (ch *ChainedClose) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+func (ch *ChainedClose) Finalize(ctx context.Context, req upload.FinalizeRequest) (upload.Outcome, error) {
 	if ch.pipe == nil || ch.claimSlot || !ch.sameRequest(req) {
 		ch.Release()
 		return ch.s.Finalize(ctx, req)
@@ -222,7 +223,7 @@ func (ch *ChainedClose) Finalize(ctx context.Context, req FinalizeRequest) (Outc
 }
 
 // sameRequest reports whether req asks for what the chain sent.
-func (ch *ChainedClose) sameRequest(req FinalizeRequest) bool {
+func (ch *ChainedClose) sameRequest(req upload.FinalizeRequest) bool {
 	sent := ch.call.req
 	return req.OperationID == sent.OperationID && req.Digest == sent.Digest && req.Size == sent.Size &&
 		req.Partition == sent.Partition && req.Node == sent.Node && req.Epoch == sent.Epoch &&
@@ -233,7 +234,7 @@ func (ch *ChainedClose) sameRequest(req FinalizeRequest) bool {
 // finalize is finalize (uploads.go) on the chain's transaction: decide
 // on its statements' answers, req.BeforeCommit, COMMIT, as
 // finalizeAlone does after its first round trip.
-func (ch *ChainedClose) finalize(ctx context.Context, req FinalizeRequest) (out Outcome, verified bool, err error) {
+func (ch *ChainedClose) finalize(ctx context.Context, req upload.FinalizeRequest) (out upload.Outcome, verified bool, err error) {
 	defer ch.Release()
 	c := ch.call
 	c.req.BeforeCommit, c.req.Replication = req.BeforeCommit, req.Replication
@@ -241,36 +242,36 @@ func (ch *ChainedClose) finalize(ctx context.Context, req FinalizeRequest) (out 
 	if err != nil {
 		var e *blobplane.Error
 		if errors.As(err, &e) {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
-		return Outcome{}, false, dbErr("finalize "+req.OperationID, err)
+		return upload.Outcome{}, false, dbErr("finalize "+req.OperationID, err)
 	}
 	return out, verified, nil
 }
 
-func (ch *ChainedClose) publish(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
+func (ch *ChainedClose) publish(ctx context.Context, c *finalizeCall) (out upload.Outcome, verified bool, err error) {
 	err = ch.pipe.read()
 	if cerr := ch.pipe.close(); err == nil {
 		err = cerr
 	}
 	ch.pipe = nil
 	if err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	tx := &chainTx{conn: ch.conn.Conn()}
 	if out, verified, err = ch.s.decide(ctx, tx, c); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if c.req.BeforeCommit != nil {
 		if err := c.req.BeforeCommit(); err != nil {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	return out, verified, nil
 }

@@ -10,25 +10,26 @@ import (
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // chainRequest is the Finalize request of a chained close of n at k,
 // before its operation id is known.
-func (u *uploads) chainRequest(n store.NewIntent, k placement.Key) store.FinalizeRequest {
-	return store.FinalizeRequest{Digest: n.ExpectedDigest, Size: n.ExpectedSize,
+func (u *uploads) chainRequest(n upload.NewIntent, k placement.Key) upload.FinalizeRequest {
+	return upload.FinalizeRequest{Digest: n.ExpectedDigest, Size: n.ExpectedSize,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
-		Verify:      &store.Verification{Key: k, Digest: n.ExpectedDigest, Size: n.ExpectedSize}, Proven: true}
+		Verify:      &upload.Verification{Key: k, Digest: n.ExpectedDigest, Size: n.ExpectedSize}, Proven: true}
 }
 
 // chain starts a chained close of content and waits for its claim.
-func (u *uploads) chain(t *testing.T, content string) (*store.ChainedClose, store.Intent, store.FinalizeRequest) {
+func (u *uploads) chain(t *testing.T, content string) (*store.ChainedClose, upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
-	return u.chainWith(t, content, func(*store.FinalizeRequest) {})
+	return u.chainWith(t, content, func(*upload.FinalizeRequest) {})
 }
 
 // chainWith is chain with the request edited by edit first.
-func (u *uploads) chainWith(t *testing.T, content string, edit func(*store.FinalizeRequest)) (*store.ChainedClose, store.Intent, store.FinalizeRequest) {
+func (u *uploads) chainWith(t *testing.T, content string, edit func(*upload.FinalizeRequest)) (*store.ChainedClose, upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
 	n, k := u.newIntent(content, upRepo)
 	req := u.chainRequest(n, k)
@@ -58,7 +59,7 @@ func TestChainedClosePublishes(t *testing.T) {
 
 	// The claim committed: another connection sees the intent and the
 	// stage; Finalize's writes, made already, are not visible.
-	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending || got.ExpectedDigest != req.Digest {
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != upload.IntentPending || got.ExpectedDigest != req.Digest {
 		t.Fatalf("intent after the claim: %+v, %v", got, err)
 	}
 	if p, err := u.s.Placement(ctx, req.Verify.Key); err != nil || p.State != placement.Pending {
@@ -78,7 +79,7 @@ func TestChainedClosePublishes(t *testing.T) {
 	if err != nil || !out.NewReference || out.OperationID != in.OperationID || out.Repository != upRepo {
 		t.Fatalf("chained finalize: %+v, %v", out, err)
 	}
-	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
+	wantPublished(t, u, []upload.FinalizeRequest{req}, 1)
 	if got, err := u.s.Outcome(ctx, in.OperationID); err != nil || got.OperationID != out.OperationID || !got.PublishedAt.Equal(out.PublishedAt) {
 		t.Fatalf("stored outcome %+v, %v; answered %+v", got, err, out)
 	}
@@ -103,9 +104,9 @@ func TestChainedCloseRefusal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	ch, in, req := u.chainWith(t, "chained, refused", func(req *store.FinalizeRequest) { req.Epoch++ })
+	ch, in, req := u.chainWith(t, "chained, refused", func(req *upload.FinalizeRequest) { req.Epoch++ })
 	k := req.Verify.Key
-	if _, err := ch.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
+	if _, err := ch.Finalize(ctx, req); !errors.Is(err, upload.ErrAuthorityFence) {
 		t.Fatalf("finalize under another epoch: %v, want the fence", err)
 	}
 	if n := u.outcomes(t); n != 0 {
@@ -114,7 +115,7 @@ func TestChainedCloseRefusal(t *testing.T) {
 	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Verified {
 		t.Fatalf("placement after the refusal: %+v, %v", p, err)
 	}
-	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending {
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != upload.IntentPending {
 		t.Fatalf("intent after the refusal: %+v, %v", got, err)
 	}
 }
@@ -208,13 +209,13 @@ func TestChainedClosePublishVersusAbandon(t *testing.T) {
 		t.Fatalf("the chain's publication: %v", err)
 	}
 	<-done
-	if !errors.Is(abErr, store.ErrIntentClosed) {
+	if !errors.Is(abErr, upload.ErrIntentClosed) {
 		t.Fatalf("abandon after the chain published: %v, want ErrIntentClosed", abErr)
 	}
-	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentAdmitted {
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != upload.IntentAdmitted {
 		t.Fatalf("intent: %+v, %v", got, err)
 	}
-	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
+	wantPublished(t, u, []upload.FinalizeRequest{req}, 1)
 }
 
 // Release without Finalize (the bytes could not be linked) rolls back
@@ -282,7 +283,7 @@ func TestChainedSessionClose(t *testing.T) {
 	if out, err := ch.Finalize(ctx, req); err != nil || !out.NewReference || out.OperationID != session.OperationID {
 		t.Fatalf("finalize: %+v, %v", out, err)
 	}
-	wantPublished(t, u, []store.FinalizeRequest{req}, 1)
+	wantPublished(t, u, []upload.FinalizeRequest{req}, 1)
 }
 
 // A chained close with replication targets enqueues the transfers in its
@@ -292,7 +293,7 @@ func TestChainedCloseEnqueuesReplication(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	ch, _, req := u.chainWith(t, "chained, replicated", func(req *store.FinalizeRequest) { req.Targets = []string{"us-1", "ap-1"} })
+	ch, _, req := u.chainWith(t, "chained, replicated", func(req *upload.FinalizeRequest) { req.Targets = []string{"us-1", "ap-1"} })
 	req.BeforeCommit = func() error {
 		if n := u.count(t, `SELECT count(*) FROM river_job`); n != 0 {
 			t.Errorf("%d jobs visible before the publication committed", n)

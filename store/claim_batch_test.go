@@ -13,6 +13,7 @@ import (
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // claimRig holds both of a Store's claim slots: two OpenAndStage calls
@@ -25,16 +26,16 @@ type claimRig struct {
 	holders sync.WaitGroup
 }
 
-func (u *uploads) newIntent(content, repo string) (store.NewIntent, placement.Key) {
+func (u *uploads) newIntent(content, repo string) (upload.NewIntent, placement.Key) {
 	d, size := contentOf([]byte(content))
-	return store.NewIntent{Repository: repo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+	return upload.NewIntent{Repository: repo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
 			IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour},
 		placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
 }
 
 // newIntents is newIntent of n contents named prefix 0, prefix 1, ...
-func (u *uploads) newIntents(prefix string, n int) ([]store.NewIntent, []placement.Key) {
-	ns, ks := make([]store.NewIntent, n), make([]placement.Key, n)
+func (u *uploads) newIntents(prefix string, n int) ([]upload.NewIntent, []placement.Key) {
+	ns, ks := make([]upload.NewIntent, n), make([]placement.Key, n)
 	for i := range n {
 		ns[i], ks[i] = u.newIntent(fmt.Sprintf("%s %d", prefix, i), upRepo)
 	}
@@ -77,14 +78,14 @@ func newClaimRigOf(t *testing.T, u *uploads) *claimRig {
 }
 
 type claimAnswer struct {
-	in     store.Intent
+	in     upload.Intent
 	staged bool
 	err    error
 }
 
 // openQueued runs OpenAndStage for each of ns, waits until all are queued
 // behind the holders, releases them and returns each call's answer.
-func (r *claimRig) openQueued(t *testing.T, ns []store.NewIntent, ks []placement.Key) []claimAnswer {
+func (r *claimRig) openQueued(t *testing.T, ns []upload.NewIntent, ks []placement.Key) []claimAnswer {
 	t.Helper()
 	answers := make([]claimAnswer, len(ns))
 	var wg sync.WaitGroup
@@ -122,7 +123,7 @@ func TestClaimBatchCommitsQueuedClaimsTogether(t *testing.T) {
 			t.Fatalf("claim %d: %v", i, a.err)
 		}
 		got, err := u.s.GetIntent(context.Background(), a.in.OperationID)
-		if err != nil || got.State != store.IntentPending || got.ExpectedDigest != ks[i].Digest {
+		if err != nil || got.State != upload.IntentPending || got.ExpectedDigest != ks[i].Digest {
 			t.Fatalf("claim %d: intent %+v, %v", i, got, err)
 		}
 		if i == 0 || i == 4 {
@@ -174,7 +175,7 @@ func TestClaimBatchMergesStatements(t *testing.T) {
 			t.Fatalf("claim %d: staged %v", i, a.staged)
 		}
 		got, err := u.s.GetIntent(ctx, a.in.OperationID)
-		if err != nil || got.State != store.IntentPending || got.ExpectedDigest != ks[i].Digest || got.ExpectedSize != ns[i].ExpectedSize ||
+		if err != nil || got.State != upload.IntentPending || got.ExpectedDigest != ks[i].Digest || got.ExpectedSize != ns[i].ExpectedSize ||
 			got.Repository != upRepo || a.in.OperationID != got.OperationID || ids[got.OperationID] {
 			t.Fatalf("claim %d: answered %+v, stored %+v, %v", i, a.in, got, err)
 		}
@@ -197,12 +198,12 @@ func TestClaimBatchMergesIntents(t *testing.T) {
 	r := newClaimRig(t)
 	u := r.u
 	before := u.s.ClaimBatchStats()
-	ins := make([]store.Intent, 3)
+	ins := make([]upload.Intent, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range ins {
 		wg.Go(func() {
-			ins[i], errs[i] = u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+			ins[i], errs[i] = u.s.CreateIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: upload.SizeUnknown,
 				IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
 		})
 	}
@@ -220,7 +221,7 @@ func TestClaimBatchMergesIntents(t *testing.T) {
 			t.Fatalf("intent %d: %v", i, errs[i])
 		}
 		got, err := u.s.GetIntent(ctx, in.OperationID)
-		if err != nil || got.State != store.IntentPending || got.ExpectedDigest != "" || got.ExpectedSize != store.SizeUnknown ||
+		if err != nil || got.State != upload.IntentPending || got.ExpectedDigest != "" || got.ExpectedSize != upload.SizeUnknown ||
 			got.StagedLocation != "" || ids[got.OperationID] || !got.ExpiresAt.After(got.CreatedAt) {
 			t.Fatalf("intent %d: answered %+v, stored %+v, %v", i, in, got, err)
 		}
@@ -310,7 +311,7 @@ func TestClaimBatchesTakeDigestsInOneOrder(t *testing.T) {
 	}
 
 	var wg sync.WaitGroup
-	claim := func(s *store.Store, n store.NewIntent, k placement.Key) {
+	claim := func(s *store.Store, n upload.NewIntent, k placement.Key) {
 		wg.Go(func() {
 			if _, _, err := s.OpenAndStage(context.Background(), n, k); err != nil {
 				t.Errorf("claim of %s: %v", k.Digest, err)
@@ -319,7 +320,7 @@ func TestClaimBatchesTakeDigestsInOneOrder(t *testing.T) {
 	}
 	// Each store's two slots are held by claims waiting on locks of other
 	// digests; then its batch queues: B's as x, y; A's as y, x.
-	holdSlots := func(s *store.Store, q chan int, prefix string, first, second store.NewIntent, kf, ks placement.Key) pgx.Tx {
+	holdSlots := func(s *store.Store, q chan int, prefix string, first, second upload.NewIntent, kf, ks placement.Key) pgx.Tx {
 		hn, hk := u.newIntents(prefix, 2)
 		tx := lockTx(hk[0].Digest, hk[1].Digest)
 		for i := range 2 {

@@ -12,11 +12,12 @@ import (
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // published is the factory for a digest published in upRepo whose only
 // reference was then deleted: live, unreferenced, unclaimed.
-func (u *uploads) unreferenced(t *testing.T, content string) store.FinalizeRequest {
+func (u *uploads) unreferenced(t *testing.T, content string) upload.FinalizeRequest {
 	t.Helper()
 	ctx := context.Background()
 	_, req := u.admitted(t, content)
@@ -132,7 +133,7 @@ func TestSchedule5PublishRacingCollectionS1(t *testing.T) {
 	ctx := context.Background()
 	first := u.unreferenced(t, "last reference goes")
 	// A chunked upload of the same content: no claim until it closes.
-	in, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+	in, err := u.s.CreateIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: upDC, Backend: "fs", StagedLocation: "0123456789abcdef0123456789abcdef", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +170,7 @@ func TestSchedule5PublishRacingCollectionS1(t *testing.T) {
 	if n := u.count(t, `SELECT count(*) FROM blob_references WHERE digest = $1`, string(req.Digest)); n != 0 {
 		t.Fatal("S1: a reference to collected bytes was inserted")
 	}
-	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending {
+	if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != upload.IntentPending {
 		t.Fatalf("the refused intent: %+v, %v; want still pending", got, err)
 	}
 	k := cr.got[0].Deletions[0].Key

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/store/notifycache"
 )
 
 // RefsChannel is the NOTIFY channel that a committed change able to make a
@@ -51,12 +52,7 @@ type ExistenceCacheHooks struct {
 
 // ExistenceCacheStats reports the existence cache's counters, for
 // metrics; an entry is a (repository, digest) pair.
-func (s *Store) ExistenceCacheStats() CacheStats {
-	if c := s.existenceCache.Load(); c != nil {
-		return c.stats()
-	}
-	return CacheStats{}
-}
+func (s *Store) ExistenceCacheStats() CacheStats { return s.existenceCache.Load().cache().Stats() }
 
 // invalidateExistenceCache empties this process's existence cache after a
 // write through this Store that can make a cached answer wrong (a
@@ -64,59 +60,53 @@ func (s *Store) ExistenceCacheStats() CacheStats {
 // for the notification (which every other process waits for). It is
 // called whether or not the write reported success: an error may hide a
 // commit, and a spurious clear costs one query per cached pair.
-func (s *Store) invalidateExistenceCache() {
-	if c := s.existenceCache.Load(); c != nil {
-		c.invalidate()
-	}
-}
+func (s *Store) invalidateExistenceCache() { s.existenceCache.Load().cache().Invalidate() }
 
 // existenceCache is the positive existence cache behind ReferencedBlob:
 // (repository, digest) → size, only for found rows (a reference to a live
-// blob), in a notifyCache emptied by every notification on RefsChannel.
-// Absence is never cached, so pending or refused content can never appear
-// from it, and publishing needs no notification. Why an entry never
-// outlives a deletion it missed (beyond the milliseconds until the
-// notification arrives) is argued on notifyCache.
+// blob), in a notifycache.Cache emptied by every notification on
+// RefsChannel. Absence is never cached, so pending or refused content can
+// never appear from it, and publishing needs no notification. Why an entry
+// never outlives a deletion it missed (beyond the milliseconds until the
+// notification arrives) is argued on notifycache.Cache.
 //
 // Its methods accept a nil receiver (no cache running): lookup misses
 // without counting and insert does nothing, so ReferencedBlob reads the
 // same either way.
-type existenceCache struct {
-	*notifyCache[int64]
-	hooks ExistenceCacheHooks
+type existenceCache notifycache.Cache[existenceKey, int64]
+
+// existenceKey is what the existence cache answers for: a repository (or
+// a read scope standing in for one, ReadScope.cacheKey) and a digest.
+type existenceKey struct {
+	repository string
+	digest     blobplane.Digest
 }
+
+var existenceBounds = cacheBounds{defTTL: DefaultExistenceCacheTTL, maxTTL: MaxExistenceCacheTTL, defEntries: DefaultExistenceCacheMaxEntries}
 
 func newExistenceCache(opts ExistenceCacheOptions) *existenceCache {
-	return &existenceCache{
-		notifyCache: newNotifyCache[int64](opts.TTL, DefaultExistenceCacheTTL, MaxExistenceCacheTTL, opts.MaxEntries, DefaultExistenceCacheMaxEntries, opts.Now),
-		hooks:       opts.Hooks,
+	var afterQuery func(existenceKey)
+	if h := opts.Hooks.AfterQuery; h != nil {
+		afterQuery = func(k existenceKey) { h(k.repository, k.digest) }
 	}
+	o := cacheOptions(existenceBounds, opts.TTL, opts.MaxEntries, opts.Now, afterQuery)
+	return (*existenceCache)(notifycache.New[existenceKey, int64](o))
 }
 
-// existenceKey is the cache key of (repository, d); a repository name
-// never contains NUL.
-func existenceKey(repository string, d blobplane.Digest) string {
-	return repository + "\x00" + string(d)
+// cache is c as the generic cache it is (nil when c is).
+func (c *existenceCache) cache() *notifycache.Cache[existenceKey, int64] {
+	return (*notifycache.Cache[existenceKey, int64])(c)
 }
 
 // lookup answers whether repository references live d, with its size, when
 // the cache can (hit). On a miss, the ticket is what insert needs; take it
 // before the query.
-func (c *existenceCache) lookup(repository string, d blobplane.Digest) (size int64, hit bool, t cacheTicket) {
-	if c == nil {
-		return 0, false, cacheTicket{}
-	}
-	return c.get(existenceKey(repository, d))
+func (c *existenceCache) lookup(repository string, d blobplane.Digest) (size int64, hit bool, t notifycache.Ticket) {
+	return c.cache().Get(existenceKey{repository, d})
 }
 
 // insert caches a found (repository, d) of size, read under ticket t,
 // unless the cache was emptied since.
-func (c *existenceCache) insert(t cacheTicket, repository string, d blobplane.Digest, size int64) {
-	if c == nil {
-		return
-	}
-	if h := c.hooks.AfterQuery; h != nil {
-		h(repository, d)
-	}
-	c.put(t, existenceKey(repository, d), size)
+func (c *existenceCache) insert(t notifycache.Ticket, repository string, d blobplane.Digest, size int64) {
+	c.cache().Put(t, existenceKey{repository, d}, size)
 }

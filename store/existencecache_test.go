@@ -278,44 +278,14 @@ func TestExistenceCacheListenerLoss(t *testing.T) {
 	ctx := context.Background()
 	u := setupUploads(t)
 	s := u.s
-	var connects atomic.Int32
-	outage, release := make(chan struct{}), make(chan struct{})
-	stop := s.StartCaches(ctx, store.CacheOptions{
-		Auth: &store.AuthCacheOptions{}, Existence: &store.ExistenceCacheOptions{},
-		Hooks: store.ListenerHooks{BeforeConnect: func(ctx context.Context) error {
-			if connects.Add(1) != 2 { // hold the first reconnect until released
-				return nil
-			}
-			close(outage)
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}},
-	})
-	t.Cleanup(stop)
-	waitFor(t, "the caches listen", func() bool {
-		return s.ExistenceCacheStats().Listening && s.AuthCacheStats().Listening
-	})
+	cut, restore := startCachesWithOutage(t, s, u.pool,
+		store.CacheOptions{Auth: &store.AuthCacheOptions{}, Existence: &store.ExistenceCacheOptions{}},
+		func() bool { return s.ExistenceCacheStats().Listening && s.AuthCacheStats().Listening })
 	dA, sizeA := publish(t, u, upRepo, "kept")
 	dB, _ := publish(t, u, upRepo, "deleted during the outage")
 	cachedBlob(t, s, upRepo, dA, sizeA)
 
-	var terminated int
-	if err := u.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND datname = current_database()`, store.CacheListenerName).Scan(&terminated); err != nil {
-		t.Fatal(err)
-	}
-	if terminated != 1 {
-		t.Fatalf("terminated %d listener backends, want the 1 both caches share", terminated)
-	}
-	select {
-	case <-outage:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the listener did not notice it was terminated")
-	}
+	cut() // the one connection both caches share
 	st := s.ExistenceCacheStats()
 	if st.Listening || st.Entries != 0 || s.AuthCacheStats().Listening {
 		t.Fatalf("during the outage: %+v (auth %+v), want neither cache listening and empty", st, s.AuthCacheStats())
@@ -335,10 +305,7 @@ func TestExistenceCacheListenerLoss(t *testing.T) {
 	}
 	wantAbsent(t, s, upRepo, dB, "deleted during the outage")
 
-	close(release)
-	waitFor(t, "the listener is back", func() bool {
-		return s.ExistenceCacheStats().Listening && s.AuthCacheStats().Listening
-	})
+	restore()
 	cachedBlob(t, s, upRepo, dA, sizeA)
 	wantAbsent(t, s, upRepo, dB, "deleted, after recovery")
 }

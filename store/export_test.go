@@ -11,13 +11,14 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // BatchThenForTest sends, in one pgx batch as OpenAndStage does, the
 // CreateIntent of n and then the statement then, and returns the intent's
 // operation id and the batch's error: what TestBatchIsOneTransaction
 // needs to see that a later statement's failure undoes an earlier write.
-func (s *Store) BatchThenForTest(ctx context.Context, n NewIntent, then string) (string, error) {
+func (s *Store) BatchThenForTest(ctx context.Context, n upload.NewIntent, then string) (string, error) {
 	arg, err := createIntentArgs(n)
 	if err != nil {
 		return "", err

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Finalize batches (docs/performance.md, item 27). While this Store has
@@ -67,7 +68,7 @@ func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.stats() }
 // finalizeBatched runs c alone when a slot is free, else in the next
 // batch; a batch that does not commit leaves each of its calls to run
 // alone.
-func (s *Store) finalizeBatched(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
+func (s *Store) finalizeBatched(ctx context.Context, c *finalizeCall) (out upload.Outcome, verified bool, err error) {
 	alone := func(c *finalizeCall) { out, verified, err = s.finalizeAlone(ctx, c) }
 	commit := func(calls []*finalizeCall) bool { return s.commitFinalizeBatch(context.WithoutCancel(ctx), calls) }
 	if s.fin.do(c, alone, commit) {

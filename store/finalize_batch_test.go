@@ -11,6 +11,7 @@ import (
 
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // batchRig holds both of a Store's publishing slots with two Finalize
@@ -67,9 +68,9 @@ func (r *batchRig) unpark() {
 }
 
 // closings is closing of n contents named prefix 0, prefix 1, ...
-func (u *uploads) closings(t *testing.T, prefix string, n int) []store.FinalizeRequest {
+func (u *uploads) closings(t *testing.T, prefix string, n int) []upload.FinalizeRequest {
 	t.Helper()
-	reqs := make([]store.FinalizeRequest, n)
+	reqs := make([]upload.FinalizeRequest, n)
 	for i := range n {
 		_, reqs[i] = u.closing(t, fmt.Sprintf("%s %d", prefix, i))
 	}
@@ -79,9 +80,9 @@ func (u *uploads) closings(t *testing.T, prefix string, n int) []store.FinalizeR
 // finalizeQueued starts Finalize for each of reqs, waits until all of
 // them are queued behind the holders, releases the holders and returns
 // each call's answer.
-func (r *batchRig) finalizeQueued(t *testing.T, reqs []store.FinalizeRequest) ([]store.Outcome, []error) {
+func (r *batchRig) finalizeQueued(t *testing.T, reqs []upload.FinalizeRequest) ([]upload.Outcome, []error) {
 	t.Helper()
-	outs, errs := make([]store.Outcome, len(reqs)), make([]error, len(reqs))
+	outs, errs := make([]upload.Outcome, len(reqs)), make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
 		wg.Go(func() { outs[i], errs[i] = r.s.Finalize(context.Background(), req) })
@@ -150,7 +151,7 @@ func TestFinalizeBatchPublishesQueuedCallsTogether(t *testing.T) {
 // wantPublished checks that each of reqs published (its intent admitted,
 // its placement verified) and that the store holds outcomes outcomes and
 // as many references.
-func wantPublished(t *testing.T, u *uploads, reqs []store.FinalizeRequest, outcomes int) {
+func wantPublished(t *testing.T, u *uploads, reqs []upload.FinalizeRequest, outcomes int) {
 	t.Helper()
 	if n := u.outcomes(t); n != outcomes {
 		t.Fatalf("%d outcomes, want %d", n, outcomes)
@@ -263,7 +264,7 @@ func TestFinalizeBatchRefusalRunsEachAlone(t *testing.T) {
 	reqs[1].Size++ // not the content the upload declared
 	before := u.s.FinalizeBatchStats()
 	outs, errs := r.finalizeQueued(t, reqs)
-	if !errors.Is(errs[1], store.ErrContentIdentity) {
+	if !errors.Is(errs[1], upload.ErrContentIdentity) {
 		t.Fatalf("refused call: %+v, %v; want the content identity refusal", outs[1], errs[1])
 	}
 	for _, i := range []int{0, 2} {
@@ -329,13 +330,13 @@ func TestFinalizeBatchesTakeDigestsInOneOrder(t *testing.T) {
 	u := setupUploads(t)
 	sa, sb := u.s, store.New(u.pool, nil)
 	// Each store publishes both contents, through intents of its own.
-	var xa, ya, xb, yb store.FinalizeRequest
+	var xa, ya, xb, yb upload.FinalizeRequest
 	_, xa = u.closing(t, "order x")
 	_, ya = u.closing(t, "order y")
 	if ya.Digest < xa.Digest {
 		xa, ya = ya, xa
 	}
-	for _, pair := range []struct{ from, to *store.FinalizeRequest }{{&xa, &xb}, {&ya, &yb}} {
+	for _, pair := range []struct{ from, to *upload.FinalizeRequest }{{&xa, &xb}, {&ya, &yb}} {
 		in := u.open(t, upRepo)
 		k := pair.from.Verify.Key
 		if _, err := u.s.ClaimAndStage(ctx, in.OperationID, k, pair.from.Size); err != nil {
@@ -356,7 +357,7 @@ func TestFinalizeBatchesTakeDigestsInOneOrder(t *testing.T) {
 	ra := parkFinalizeSlots(t, u, sa, "slots of a")
 	rb := parkFinalizeSlots(t, u, sb, "slots of b")
 	var wg sync.WaitGroup
-	queue := func(r *batchRig, reqs ...store.FinalizeRequest) {
+	queue := func(r *batchRig, reqs ...upload.FinalizeRequest) {
 		for _, req := range reqs {
 			wg.Go(func() {
 				if _, err := r.s.Finalize(context.Background(), req); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // BenchmarkUploadLedger is the ledger's share of a single-request 4 KiB
@@ -133,11 +134,11 @@ func BenchmarkUploadLedger(b *testing.B) {
 				d := blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:]))
 				const size = 4096
 				k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
-				var in store.Intent
-				req := store.FinalizeRequest{Digest: d, Size: size,
+				var in upload.Intent
+				req := upload.FinalizeRequest{Digest: d, Size: size,
 					Partition: upPartition, Node: upNode, Epoch: lease.Epoch, Replication: jobs.Replication{Client: rc},
-					Verify: &store.Verification{Key: k, Digest: d, Size: size}, Proven: true}
-				n := store.NewIntent{Repository: upRepo, Principal: upPrincipal,
+					Verify: &upload.Verification{Key: k, Digest: d, Size: size}, Proven: true}
+				n := upload.NewIntent{Repository: upRepo, Principal: upPrincipal,
 					ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}
 				finalize := s.Finalize
 				var ch *store.ChainedClose
@@ -154,7 +155,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 					finalize = ch.Finalize
 				} else if tc.postPut { // the POST's session, then the PUT's claim of it
 					var err error
-					if in, err = s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+					if in, err = s.CreateIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedSize: upload.SizeUnknown,
 						IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}); err != nil {
 						return err
 					}

@@ -13,6 +13,7 @@ import (
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Every statement an upload, a read or an authentication sends reaches
@@ -353,7 +354,7 @@ func TestHotPathsRunGenericPlans(t *testing.T) {
 			t.Fatalf("merged call %d: %v", i, err)
 		}
 	}
-	ch, _, req := u.chainWith(t, "chained", func(*store.FinalizeRequest) {})
+	ch, _, req := u.chainWith(t, "chained", func(*upload.FinalizeRequest) {})
 	if _, err := ch.Finalize(ctx, req); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Finalize publishes only with possession (S9, issue 26): a claim and a
@@ -33,19 +33,19 @@ func TestFinalizeRequiresPossession(t *testing.T) {
 	if err := u.s.GrantPrincipal(ctx, "vaultkeeper", grants(t, "vault/*:write")); err != nil {
 		t.Fatal(err)
 	}
-	vaultIn, err := u.s.CreateMountIntent(ctx, store.NewIntent{Repository: "vault/src", Principal: "vaultkeeper", ExpectedDigest: pub.Digest,
+	vaultIn, err := u.s.CreateMountIntent(ctx, upload.NewIntent{Repository: "vault/src", Principal: "vaultkeeper", ExpectedDigest: pub.Digest,
 		ExpectedSize: pub.Size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}, "team/src")
 	if err == nil {
 		vaultReq := pub
 		vaultReq.OperationID, vaultReq.Proven = vaultIn.OperationID, false
 		_, err = u.s.Finalize(ctx, vaultReq)
 	}
-	if !errors.Is(err, store.ErrMountSource) {
+	if !errors.Is(err, upload.ErrMountSource) {
 		// vaultkeeper cannot read team/src: its mount must not publish.
 		t.Fatalf("a mount from a repository its principal cannot read: %v; want ErrMountSource", err)
 	}
 
-	claimed := func(t *testing.T) store.FinalizeRequest {
+	claimed := func(t *testing.T) upload.FinalizeRequest {
 		in := u.open(t, upRepo)
 		if _, err := u.s.RecordIntentContent(ctx, in.OperationID, pub.Digest, pub.Size); err != nil {
 			t.Fatal(err)
@@ -54,8 +54,8 @@ func TestFinalizeRequiresPossession(t *testing.T) {
 		req.OperationID, req.Proven = in.OperationID, false
 		return req
 	}
-	mount := func(t *testing.T, from string) store.FinalizeRequest {
-		in, err := u.s.CreateMountIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: pub.Digest,
+	mount := func(t *testing.T, from string) upload.FinalizeRequest {
+		in, err := u.s.CreateMountIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: pub.Digest,
 			ExpectedSize: pub.Size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}, from)
 		if err != nil {
 			t.Fatal(err)
@@ -66,24 +66,24 @@ func TestFinalizeRequiresPossession(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		req  func(t *testing.T) store.FinalizeRequest
+		req  func(t *testing.T) upload.FinalizeRequest
 		want error // nil: published
 	}{
-		{"a claim alone", claimed, store.ErrNotProven},
-		{"a claim whose caller hashed the bytes", func(t *testing.T) store.FinalizeRequest {
+		{"a claim alone", claimed, upload.ErrNotProven},
+		{"a claim whose caller hashed the bytes", func(t *testing.T) upload.FinalizeRequest {
 			req := claimed(t)
 			req.Proven = true
 			return req
 		}, nil},
-		{"a claim with its possession recorded", func(t *testing.T) store.FinalizeRequest {
+		{"a claim with its possession recorded", func(t *testing.T) upload.FinalizeRequest {
 			req := claimed(t)
 			if err := u.s.RecordPossession(ctx, req.OperationID, req.Digest, req.Size, nil); err != nil {
 				t.Fatal(err)
 			}
 			return req
 		}, nil},
-		{"a mount from a readable repository referencing it", func(t *testing.T) store.FinalizeRequest { return mount(t, "team/src") }, nil},
-		{"a mount from a repository that does not reference it", func(t *testing.T) store.FinalizeRequest { return mount(t, "team/other") }, store.ErrMountSource},
+		{"a mount from a readable repository referencing it", func(t *testing.T) upload.FinalizeRequest { return mount(t, "team/src") }, nil},
+		{"a mount from a repository that does not reference it", func(t *testing.T) upload.FinalizeRequest { return mount(t, "team/other") }, upload.ErrMountSource},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := tc.req(t)
@@ -108,7 +108,7 @@ func TestFinalizeRequiresPossession(t *testing.T) {
 	// RecordPossession refuses other content than the intent's claim.
 	req := claimed(t)
 	other, _ := contentOf([]byte("other content"))
-	if err := u.s.RecordPossession(ctx, req.OperationID, other, req.Size, nil); !errors.Is(err, store.ErrContentIdentity) {
+	if err := u.s.RecordPossession(ctx, req.OperationID, other, req.Size, nil); !errors.Is(err, upload.ErrContentIdentity) {
 		t.Fatalf("possession of other content than claimed: %v; want ErrContentIdentity", err)
 	}
 }

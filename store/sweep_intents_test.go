@@ -9,7 +9,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/pgtest"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // expire moves op's expiry into the past by the database clock (created_at
@@ -24,7 +24,7 @@ func (u *uploads) expire(t *testing.T, op string) {
 
 // staged is the factory for a pending chunked upload with a staged
 // location and some received bytes.
-func (u *uploads) staged(t *testing.T, location string) store.Intent {
+func (u *uploads) staged(t *testing.T, location string) upload.Intent {
 	t.Helper()
 	in, err := u.s.ExtendIntent(context.Background(), u.open(t, upRepo).OperationID, location, 7, time.Hour)
 	if err != nil {
@@ -70,11 +70,11 @@ func TestReapExpiredIntentsBoundedBatches(t *testing.T) {
 		}
 	}
 	for _, op := range expired {
-		if in, _ := u.s.GetIntent(ctx, op); in.State != store.IntentAbandoned {
+		if in, _ := u.s.GetIntent(ctx, op); in.State != upload.IntentAbandoned {
 			t.Fatalf("%s is %s", op, in.State)
 		}
 	}
-	if in, _ := u.s.GetIntent(ctx, fresh.OperationID); in.State != store.IntentPending {
+	if in, _ := u.s.GetIntent(ctx, fresh.OperationID); in.State != upload.IntentPending {
 		t.Fatalf("not-yet-expired intent is %s", in.State)
 	}
 	if _, err := u.s.ReapExpiredIntents(ctx, upDC, 0, false); blobplane.ErrorCode(err) != blobplane.CodeInvalid {
@@ -135,7 +135,7 @@ func TestExtendIntentRefusesTerminalStates(t *testing.T) {
 	for _, op := range []string{reaped.OperationID, admitted.OperationID} {
 		before, _ := u.s.GetIntent(ctx, op)
 		_, err := u.s.ExtendIntent(ctx, op, "", 100, time.Hour)
-		if !errors.Is(err, store.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
+		if !errors.Is(err, upload.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
 			t.Fatalf("extend %s intent: %v", before.State, err)
 		}
 		after, _ := u.s.GetIntent(ctx, op)
@@ -172,10 +172,10 @@ func TestChunkAppendRacingReaper(t *testing.T) {
 			t.Fatal(err)
 		}
 		wg.Wait()
-		if !errors.Is(extErr, store.ErrIntentClosed) {
+		if !errors.Is(extErr, upload.ErrIntentClosed) {
 			t.Fatalf("append after the reap committed: %v", extErr)
 		}
-		if cur, _ := u.s.GetIntent(ctx, in.OperationID); cur.State != store.IntentAbandoned || cur.ReceivedBytes != 7 {
+		if cur, _ := u.s.GetIntent(ctx, in.OperationID); cur.State != upload.IntentAbandoned || cur.ReceivedBytes != 7 {
 			t.Fatalf("intent %s with %d bytes", cur.State, cur.ReceivedBytes)
 		}
 	})
@@ -203,7 +203,7 @@ func TestChunkAppendRacingReaper(t *testing.T) {
 		if got, err := u.s.ReapExpiredIntents(ctx, upDC, 10, false); err != nil || len(got) != 0 {
 			t.Fatalf("reaper took an extended intent: %d, %v", len(got), err)
 		}
-		if cur, _ := u.s.GetIntent(ctx, in.OperationID); cur.State != store.IntentPending || cur.ReceivedBytes != 14 {
+		if cur, _ := u.s.GetIntent(ctx, in.OperationID); cur.State != upload.IntentPending || cur.ReceivedBytes != 14 {
 			t.Fatalf("intent %s with %d bytes", cur.State, cur.ReceivedBytes)
 		}
 	})
@@ -220,7 +220,7 @@ func TestPausedWriterPublishesAfterReap(t *testing.T) {
 	if got, err := u.s.ReapExpiredIntents(ctx, upDC, 10, false); err != nil || len(got) != 1 {
 		t.Fatalf("reap: %d, %v", len(got), err)
 	}
-	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
 		t.Fatalf("late publish: %v", err)
 	}
 	if u.outcomes(t) != 0 || u.references(t) != 0 {

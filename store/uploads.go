@@ -17,6 +17,7 @@ import (
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Admission and finalization (DESIGN flows 1-2,
@@ -31,100 +32,6 @@ import (
 // one transaction; a retry of the operation id returns the stored outcome
 // (S4); a refusal stores nothing and may succeed later.
 
-// IntentState is the state of an upload intent.
-type IntentState string
-
-const (
-	IntentPending   IntentState = "pending"   // accepting bytes or awaiting finalization
-	IntentAdmitted  IntentState = "admitted"  // published (terminal)
-	IntentAbandoned IntentState = "abandoned" // cancelled or reaped (terminal); never publishes
-)
-
-// SizeUnknown is Intent.ExpectedSize before the upload's size is known.
-const SizeUnknown int64 = -1
-
-// Intent is the durable record of one upload/admission attempt.
-type Intent struct {
-	OperationID       string
-	Repository        string
-	Principal         string
-	ExpectedDigest    blobplane.Digest // "" until known
-	ExpectedSize      int64            // SizeUnknown until known
-	IngressDatacenter string
-	Backend           string
-	StagedLocation    string // "" until staging starts
-	State             IntentState
-	ReceivedBytes     int64
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	ExpiresAt         time.Time
-	// Possession is how the intent proved it holds its content (S9):
-	// PossessionUploaded, PossessionMounted, or "" (nothing proven: it
-	// cannot publish, whatever verified placements of its digest exist).
-	Possession  string
-	MountedFrom string // the mount's source repository (PossessionMounted)
-	// AcceptedAt, when not zero, is when the client was answered 202 for
-	// this upload (AcceptIntent): the reaper never abandons it (issue 27).
-	AcceptedAt time.Time
-}
-
-// Possession of an intent (Intent.Possession, issue 26): a claim, a size
-// or a digest proves nothing; only the intent's own bytes hashed to its
-// digest, or a mount from a repository its principal can read.
-const (
-	PossessionUploaded = "uploaded"
-	PossessionMounted  = "mounted"
-)
-
-// NewIntent is what CreateIntent records.
-type NewIntent struct {
-	Repository        string
-	Principal         string
-	ExpectedDigest    blobplane.Digest // "" when not known yet (chunked uploads)
-	ExpectedSize      int64            // SizeUnknown when not known yet
-	IngressDatacenter string
-	Backend           string
-	StagedLocation    string        // usually "": staging starts after the intent commits
-	TTL               time.Duration // expires_at = database now() + TTL
-}
-
-// Refusals of Finalize. Each comes back wrapped in a *blobplane.Error
-// whose code says how to answer the client; test with errors.Is.
-var (
-	// ErrAuthorityUnassigned: no lease record for the partition (code
-	// unavailable, retryable: a home will be assigned).
-	ErrAuthorityUnassigned = errors.New("the repository's partition has no authority")
-	// ErrAuthorityFence: the caller does not hold the partition at the
-	// epoch it presented, e.g. a former home after a transfer (stale_epoch).
-	ErrAuthorityFence = errors.New("the caller does not hold the repository's partition at the presented epoch")
-	// ErrContentIdentity: the digest or size differs from the intent's
-	// (digest_mismatch).
-	ErrContentIdentity = errors.New("the digest or size differs from the admission record")
-	// ErrNoVerifiedPlacement: no verified placement can supply the content
-	// (unavailable, retryable: a placement may verify later).
-	ErrNoVerifiedPlacement = errors.New("no verified placement of the content exists")
-	// ErrWriteRevoked: the intent's principal no longer has write access to
-	// the repository (forbidden; restoring the grant lets a retry succeed).
-	ErrWriteRevoked = errors.New("the principal no longer has write access to the repository")
-	// ErrNotProven: the intent never proved it holds its content: its own
-	// bytes were not streamed and hashed to the digest, and it is no
-	// mount (invalid: the client must send the blob). Another upload's
-	// verified placement of the same digest proves nothing for this one
-	// (S9, issue 26).
-	ErrNotProven = errors.New("the upload never proved it holds the content")
-	// ErrMountSource: a mount's source no longer references the digest,
-	// or its principal can no longer read the source (forbidden).
-	ErrMountSource = errors.New("the mount's source does not grant the content")
-	// ErrIntentClosed: the intent is abandoned (conflict); an abandoned
-	// intent never publishes (S5).
-	ErrIntentClosed = errors.New("the upload is no longer pending")
-	// ErrObliterated: the digest was obliterated by an operator (conflict).
-	ErrObliterated = errors.New("the digest is obliterated")
-	// ErrNoEnqueuer: replication targets exist but the caller passed no
-	// ReplicationEnqueuer (internal: a wiring bug).
-	ErrNoEnqueuer = errors.New("replication targets exist but no replication enqueuer is configured")
-)
-
 func refusal(code blobplane.Code, op string, sentinel error, format string, args ...any) error {
 	return &blobplane.Error{Code: code, Op: "finalize " + op, Message: fmt.Sprintf(format, args...),
 		Retryable: code == blobplane.CodeUnavailable, Err: sentinel}
@@ -133,10 +40,10 @@ func refusal(code blobplane.Code, op string, sentinel error, format string, args
 // CreateIntent records a new pending intent and returns it with its
 // operation id. It commits before the caller stages any byte. Errors:
 // invalid (malformed fields), not_found (no such repository).
-func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
+func (s *Store) CreateIntent(ctx context.Context, n upload.NewIntent) (upload.Intent, error) {
 	arg, err := createIntentArgs(n)
 	if err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	// The intent commits without waiting for its WAL flush: nothing is
 	// staged or published on it until a later, synchronous commit of this
@@ -155,16 +62,16 @@ func (s *Store) CreateIntent(ctx context.Context, n NewIntent) (Intent, error) {
 		queueRow(b, func(db dbsqlc.DBTX) (dbsqlc.Intent, error) { return s.q.CreateIntent(ctx, db, arg) }, &row, &rowErr)
 	}
 	if err := s.sendClaim(ctx, claim); err != nil {
-		return Intent{}, createIntentErr(n, err)
+		return upload.Intent{}, createIntentErr(n, err)
 	}
 	if rowErr != nil {
-		return Intent{}, createIntentErr(n, rowErr)
+		return upload.Intent{}, createIntentErr(n, rowErr)
 	}
 	return intentFromRow(row), nil
 }
 
 // createIntentArgs validates n into CreateIntent's arguments.
-func createIntentArgs(n NewIntent) (dbsqlc.CreateIntentParams, error) {
+func createIntentArgs(n upload.NewIntent) (dbsqlc.CreateIntentParams, error) {
 	if err := auth.CheckRepository(n.Repository); err != nil {
 		return dbsqlc.CreateIntentParams{}, err
 	}
@@ -181,7 +88,7 @@ func createIntentArgs(n NewIntent) (dbsqlc.CreateIntentParams, error) {
 		}
 		arg.ExpectedDigest = optText(string(n.ExpectedDigest))
 	}
-	if n.ExpectedSize != SizeUnknown {
+	if n.ExpectedSize != upload.SizeUnknown {
 		if n.ExpectedSize < 0 {
 			return dbsqlc.CreateIntentParams{}, blobplane.Errorf(blobplane.CodeInvalid, "expected size %d: must be >= 0", n.ExpectedSize)
 		}
@@ -192,7 +99,7 @@ func createIntentArgs(n NewIntent) (dbsqlc.CreateIntentParams, error) {
 
 // createIntentErr is CreateIntent's error: a foreign key violation means
 // the repository does not exist.
-func createIntentErr(n NewIntent, err error) error {
+func createIntentErr(n upload.NewIntent, err error) error {
 	const op = "create intent"
 	if e := dbErr(op, err); blobplane.ErrorCode(e) == blobplane.CodeConflict {
 		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: fmt.Sprintf("repository %q does not exist", n.Repository), Err: err}
@@ -211,10 +118,10 @@ func createIntentErr(n NewIntent, err error) error {
 // exists and claims the content, and the caller stages through
 // ClaimAndStage. Errors: those of CreateIntent; on error nothing is
 // recorded.
-func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) (in Intent, staged bool, err error) {
+func (s *Store) OpenAndStage(ctx context.Context, n upload.NewIntent, k placement.Key) (in upload.Intent, staged bool, err error) {
 	o, err := s.newOpenStaging(ctx, n, k)
 	if err != nil {
-		return Intent{}, false, err
+		return upload.Intent{}, false, err
 	}
 	return o.answer(s.sendClaim(ctx, o.call))
 }
@@ -222,7 +129,7 @@ func (s *Store) OpenAndStage(ctx context.Context, n NewIntent, k placement.Key) 
 // openStaging is OpenAndStage's claim: its statements (call) and where
 // their answers go until answer reads them.
 type openStaging struct {
-	n                            NewIntent
+	n                            upload.NewIntent
 	id                           pgtype.UUID
 	call                         *claimCall
 	row                          dbsqlc.Intent
@@ -231,7 +138,7 @@ type openStaging struct {
 }
 
 // newOpenStaging validates OpenAndStage's arguments and makes its claim.
-func (s *Store) newOpenStaging(ctx context.Context, n NewIntent, k placement.Key) (*openStaging, error) {
+func (s *Store) newOpenStaging(ctx context.Context, n upload.NewIntent, k placement.Key) (*openStaging, error) {
 	if n.ExpectedDigest != k.Digest || n.ExpectedSize < 0 {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "open and stage: the intent must declare %s and its size", k.Digest)
 	}
@@ -268,32 +175,32 @@ func (s *Store) newOpenStaging(ctx context.Context, n NewIntent, k placement.Key
 
 // answer is OpenAndStage's answer once the claim was sent; sendErr is
 // its implicit transaction's error (nil: committed).
-func (o *openStaging) answer(sendErr error) (in Intent, staged bool, err error) {
+func (o *openStaging) answer(sendErr error) (in upload.Intent, staged bool, err error) {
 	if sendErr != nil { // the first statement's error, the batch undone
-		return Intent{}, false, createIntentErr(o.n, sendErr)
+		return upload.Intent{}, false, createIntentErr(o.n, sendErr)
 	}
 	if err := errors.Join(o.createErr, o.lockErr); err != nil {
-		return Intent{}, false, dbErr("open and stage", err)
+		return upload.Intent{}, false, dbErr("open and stage", err)
 	}
 	if errors.Is(o.stageErr, pgx.ErrNoRows) {
 		return intentFromRow(o.row), false, nil
 	}
 	if o.stageErr != nil {
-		return Intent{}, false, placementErr("open and stage", o.stageErr)
+		return upload.Intent{}, false, placementErr("open and stage", o.stageErr)
 	}
 	return intentFromRow(o.row), true, nil
 }
 
 // GetIntent returns the intent op. Errors: not_found (also for a malformed
 // id).
-func (s *Store) GetIntent(ctx context.Context, op string) (Intent, error) {
+func (s *Store) GetIntent(ctx context.Context, op string) (upload.Intent, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	row, err := s.q.GetIntent(ctx, s.pool, id)
 	if err != nil {
-		return Intent{}, dbErr("get intent", err)
+		return upload.Intent{}, dbErr("get intent", err)
 	}
 	return intentFromRow(row), nil
 }
@@ -303,22 +210,22 @@ func (s *Store) GetIntent(ctx context.Context, op string) (Intent, error) {
 // its expiry to at least now() + ttl. Called per chunk. Errors: not_found;
 // conflict (wrapping ErrIntentClosed) when the intent is admitted or
 // abandoned, or stagedLocation differs from the recorded one.
-func (s *Store) ExtendIntent(ctx context.Context, op string, stagedLocation string, received int64, ttl time.Duration) (Intent, error) {
+func (s *Store) ExtendIntent(ctx context.Context, op string, stagedLocation string, received int64, ttl time.Duration) (upload.Intent, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	if received < 0 || ttl <= 0 {
-		return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "extend intent: received %d and TTL %s must be non-negative and positive", received, ttl)
+		return upload.Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "extend intent: received %d and TTL %s must be non-negative and positive", received, ttl)
 	}
 	row, err := s.q.ExtendIntent(ctx, s.pool, dbsqlc.ExtendIntentParams{
 		ReceivedBytes: received, StagedLocation: optText(stagedLocation), TtlSeconds: ttl.Seconds(), OperationID: id,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Intent{}, s.notPending(ctx, "extend intent", id)
+		return upload.Intent{}, s.notPending(ctx, "extend intent", id)
 	}
 	if err != nil {
-		return Intent{}, dbErr("extend intent", err)
+		return upload.Intent{}, dbErr("extend intent", err)
 	}
 	return intentFromRow(row), nil
 }
@@ -330,20 +237,20 @@ func (s *Store) ExtendIntent(ctx context.Context, op string, stagedLocation stri
 // Errors: not_found; conflict (ErrIntentClosed) when the intent is not
 // pending; digest_mismatch (ErrContentIdentity) when the intent already
 // claimed another digest or size.
-func (s *Store) RecordIntentContent(ctx context.Context, op string, d blobplane.Digest, size int64) (Intent, error) {
+func (s *Store) RecordIntentContent(ctx context.Context, op string, d blobplane.Digest, size int64) (upload.Intent, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	if _, err := blobplane.ParseDigest(string(d)); err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	row, err := s.q.RecordIntentContent(ctx, s.pool, dbsqlc.RecordIntentContentParams{Digest: string(d), SizeBytes: size, OperationID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Intent{}, s.claimRefused(ctx, op, id, d, size)
+		return upload.Intent{}, s.claimRefused(ctx, op, id, d, size)
 	}
 	if err != nil {
-		return Intent{}, dbErr("record intent content", err)
+		return upload.Intent{}, dbErr("record intent content", err)
 	}
 	return intentFromRow(row), nil
 }
@@ -351,8 +258,8 @@ func (s *Store) RecordIntentContent(ctx context.Context, op string, d blobplane.
 // claimRefused explains a RecordIntentContent that touched no row.
 func (s *Store) claimRefused(ctx context.Context, op string, id pgtype.UUID, d blobplane.Digest, size int64) error {
 	cur, err := s.q.GetIntent(ctx, s.pool, id)
-	if err == nil && IntentState(cur.State) == IntentPending {
-		return refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "upload %s: content %s (%d bytes) differs from the declared %s (%s bytes)",
+	if err == nil && upload.IntentState(cur.State) == upload.IntentPending {
+		return refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "upload %s: content %s (%d bytes) differs from the declared %s (%s bytes)",
 			op, d, size, cur.ExpectedDigest.String, sizeText(cur.ExpectedSize))
 	}
 	return s.notPending(ctx, "record intent content", id)
@@ -372,27 +279,16 @@ func (s *Store) claimRefused(ctx context.Context, op string, id pgtype.UUID, d b
 // the caller still writes the bytes to prove them (S8) but has nothing to
 // verify. Errors: those of RecordIntentContent and of StagePlacement
 // (other than the refusal of a verified row).
-func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (Stage, error) {
+func (s *Store) ClaimAndStage(ctx context.Context, op string, k placement.Key, size int64) (upload.Stage, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return Stage{}, err
+		return upload.Stage{}, err
 	}
 	_, claimed, st, err := s.claimAndStage(ctx, id, k, size, "")
 	if err == nil && !claimed {
 		err = s.claimRefused(ctx, op, id, k.Digest, size)
 	}
 	return st, err
-}
-
-// Stage is what a close's claim staged at its key: the placement's
-// generation after the stage, which only this close's verification or
-// failure may follow (FailStagedPlacement: a close's mismatch fails its
-// own stage, never a row another upload re-staged or verified since,
-// issue 26), or AlreadyVerified: the key was verified already and the
-// close stages nothing (it still writes the bytes to prove them, S9).
-type Stage struct {
-	Generation      int64
-	AlreadyVerified bool
 }
 
 // ClaimSessionAndStage is ClaimAndStage for an OCI PUT that closes the
@@ -405,14 +301,14 @@ type Stage struct {
 // then reads the session and takes the path that explains or handles it.
 // So the PUT's session read and its claim are one round trip. Errors:
 // those of ClaimAndStage's stage.
-func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in Intent, claimed bool, st Stage, err error) {
+func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64) (in upload.Intent, claimed bool, st upload.Stage, err error) {
 	id, err := parseOpID(op)
 	if err != nil || repository == "" {
-		return Intent{}, false, Stage{}, nil
+		return upload.Intent{}, false, upload.Stage{}, nil
 	}
 	row, claimed, st, err := s.claimAndStage(ctx, id, k, size, repository)
 	if err != nil || !claimed {
-		return Intent{}, false, Stage{}, err
+		return upload.Intent{}, false, upload.Stage{}, err
 	}
 	return intentFromRow(dbsqlc.Intent(row)), true, st, nil
 }
@@ -420,10 +316,10 @@ func (s *Store) ClaimSessionAndStage(ctx context.Context, op, repository string,
 // claimAndStage is ClaimAndStage of the intent id, and with repository
 // set ClaimSessionAndStage's; claimed is false when the claim touched no
 // row (nothing is recorded then).
-func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed bool, st Stage, err error) {
+func (s *Store) claimAndStage(ctx context.Context, id pgtype.UUID, k placement.Key, size int64, repository string) (row dbsqlc.ClaimIntentContentRow, claimed bool, st upload.Stage, err error) {
 	c, err := s.newClaimStaging(ctx, id, k, size, repository)
 	if err != nil {
-		return row, false, Stage{}, err
+		return row, false, upload.Stage{}, err
 	}
 	return c.answer(ctx, s.sendClaim(ctx, c.call))
 }
@@ -484,29 +380,29 @@ func (c *claimStaging) stagedAll() bool { return c.claimErr == nil && c.stageErr
 // answer is claimAndStage's answer once the claim was sent; sendErr is
 // its implicit transaction's error (nil: committed). A claim that did
 // not stage k re-stages it here.
-func (c *claimStaging) answer(ctx context.Context, sendErr error) (row dbsqlc.ClaimIntentContentRow, claimed bool, st Stage, err error) {
+func (c *claimStaging) answer(ctx context.Context, sendErr error) (row dbsqlc.ClaimIntentContentRow, claimed bool, st upload.Stage, err error) {
 	if sendErr != nil { // the first error, the batch undone
-		return row, false, Stage{}, placementErr("claim and stage", sendErr)
+		return row, false, upload.Stage{}, placementErr("claim and stage", sendErr)
 	}
 	switch {
 	case errors.Is(c.claimErr, pgx.ErrNoRows):
-		return row, false, Stage{}, nil
+		return row, false, upload.Stage{}, nil
 	case c.claimErr != nil:
-		return row, false, Stage{}, placementErr("claim and stage", c.claimErr)
+		return row, false, upload.Stage{}, placementErr("claim and stage", c.claimErr)
 	case errors.Is(c.stageErr, pgx.ErrNoRows):
 		st, err = c.s.restageClaimed(ctx, c.k, c.size)
 		return c.row, true, st, err
 	case c.stageErr != nil:
-		return row, false, Stage{}, placementErr("claim and stage", c.stageErr)
+		return row, false, upload.Stage{}, placementErr("claim and stage", c.stageErr)
 	}
-	return c.row, true, Stage{Generation: c.staged.Generation}, nil
+	return c.row, true, upload.Stage{Generation: c.staged.Generation}, nil
 }
 
 // restageClaimed re-stages k, which has a row already (or whose digest is
 // at its bound), for a close whose claim committed: under the digest's
 // stage lock, in a transaction of its own. A verified row is not an
 // error: alreadyVerified.
-func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64) (st Stage, err error) {
+func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64) (st upload.Stage, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"}, func(tx pgx.Tx) error {
 		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
 			return err
@@ -516,13 +412,13 @@ func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64)
 		if err != nil && !errors.Is(err, ErrPlacementLimit) && blobplane.ErrorCode(err) == blobplane.CodeConflict {
 			cur, gerr := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
 			if gerr == nil && placement.State(cur.State) == placement.Verified {
-				st, err = Stage{Generation: cur.Generation, AlreadyVerified: true}, nil
+				st, err = upload.Stage{Generation: cur.Generation, AlreadyVerified: true}, nil
 			}
 		}
 		return err
 	})
 	if err != nil {
-		return Stage{}, placementErr("claim and stage", err)
+		return upload.Stage{}, placementErr("claim and stage", err)
 	}
 	return st, nil
 }
@@ -531,23 +427,23 @@ func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64)
 // possession the mount from repository from (S9), which Finalize
 // re-checks at the home: from must still reference the digest and the
 // principal still read it. Errors: those of CreateIntent.
-func (s *Store) CreateMountIntent(ctx context.Context, n NewIntent, from string) (Intent, error) {
+func (s *Store) CreateMountIntent(ctx context.Context, n upload.NewIntent, from string) (upload.Intent, error) {
 	arg, err := createIntentArgs(n)
 	if err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	if err := auth.CheckRepository(from); err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	if n.ExpectedDigest == "" || n.ExpectedSize < 0 {
-		return Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "a mount declares its digest and size")
+		return upload.Intent{}, blobplane.Errorf(blobplane.CodeInvalid, "a mount declares its digest and size")
 	}
 	row, err := s.q.CreateMountIntent(ctx, s.pool, dbsqlc.CreateMountIntentParams{
 		Repository: arg.Repository, Principal: arg.Principal, ExpectedDigest: string(n.ExpectedDigest), ExpectedSize: n.ExpectedSize,
 		IngressDatacenter: arg.IngressDatacenter, Backend: arg.Backend, TtlSeconds: arg.TtlSeconds, MountedFrom: from,
 	})
 	if err != nil {
-		return Intent{}, createIntentErr(n, err)
+		return upload.Intent{}, createIntentErr(n, err)
 	}
 	return intentFromRow(row), nil
 }
@@ -579,7 +475,7 @@ func (s *Store) AcceptIntent(ctx context.Context, op string, enqueue func(ctx co
 		return placementErr("accept intent", err)
 	}
 	if n == 0 {
-		if err := s.notPending(ctx, "accept intent", id); blobplane.ErrorCode(err) != blobplane.CodeConflict || errors.Is(err, ErrIntentClosed) {
+		if err := s.notPending(ctx, "accept intent", id); blobplane.ErrorCode(err) != blobplane.CodeConflict || errors.Is(err, upload.ErrIntentClosed) {
 			return err
 		}
 		return &blobplane.Error{Code: blobplane.CodeConflict, Op: "accept intent", Message: fmt.Sprintf("upload %s proved no content; it cannot be accepted", op)}
@@ -587,25 +483,18 @@ func (s *Store) AcceptIntent(ctx context.Context, op string, enqueue func(ctx co
 	return nil
 }
 
-// OpenUsage is what one principal holds open: pending, unexpired upload
-// sessions and the bytes its chunked ones staged.
-type OpenUsage struct {
-	Sessions    int64
-	StagedBytes int64
-}
-
 // OpenUsages returns the open usage of every principal holding at least
 // minSessions sessions or minStaged staged bytes (the per-principal
 // bounds of issue 26 read it periodically; one aggregate over the pending
 // intents). Errors: unavailable, internal.
-func (s *Store) OpenUsages(ctx context.Context, minSessions, minStaged int64) (map[string]OpenUsage, error) {
+func (s *Store) OpenUsages(ctx context.Context, minSessions, minStaged int64) (map[string]upload.OpenUsage, error) {
 	rows, err := s.q.OpenUsage(ctx, s.pool, dbsqlc.OpenUsageParams{MinSessions: minSessions, MinStaged: minStaged})
 	if err != nil {
 		return nil, dbErr("open usage", err)
 	}
-	out := make(map[string]OpenUsage, len(rows))
+	out := make(map[string]upload.OpenUsage, len(rows))
 	for _, r := range rows {
-		out[r.Principal] = OpenUsage{Sessions: r.Sessions, StagedBytes: r.StagedBytes}
+		out[r.Principal] = upload.OpenUsage{Sessions: r.Sessions, StagedBytes: r.StagedBytes}
 	}
 	return out, nil
 }
@@ -617,14 +506,14 @@ func (s *Store) OpenUsages(ctx context.Context, minSessions, minStaged int64) (m
 // bytes landed in, recorded in the same transaction (VerifyPlacement,
 // whose errors it returns). Errors: not_found; conflict (ErrIntentClosed)
 // when op is not pending or claims other content.
-func (s *Store) RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification) error {
+func (s *Store) RecordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *upload.Verification) error {
 	return s.recordPossession(ctx, op, d, size, v, true)
 }
 
 // recordPossession records v (when set) and op's possession of d, in one
 // transaction; strict: an intent that cannot take it is an error (else it
 // is left as it is, and v recorded alone).
-func (s *Store) recordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *Verification, strict bool) error {
+func (s *Store) recordPossession(ctx context.Context, op string, d blobplane.Digest, size int64, v *upload.Verification, strict bool) error {
 	id, err := parseOpID(op)
 	if err != nil {
 		if !strict && v != nil {
@@ -674,10 +563,10 @@ var errNoPossession = errors.New("no pending intent claims the content")
 // same transaction (see handBack). The caller
 // deletes staged bytes only after this returns. Errors: not_found; conflict
 // (ErrIntentClosed) when the intent is already admitted or abandoned.
-func (s *Store) AbandonIntent(ctx context.Context, op string) (Intent, error) {
+func (s *Store) AbandonIntent(ctx context.Context, op string) (upload.Intent, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return Intent{}, err
+		return upload.Intent{}, err
 	}
 	var row dbsqlc.Intent
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -687,10 +576,10 @@ func (s *Store) AbandonIntent(ctx context.Context, op string) (Intent, error) {
 		return s.handBack(ctx, tx, row)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Intent{}, s.notPending(ctx, "abandon intent", id)
+		return upload.Intent{}, s.notPending(ctx, "abandon intent", id)
 	}
 	if err != nil {
-		return Intent{}, dbErr("abandon intent", err)
+		return upload.Intent{}, dbErr("abandon intent", err)
 	}
 	return intentFromRow(row), nil
 }
@@ -701,93 +590,10 @@ func (s *Store) notPending(ctx context.Context, op string, id pgtype.UUID) error
 	if err != nil {
 		return dbErr(op, err)
 	}
-	if IntentState(cur.State) == IntentPending {
+	if upload.IntentState(cur.State) == upload.IntentPending {
 		return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: fmt.Sprintf("upload %s: staged at another location", id.String())}
 	}
-	return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: fmt.Sprintf("upload %s is %s", id.String(), cur.State), Err: ErrIntentClosed}
-}
-
-// ReplicationEnqueuer inserts replication work inside the publishing
-// transaction, so that metadata never commits without its replication
-// record. jobs.Replication implements it with River's InsertManyTx.
-type ReplicationEnqueuer interface {
-	// EnqueueReplicationTx inserts one job per target datacenter in tx.
-	// An error rolls the publication back.
-	EnqueueReplicationTx(ctx context.Context, tx pgx.Tx, r Replication) error
-}
-
-// Replication is the work one publication hands to replication.
-type Replication struct {
-	OperationID      string
-	Digest           blobplane.Digest
-	Size             int64
-	SourceDatacenter string // the ingress datacenter, which holds a verified placement
-	Targets          []string
-}
-
-// FinalizeRequest asks to publish the intent OperationID.
-type FinalizeRequest struct {
-	OperationID string
-	// Digest and Size are the content being published; they must equal the
-	// intent's recorded digest and size.
-	Digest blobplane.Digest
-	Size   int64
-	// The authority fence: the caller holds Partition (the one owning the
-	// repository's slot) as Node at Epoch.
-	Partition string
-	Node      string
-	Epoch     uint64
-	// Targets overrides the replication policy; nil means every registered
-	// datacenter other than the ingress.
-	Targets []string
-	// Verify, when set, is the verification of the placement that holds
-	// the content, recorded by Finalize (see there) instead of by a
-	// VerifyPlacement before it.
-	Verify *Verification
-	// Replication enqueues the jobs; required only when there are targets.
-	Replication ReplicationEnqueuer
-	// BeforeCommit, when set, is what must hold before anything Finalize
-	// records can commit: the durability of the bytes Verify confirms (a
-	// filesystem write's file and directory syncs,
-	// backend.WriteRequest.DeferSync), which then overlaps the
-	// transaction's first round trip. Finalize calls it once, before its
-	// COMMIT or before the verification it records alone after a refusal;
-	// its error aborts both and is returned.
-	BeforeCommit func() error
-	// Proven: the caller itself streamed this intent's bytes and hashed
-	// them to Digest and Size (an upload's close; S9). Finalize then
-	// records the intent's possession, in its transaction or, after a
-	// refusal, alone (so a retried close or the finalize job can publish
-	// later). Without it Finalize requires possession already recorded
-	// (RecordPossession) or a mount. Only a caller that hashed the bytes
-	// may set it: never from a claim, a request field or another node.
-	Proven bool
-}
-
-// Outcome is the stored acknowledgement of a publication.
-type Outcome struct {
-	OperationID        string           `json:"operation_id"`
-	Repository         string           `json:"repository"`
-	Digest             blobplane.Digest `json:"digest"`
-	Size               int64            `json:"size"`
-	Partition          string           `json:"partition"`
-	Epoch              uint64           `json:"epoch"`
-	NewReference       bool             `json:"new_reference"`
-	ReplicationTargets []string         `json:"replication_targets"`
-	PublishedAt        time.Time        `json:"published_at"`
-}
-
-// Verification is a backend's confirmation of a placement that Finalize
-// records (FinalizeRequest.Verify), exactly as VerifyPlacement would.
-type Verification struct {
-	Key    placement.Key
-	Digest blobplane.Digest // the digest the backend computed over the stored bytes
-	Size   int64            // the size it confirmed
-	Epoch  int64
-	// Hashed: the caller's own write just hashed these bytes at Key (an
-	// upload's close), so another claimant's pending size or mismatch on
-	// the row does not fail it (verifyTx, issue 26).
-	Hashed bool
+	return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: fmt.Sprintf("upload %s is %s", id.String(), cur.State), Err: upload.ErrIntentClosed}
 }
 
 // Finalize publishes an admitted upload at the repository's authority home,
@@ -828,14 +634,14 @@ type Verification struct {
 // its calls then runs alone (finalize_batch.go). Its answer is the same
 // either way.
 // Other errors: not_found (unknown operation), invalid, unavailable.
-func (s *Store) Finalize(ctx context.Context, req FinalizeRequest) (Outcome, error) {
+func (s *Store) Finalize(ctx context.Context, req upload.FinalizeRequest) (upload.Outcome, error) {
 	return s.finalizeWith(ctx, req, s.finalize)
 }
 
 // finalizeWith is Finalize with run as its transaction (finalize, or a
 // chained close's, chain.go): req.BeforeCommit runs once, and a
 // verification that run did not record is recorded alone.
-func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(context.Context, FinalizeRequest) (Outcome, bool, error)) (Outcome, error) {
+func (s *Store) finalizeWith(ctx context.Context, req upload.FinalizeRequest, run func(context.Context, upload.FinalizeRequest) (upload.Outcome, bool, error)) (upload.Outcome, error) {
 	if before := req.BeforeCommit; before != nil {
 		var once sync.Once
 		var berr error
@@ -848,7 +654,7 @@ func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(
 	if (req.Verify != nil && !verified) || (req.Proven && err != nil) {
 		if req.BeforeCommit != nil {
 			if berr := req.BeforeCommit(); berr != nil {
-				return Outcome{}, berr
+				return upload.Outcome{}, berr
 			}
 		}
 		v := req.Verify
@@ -866,7 +672,7 @@ func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(
 			_, perr = s.VerifyPlacement(ctx, v.Key, v.Digest, v.Size, v.Epoch)
 		}
 		if perr != nil {
-			return Outcome{}, perr
+			return upload.Outcome{}, perr
 		}
 	}
 	return out, err
@@ -874,21 +680,21 @@ func (s *Store) finalizeWith(ctx context.Context, req FinalizeRequest, run func(
 
 // finalize is Finalize; verified reports that req.Verify was recorded in
 // its committed transaction.
-func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome, verified bool, err error) {
+func (s *Store) finalize(ctx context.Context, req upload.FinalizeRequest) (out upload.Outcome, verified bool, err error) {
 	id, err := parseOpID(req.OperationID)
 	if err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if err := s.ensurePlacements(ctx); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	c := &finalizeCall{req: req, id: id}
 	if out, verified, err = s.finalizeBatched(ctx, c); err != nil {
 		var e *blobplane.Error
 		if errors.As(err, &e) {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
-		return Outcome{}, false, dbErr("finalize "+req.OperationID, err)
+		return upload.Outcome{}, false, dbErr("finalize "+req.OperationID, err)
 	}
 	return out, verified, nil
 }
@@ -896,7 +702,7 @@ func (s *Store) finalize(ctx context.Context, req FinalizeRequest) (out Outcome,
 // finalizeCall is one Finalize: its request and, once queueFinalize's
 // statements were sent, their answers.
 type finalizeCall struct {
-	req FinalizeRequest
+	req upload.FinalizeRequest
 	id  pgtype.UUID
 
 	fc             dbsqlc.FinalizeContextRow
@@ -910,7 +716,7 @@ type finalizeCall struct {
 	pubErr         error
 
 	// A batch's answer (finalize_batch.go).
-	out      Outcome
+	out      upload.Outcome
 	verified bool
 }
 
@@ -968,13 +774,13 @@ func newOperationID() (pgtype.UUID, error) {
 // publishResult is Publish's outcome for req, less what the statement
 // fills in (repository, replication targets, new_reference) and the
 // publication time.
-func publishResult(req FinalizeRequest) ([]byte, error) {
-	return json.Marshal(Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
+func publishResult(req upload.FinalizeRequest) ([]byte, error) {
+	return json.Marshal(upload.Outcome{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, Partition: req.Partition, Epoch: req.Epoch})
 }
 
 // pipelinable reports whether req's verification is the common case
 // queueFinalize sends with its other statements (VerifyPendingPlacement).
-func pipelinable(req FinalizeRequest) bool {
+func pipelinable(req upload.FinalizeRequest) bool {
 	v := req.Verify
 	return v != nil && v.Digest == v.Key.Digest && checkTransition(v.Key, v.Epoch) == nil
 }
@@ -982,29 +788,29 @@ func pipelinable(req FinalizeRequest) bool {
 // finalizeAlone runs one Finalize in its own transaction: BEGIN and
 // queueFinalize's statements in the first round trip, decide, then
 // req.BeforeCommit and COMMIT, the second (docs/performance.md).
-func (s *Store) finalizeAlone(ctx context.Context, c *finalizeCall) (out Outcome, verified bool, err error) {
+func (s *Store) finalizeAlone(ctx context.Context, c *finalizeCall) (out upload.Outcome, verified bool, err error) {
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{})
 	b.Queue(genericPlans)
 	if err := s.queueFinalize(ctx, &b, c); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	br := s.pool.SendBatch(ctx, &b)
 	tx := br.Tx()
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
 	if err := br.Close(); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if out, verified, err = s.decide(ctx, tx, c); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if c.req.BeforeCommit != nil {
 		if err := c.req.BeforeCommit(); err != nil {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	return out, verified, nil
 }
@@ -1015,9 +821,9 @@ func (s *Store) finalizeAlone(ctx context.Context, c *finalizeCall) (out Outcome
 // row) and enqueueing replication. It returns the publication's outcome
 // and whether req.Verify is recorded in tx; an error is a refusal or a
 // failure, and tx must then roll back.
-func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Outcome, verified bool, err error) {
+func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out upload.Outcome, verified bool, err error) {
 	if c.fcErr != nil {
-		return Outcome{}, false, c.fcErr
+		return upload.Outcome{}, false, c.fcErr
 	}
 	req, id, op := c.req, c.id, c.req.OperationID
 	fc, b := c.fc, c.blob
@@ -1025,7 +831,7 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 	if pv.done {
 		pv.row, pv.err = placementFromRow(c.vrow), c.vErr
 	}
-	if IntentState(fc.Intent.State) == IntentAdmitted { // a retry, or a concurrent finalization that won
+	if upload.IntentState(fc.Intent.State) == upload.IntentAdmitted { // a retry, or a concurrent finalization that won
 		o, _, err := s.outcome(ctx, tx, id)
 		return o, false, err
 	}
@@ -1033,17 +839,17 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 
 	// 1. Authority fence.
 	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
-		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+		return upload.Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
 	}
 	if !fc.LeaseOwner.Valid {
-		return Outcome{}, false, refusal(blobplane.CodeUnavailable, op, ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
+		return upload.Outcome{}, false, refusal(blobplane.CodeUnavailable, op, upload.ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
 	}
 	if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
-		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
+		return upload.Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
 	}
 	// 2. Content identity.
 	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
-		return Outcome{}, false, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
+		return upload.Outcome{}, false, refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
 			req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
 	}
 	// 3. A verified placement somewhere in the topology: one exists,
@@ -1054,44 +860,44 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 			p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch, v.Hashed)
 		}
 		if err != nil {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
 		verified = true
 		fc.Verified = fc.Verified || (p.State == placement.Verified && p.Key.Digest == req.Digest && p.Size == req.Size)
 	}
 	if !fc.Verified {
-		return Outcome{}, false, refusal(blobplane.CodeUnavailable, op, ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+		return upload.Outcome{}, false, refusal(blobplane.CodeUnavailable, op, upload.ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
 	}
 	// 4. The principal still has write access.
 	grants, err := grantsFromTexts(fc.PrincipalGrants)
 	if err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	principal := auth.Principal{Name: intent.Principal, Grants: grants}
 	if !principal.Allowed(intent.Repository, auth.Write) {
-		return Outcome{}, false, refusal(blobplane.CodeForbidden, op, ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+		return upload.Outcome{}, false, refusal(blobplane.CodeForbidden, op, upload.ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
 	}
 	// 5. Possession (S9, issue 26): the verified placement above proves
 	// the content exists, not that this intent holds it.
 	if err := checkPossession(op, req, intent, principal, fc.MountSourceReferences); err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	// Decided on the locked row: an abandonment and this publication
 	// cannot both happen (S5).
-	if intent.State == IntentAbandoned {
-		return Outcome{}, false, refusal(blobplane.CodeConflict, op, ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
+	if intent.State == upload.IntentAbandoned {
+		return upload.Outcome{}, false, refusal(blobplane.CodeConflict, op, upload.ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
 	}
 
 	// The lease under FOR SHARE, so a transfer cannot slip in before
 	// this commit, and the blob state row (EnsureBlobUnderLease,
 	// pipelined by queueFinalize).
 	if err := c.blobErr; errors.Is(err, pgx.ErrNoRows) {
-		return Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
+		return upload.Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
 	} else if err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if b.State == "obliterated" {
-		return Outcome{}, false, refusal(blobplane.CodeConflict, op, ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
+		return upload.Outcome{}, false, refusal(blobplane.CodeConflict, op, upload.ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
 	}
 	if b.State == "collected" {
 		// Collected after the context was read: its placements were
@@ -1100,30 +906,30 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 		// superseded) holds the bytes; then publication revives the
 		// row (S1).
 		if err := s.reviveCollected(ctx, tx, op, req.Digest, req.Size); err != nil {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
 	}
 	if b.SizeBytes != req.Size {
-		return Outcome{}, false, refusal(blobplane.CodeMismatch, op, ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
+		return upload.Outcome{}, false, refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
 	}
 	// Publish wrote the reference, the outcome and the transition to
 	// admitted; with the replication work this one commit is the
 	// spec's commit boundary. Its stored outcome names the targets.
 	if c.pubErr != nil {
-		return Outcome{}, false, errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
+		return upload.Outcome{}, false, errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
 	}
 	stored, err := decodeOutcome(id, c.pub.Result, c.pub.PublishedAt)
 	if err != nil {
-		return Outcome{}, false, err
+		return upload.Outcome{}, false, err
 	}
 	if targets := stored.ReplicationTargets; len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
 		if req.Replication == nil {
-			return Outcome{}, false, &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: ErrNoEnqueuer.Error(), Err: ErrNoEnqueuer}
+			return upload.Outcome{}, false, &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: upload.ErrNoEnqueuer.Error(), Err: upload.ErrNoEnqueuer}
 		}
-		if err := req.Replication.EnqueueReplicationTx(ctx, tx, Replication{
+		if err := req.Replication.EnqueueReplicationTx(ctx, tx, upload.Replication{
 			OperationID: op, Digest: req.Digest, Size: req.Size, SourceDatacenter: intent.IngressDatacenter, Targets: targets,
 		}); err != nil {
-			return Outcome{}, false, err
+			return upload.Outcome{}, false, err
 		}
 	}
 	return stored, verified, nil
@@ -1134,17 +940,17 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out Out
 // recorded that it did (PossessionUploaded), or it is a mount whose source
 // still references the digest (sourceRefs) and which its principal can
 // still read.
-func checkPossession(op string, req FinalizeRequest, in Intent, p auth.Principal, sourceRefs bool) error {
+func checkPossession(op string, req upload.FinalizeRequest, in upload.Intent, p auth.Principal, sourceRefs bool) error {
 	switch {
-	case req.Proven || in.Possession == PossessionUploaded:
+	case req.Proven || in.Possession == upload.PossessionUploaded:
 		return nil
-	case in.Possession == PossessionMounted:
+	case in.Possession == upload.PossessionMounted:
 		if !sourceRefs || !p.Allowed(in.MountedFrom, auth.Read) {
-			return refusal(blobplane.CodeForbidden, op, ErrMountSource, "the mount source %s does not grant %s to %s", in.MountedFrom, req.Digest, p.Name)
+			return refusal(blobplane.CodeForbidden, op, upload.ErrMountSource, "the mount source %s does not grant %s to %s", in.MountedFrom, req.Digest, p.Name)
 		}
 		return nil
 	}
-	return refusal(blobplane.CodeInvalid, op, ErrNotProven, "upload %s never sent bytes that hash to %s; send the blob", op, req.Digest)
+	return refusal(blobplane.CodeInvalid, op, upload.ErrNotProven, "upload %s never sent bytes that hash to %s; send the blob", op, req.Digest)
 }
 
 // pipelinedVerify is the answer of the verification queueFinalize
@@ -1158,10 +964,10 @@ type pipelinedVerify struct {
 
 // Outcome returns the stored outcome of operation op. Errors: not_found
 // when op has not published (yet, or ever).
-func (s *Store) Outcome(ctx context.Context, op string) (Outcome, error) {
+func (s *Store) Outcome(ctx context.Context, op string) (upload.Outcome, error) {
 	id, err := parseOpID(op)
 	if err != nil {
-		return Outcome{}, err
+		return upload.Outcome{}, err
 	}
 	o, ok, err := s.outcome(ctx, s.pool, id)
 	if err == nil && !ok {
@@ -1170,23 +976,23 @@ func (s *Store) Outcome(ctx context.Context, op string) (Outcome, error) {
 	return o, err
 }
 
-func (s *Store) outcome(ctx context.Context, db dbsqlc.DBTX, id pgtype.UUID) (Outcome, bool, error) {
+func (s *Store) outcome(ctx context.Context, db dbsqlc.DBTX, id pgtype.UUID) (upload.Outcome, bool, error) {
 	row, err := s.q.GetOutcome(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Outcome{}, false, nil
+		return upload.Outcome{}, false, nil
 	}
 	if err != nil {
-		return Outcome{}, false, dbErr("get outcome", err)
+		return upload.Outcome{}, false, dbErr("get outcome", err)
 	}
 	o, err := decodeOutcome(id, row.Result, row.PublishedAt)
 	return o, err == nil, err
 }
 
 // decodeOutcome reads a stored outcome row's result and publication time.
-func decodeOutcome(id pgtype.UUID, result []byte, publishedAt pgtype.Timestamptz) (Outcome, error) {
-	var o Outcome
+func decodeOutcome(id pgtype.UUID, result []byte, publishedAt pgtype.Timestamptz) (upload.Outcome, error) {
+	var o upload.Outcome
 	if err := json.Unmarshal(result, &o); err != nil {
-		return Outcome{}, blobplane.Wrap(blobplane.CodeInternal, err, "stored outcome of %s is malformed", id.String())
+		return upload.Outcome{}, blobplane.Wrap(blobplane.CodeInternal, err, "stored outcome of %s is malformed", id.String())
 	}
 	o.PublishedAt = publishedAt.Time
 	return o, nil
@@ -1268,12 +1074,12 @@ func sizeText(v pgtype.Int8) string {
 	return fmt.Sprint(v.Int64)
 }
 
-func intentFromRow(r dbsqlc.Intent) Intent {
-	in := Intent{
+func intentFromRow(r dbsqlc.Intent) upload.Intent {
+	in := upload.Intent{
 		OperationID: r.OperationID.String(), Repository: r.Repository, Principal: r.Principal,
-		ExpectedDigest: blobplane.Digest(r.ExpectedDigest.String), ExpectedSize: SizeUnknown,
+		ExpectedDigest: blobplane.Digest(r.ExpectedDigest.String), ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: r.IngressDatacenter, Backend: r.Backend, StagedLocation: r.StagedLocation.String,
-		State: IntentState(r.State), ReceivedBytes: r.ReceivedBytes,
+		State: upload.IntentState(r.State), ReceivedBytes: r.ReceivedBytes,
 		CreatedAt: r.CreatedAt.Time, UpdatedAt: r.UpdatedAt.Time, ExpiresAt: r.ExpiresAt.Time,
 	}
 	if r.ExpectedSize.Valid {

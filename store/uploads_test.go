@@ -22,6 +22,7 @@ import (
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 const (
@@ -70,16 +71,16 @@ func contentOf(b []byte) (blobplane.Digest, int64) {
 
 // admitted is the factory for an upload closed at the ingress: an intent
 // with its verified content recorded and a verified placement in upDC.
-func (u *uploads) admitted(t *testing.T, content string) (store.Intent, store.FinalizeRequest) {
+func (u *uploads) admitted(t *testing.T, content string) (upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
 	return u.admittedIn(t, upRepo, content)
 }
 
 // open is a new pending intent of upPrincipal in repo, nothing received.
-func (u *uploads) open(t *testing.T, repo string) store.Intent {
+func (u *uploads) open(t *testing.T, repo string) upload.Intent {
 	t.Helper()
-	in, err := u.s.CreateIntent(context.Background(), store.NewIntent{
-		Repository: repo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+	in, err := u.s.CreateIntent(context.Background(), upload.NewIntent{
+		Repository: repo, Principal: upPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour,
 	})
 	if err != nil {
@@ -88,7 +89,7 @@ func (u *uploads) open(t *testing.T, repo string) store.Intent {
 	return in
 }
 
-func (u *uploads) admittedIn(t *testing.T, repo, content string) (store.Intent, store.FinalizeRequest) {
+func (u *uploads) admittedIn(t *testing.T, repo, content string) (upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
 	ctx := context.Background()
 	in := u.open(t, repo)
@@ -108,7 +109,7 @@ func (u *uploads) admittedIn(t *testing.T, repo, content string) (store.Intent, 
 	if in, err = u.s.RecordIntentContent(ctx, in.OperationID, d, size); err != nil {
 		t.Fatal(err)
 	}
-	return in, store.FinalizeRequest{
+	return in, upload.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
@@ -137,14 +138,14 @@ func TestIntentLifecycle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	in, err := u.s.CreateIntent(ctx, store.NewIntent{
-		Repository: upRepo, Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+	in, err := u.s.CreateIntent(ctx, upload.NewIntent{
+		Repository: upRepo, Principal: upPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.State != store.IntentPending || in.StagedLocation != "" || in.ExpectedDigest != "" || in.ExpectedSize != store.SizeUnknown || !in.ExpiresAt.After(in.CreatedAt) {
+	if in.State != upload.IntentPending || in.StagedLocation != "" || in.ExpectedDigest != "" || in.ExpectedSize != upload.SizeUnknown || !in.ExpiresAt.After(in.CreatedAt) {
 		t.Fatalf("new intent: %+v", in)
 	}
 	got, err := u.s.ExtendIntent(ctx, in.OperationID, "loc1", 10, time.Hour)
@@ -161,10 +162,10 @@ func TestIntentLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Terminal states take no progress.
-	if _, err := u.s.ExtendIntent(ctx, in.OperationID, "", 30, time.Hour); !errors.Is(err, store.ErrIntentClosed) {
+	if _, err := u.s.ExtendIntent(ctx, in.OperationID, "", 30, time.Hour); !errors.Is(err, upload.ErrIntentClosed) {
 		t.Fatalf("extend after abandon: %v", err)
 	}
-	if _, err := u.s.AbandonIntent(ctx, in.OperationID); !errors.Is(err, store.ErrIntentClosed) {
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); !errors.Is(err, upload.ErrIntentClosed) {
 		t.Fatalf("abandon twice: %v", err)
 	}
 	for _, id := range []string{"nope", "00000000-0000-0000-0000-000000000000"} {
@@ -172,19 +173,19 @@ func TestIntentLifecycle(t *testing.T) {
 			t.Fatalf("get %q: %v", id, err)
 		}
 	}
-	if _, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: "team/none", Principal: upPrincipal, ExpectedSize: store.SizeUnknown,
+	if _, err := u.s.CreateIntent(ctx, upload.NewIntent{Repository: "team/none", Principal: upPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Minute}); !errors.Is(err, errNotFound) {
 		t.Fatalf("unknown repository: %v", err)
 	}
 	// A declared digest is what close must confirm.
 	d, size := contentOf([]byte("declared"))
-	in, err = u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+	in, err = u.s.CreateIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	other, _ := contentOf([]byte("other"))
-	if _, err := u.s.RecordIntentContent(ctx, in.OperationID, other, size); !errors.Is(err, store.ErrContentIdentity) {
+	if _, err := u.s.RecordIntentContent(ctx, in.OperationID, other, size); !errors.Is(err, upload.ErrContentIdentity) {
 		t.Fatalf("close with another digest: %v", err)
 	}
 	if got, err := u.s.RecordIntentContent(ctx, in.OperationID, d, size); err != nil || got.ReceivedBytes != size {
@@ -205,7 +206,7 @@ func TestFinalizePublishes(t *testing.T) {
 		!out.NewReference || out.Epoch != u.lease.Epoch || len(out.ReplicationTargets) != 0 || out.PublishedAt.IsZero() {
 		t.Fatalf("outcome: %+v", out)
 	}
-	if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != store.IntentAdmitted {
+	if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != upload.IntentAdmitted {
 		t.Fatalf("intent: %+v", got)
 	}
 	if size, err := u.s.ReferencedBlob(ctx, upRepo, req.Digest); err != nil || size != req.Size {
@@ -219,7 +220,7 @@ func TestFinalizePublishes(t *testing.T) {
 		t.Fatalf("%d jobs enqueued in a single-datacenter run", n)
 	}
 	// Abandoning a published intent is refused on the row.
-	if _, err := u.s.AbandonIntent(ctx, in.OperationID); !errors.Is(err, store.ErrIntentClosed) {
+	if _, err := u.s.AbandonIntent(ctx, in.OperationID); !errors.Is(err, upload.ErrIntentClosed) {
 		t.Fatalf("abandon after publish: %v", err)
 	}
 	// DELETE removes the reference only.
@@ -242,41 +243,41 @@ func TestFinalizeRefusalsStoreNoOutcome(t *testing.T) {
 	other, _ := contentOf([]byte("other"))
 	cases := []struct {
 		name     string
-		mutate   func(t *testing.T, u *uploads, req *store.FinalizeRequest)
+		mutate   func(t *testing.T, u *uploads, req *upload.FinalizeRequest)
 		sentinel error
 		code     blobplane.Code
 	}{
-		{"authority unassigned", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Partition = "p-none" },
-			store.ErrAuthorityUnassigned, blobplane.CodeUnavailable},
-		{"authority wrong node", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Node = "node-b" },
-			store.ErrAuthorityFence, blobplane.CodeStaleEpoch},
-		{"authority superseded epoch", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Epoch++ },
-			store.ErrAuthorityFence, blobplane.CodeStaleEpoch},
-		{"content identity digest", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Digest = other },
-			store.ErrContentIdentity, blobplane.CodeMismatch},
-		{"content identity size", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Size++ },
-			store.ErrContentIdentity, blobplane.CodeMismatch},
-		{"no verified placement", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		{"authority unassigned", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) { req.Partition = "p-none" },
+			upload.ErrAuthorityUnassigned, blobplane.CodeUnavailable},
+		{"authority wrong node", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) { req.Node = "node-b" },
+			upload.ErrAuthorityFence, blobplane.CodeStaleEpoch},
+		{"authority superseded epoch", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) { req.Epoch++ },
+			upload.ErrAuthorityFence, blobplane.CodeStaleEpoch},
+		{"content identity digest", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) { req.Digest = other },
+			upload.ErrContentIdentity, blobplane.CodeMismatch},
+		{"content identity size", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) { req.Size++ },
+			upload.ErrContentIdentity, blobplane.CodeMismatch},
+		{"no verified placement", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			k := placement.Key{Digest: req.Digest, Backend: "fs", Datacenter: upDC, Location: req.Digest.Hex()}
 			if _, err := u.s.FailPlacement(context.Background(), k, placement.SourceUnavailable, 0); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrNoVerifiedPlacement, blobplane.CodeUnavailable},
-		{"write access revoked", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		}, upload.ErrNoVerifiedPlacement, blobplane.CodeUnavailable},
+		{"write access revoked", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			if err := u.s.RevokePrincipalGrants(context.Background(), upPrincipal, grants(t, "team/*:write")); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrWriteRevoked, blobplane.CodeForbidden},
-		{"abandoned", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		}, upload.ErrWriteRevoked, blobplane.CodeForbidden},
+		{"abandoned", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			if _, err := u.s.AbandonIntent(context.Background(), req.OperationID); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrIntentClosed, blobplane.CodeConflict},
-		{"obliterated", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		}, upload.ErrIntentClosed, blobplane.CodeConflict},
+		{"obliterated", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			if _, err := u.pool.Exec(context.Background(), `INSERT INTO blobs (digest, size_bytes, state) VALUES ($1, $2, 'obliterated')`, req.Digest, req.Size); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrObliterated, blobplane.CodeConflict},
+		}, upload.ErrObliterated, blobplane.CodeConflict},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,7 +312,7 @@ func TestFinalizeRevokedGrantThenRestored(t *testing.T) {
 	if err := u.s.RevokePrincipalGrants(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrWriteRevoked) {
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrWriteRevoked) {
 		t.Fatalf("revoked: %v", err)
 	}
 	if err := u.s.GrantPrincipal(ctx, upPrincipal, grants(t, "team/app:write")); err != nil {
@@ -369,7 +370,7 @@ func TestFinalizeDefaultTargets(t *testing.T) {
 	_, req := u.admitted(t, "targets")
 	noEnq := req
 	noEnq.Replication = nil
-	if _, err := u.s.Finalize(ctx, noEnq); !errors.Is(err, store.ErrNoEnqueuer) {
+	if _, err := u.s.Finalize(ctx, noEnq); !errors.Is(err, upload.ErrNoEnqueuer) {
 		t.Fatalf("without enqueuer: %v", err)
 	}
 	if n := u.outcomes(t) + u.references(t); n != 0 {
@@ -396,7 +397,7 @@ func TestFinalizeConcurrentOnePublication(t *testing.T) {
 	_, req := u.admitted(t, "concurrent")
 	req.Targets = []string{"us-1"}
 	const n = 8
-	outs := make([]store.Outcome, n)
+	outs := make([]upload.Outcome, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -502,12 +503,12 @@ func TestPublishVersusAbandonOneWins(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch {
-		case pubErr == nil && errors.Is(abErr, store.ErrIntentClosed):
-			if got.State != store.IntentAdmitted || u.outcomes(t) != 1 || u.references(t) != 1 {
+		case pubErr == nil && errors.Is(abErr, upload.ErrIntentClosed):
+			if got.State != upload.IntentAdmitted || u.outcomes(t) != 1 || u.references(t) != 1 {
 				t.Fatalf("publish won but intent %s, %d outcomes", got.State, u.outcomes(t))
 			}
-		case abErr == nil && errors.Is(pubErr, store.ErrIntentClosed):
-			if got.State != store.IntentAbandoned || u.outcomes(t) != 0 || u.references(t) != 0 {
+		case abErr == nil && errors.Is(pubErr, upload.ErrIntentClosed):
+			if got.State != upload.IntentAbandoned || u.outcomes(t) != 0 || u.references(t) != 0 {
 				t.Fatalf("abandon won but intent %s, %d outcomes", got.State, u.outcomes(t))
 			}
 		default:
@@ -525,7 +526,7 @@ func TestPublishAfterAbandonFailsOnTheRow(t *testing.T) {
 	if _, err := u.s.AbandonIntent(ctx, in.OperationID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrIntentClosed) || blobplane.ErrorCode(err) != blobplane.CodeConflict {
 		t.Fatalf("late publish: %v", err)
 	}
 	if u.outcomes(t) != 0 || u.references(t) != 0 {
@@ -551,7 +552,7 @@ func TestFormerHomeCannotPublish(t *testing.T) {
 		if _, err := u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) || blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrAuthorityFence) || blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 			t.Fatalf("former home: %v", err)
 		}
 		if u.outcomes(t) != 0 || u.references(t) != 0 {
@@ -580,7 +581,7 @@ func TestFormerHomeCannotPublish(t *testing.T) {
 			t.Fatal(err)
 		}
 		wg.Wait()
-		if !errors.Is(finErr, store.ErrAuthorityFence) {
+		if !errors.Is(finErr, upload.ErrAuthorityFence) {
 			t.Fatalf("publication after a transfer: %v", finErr)
 		}
 		if u.outcomes(t) != 0 || u.references(t) != 0 {
@@ -604,7 +605,7 @@ func TestTransferWaitsForFencedPublication(t *testing.T) {
 	defer release() // also when the test fails while holding
 	// Held after the fence, before COMMIT:
 	req.BeforeCommit = func() error { close(fenced); <-hold; return nil }
-	var out store.Outcome
+	var out upload.Outcome
 	var finErr, forceErr error
 	var forced authority.LeaseRecord
 	var fin, force sync.WaitGroup
@@ -633,9 +634,9 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	open := func(d blobplane.Digest, size int64) store.Intent {
+	open := func(d blobplane.Digest, size int64) upload.Intent {
 		t.Helper()
-		in, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+		in, err := u.s.CreateIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
 			IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -650,22 +651,22 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 
 	// A claim that contradicts the declared content stages nothing.
 	liar := open(d, size+1)
-	if _, err := u.s.ClaimAndStage(ctx, liar.OperationID, k, size); !errors.Is(err, store.ErrContentIdentity) {
+	if _, err := u.s.ClaimAndStage(ctx, liar.OperationID, k, size); !errors.Is(err, upload.ErrContentIdentity) {
 		t.Fatalf("contradicting claim: %v", err)
 	}
 	// An abandoned intent claims nothing and stages nothing.
-	gone := open("", store.SizeUnknown)
+	gone := open("", upload.SizeUnknown)
 	if _, err := u.s.AbandonIntent(ctx, gone.OperationID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := u.s.ClaimAndStage(ctx, gone.OperationID, k, size); !errors.Is(err, store.ErrIntentClosed) {
+	if _, err := u.s.ClaimAndStage(ctx, gone.OperationID, k, size); !errors.Is(err, upload.ErrIntentClosed) {
 		t.Fatalf("abandoned intent: %v", err)
 	}
 	if n := placements(); n != 0 {
 		t.Fatalf("a refused claim staged %d placements", n)
 	}
 
-	first := open("", store.SizeUnknown)
+	first := open("", upload.SizeUnknown)
 	if st, err := u.s.ClaimAndStage(ctx, first.OperationID, k, size); err != nil || st.AlreadyVerified {
 		t.Fatalf("first close: already verified %v, %v", st.AlreadyVerified, err)
 	}
@@ -678,7 +679,7 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 	if _, err := u.s.VerifyPlacement(ctx, k, d, size, 0); err != nil {
 		t.Fatal(err)
 	}
-	second := open("", store.SizeUnknown)
+	second := open("", upload.SizeUnknown)
 	if st, err := u.s.ClaimAndStage(ctx, second.OperationID, k, size); err != nil || !st.AlreadyVerified {
 		t.Fatalf("close of verified content: already verified %v, %v", st.AlreadyVerified, err)
 	}
@@ -698,25 +699,25 @@ func TestClaimAndStageIsOneDecision(t *testing.T) {
 	if _, err := u.s.StagePlacement(ctx, k2, size2, 7); err != nil {
 		t.Fatal(err)
 	}
-	third := open("", store.SizeUnknown)
+	third := open("", upload.SizeUnknown)
 	if _, err := u.s.ClaimAndStage(ctx, third.OperationID, k2, size2); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		t.Fatalf("re-stage of a row at a higher epoch: %v, want stale_epoch", err)
 	}
-	if got, err := u.s.GetIntent(ctx, third.OperationID); err != nil || got.ExpectedDigest != d2 || got.ExpectedSize != size2 || got.State != store.IntentPending {
+	if got, err := u.s.GetIntent(ctx, third.OperationID); err != nil || got.ExpectedDigest != d2 || got.ExpectedSize != size2 || got.State != upload.IntentPending {
 		t.Fatalf("claim after a refused re-stage: %+v, %v", got, err)
 	}
 	if p, err := u.s.Placement(ctx, k2); err != nil || p.State != placement.Pending || p.Epoch != 7 {
 		t.Fatalf("refused re-stage changed the row: %+v, %v", p, err)
 	}
-	if _, err := u.s.ClaimAndStage(ctx, third.OperationID, k, size); !errors.Is(err, store.ErrContentIdentity) {
+	if _, err := u.s.ClaimAndStage(ctx, third.OperationID, k, size); !errors.Is(err, upload.ErrContentIdentity) {
 		t.Fatalf("close of other content after the claim: %v, want a content identity refusal", err)
 	}
 }
 
 // closing is admitted without the verification: the bytes are stored and
 // confirmed, and the request carries the confirmation for Finalize to
-// record (what a close at the home does, store.Verification).
-func (u *uploads) closing(t *testing.T, content string) (store.Intent, store.FinalizeRequest) {
+// record (what a close at the home does, upload.Verification).
+func (u *uploads) closing(t *testing.T, content string) (upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
 	in := u.open(t, upRepo)
 	d, size := contentOf([]byte(content))
@@ -724,11 +725,11 @@ func (u *uploads) closing(t *testing.T, content string) (store.Intent, store.Fin
 	if st, err := u.s.ClaimAndStage(context.Background(), in.OperationID, k, size); err != nil || st.AlreadyVerified {
 		t.Fatalf("claim and stage: already verified %v, %v", st.AlreadyVerified, err)
 	}
-	return in, store.FinalizeRequest{
+	return in, upload.FinalizeRequest{
 		OperationID: in.OperationID, Digest: d, Size: size,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
-		Verify:      &store.Verification{Key: k, Digest: d, Size: size},
+		Verify:      &upload.Verification{Key: k, Digest: d, Size: size},
 		Proven:      true,
 	}
 }
@@ -760,7 +761,7 @@ func TestFinalizeRecordsVerification(t *testing.T) {
 		if p := state(t, u, req.Verify.Key); p.State != placement.Verified || p.Size != req.Size {
 			t.Fatalf("placement: %+v", p)
 		}
-		if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != store.IntentAdmitted {
+		if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != upload.IntentAdmitted {
 			t.Fatalf("intent: %+v", got)
 		}
 		// A retry returns the stored outcome; the verification stands.
@@ -771,25 +772,25 @@ func TestFinalizeRecordsVerification(t *testing.T) {
 	})
 	refusals := []struct {
 		name     string
-		mutate   func(t *testing.T, u *uploads, req *store.FinalizeRequest)
+		mutate   func(t *testing.T, u *uploads, req *upload.FinalizeRequest)
 		sentinel error
 	}{
-		{"former home", func(t *testing.T, u *uploads, req *store.FinalizeRequest) { req.Node = "node-b" }, store.ErrAuthorityFence},
-		{"write access revoked", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		{"former home", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) { req.Node = "node-b" }, upload.ErrAuthorityFence},
+		{"write access revoked", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			if err := u.s.RevokePrincipalGrants(ctx, upPrincipal, grants(t, "team/*:write")); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrWriteRevoked},
-		{"abandoned", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		}, upload.ErrWriteRevoked},
+		{"abandoned", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			if _, err := u.s.AbandonIntent(ctx, req.OperationID); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrIntentClosed},
-		{"obliterated", func(t *testing.T, u *uploads, req *store.FinalizeRequest) {
+		}, upload.ErrIntentClosed},
+		{"obliterated", func(t *testing.T, u *uploads, req *upload.FinalizeRequest) {
 			if _, err := u.pool.Exec(ctx, `INSERT INTO blobs (digest, size_bytes, state) VALUES ($1, $2, 'obliterated')`, req.Digest, req.Size); err != nil {
 				t.Fatal(err)
 			}
-		}, store.ErrObliterated},
+		}, upload.ErrObliterated},
 	}
 	for _, tc := range refusals {
 		t.Run("refused "+tc.name, func(t *testing.T) {
@@ -820,7 +821,7 @@ func TestFinalizeRecordsVerification(t *testing.T) {
 		if p := state(t, u, req.Verify.Key); p.State != placement.Failed || p.Reason != placement.DigestMismatch {
 			t.Fatalf("placement: %+v, want failed/digest_mismatch", p)
 		}
-		if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != store.IntentPending {
+		if got, _ := u.s.GetIntent(ctx, in.OperationID); got.State != upload.IntentPending {
 			t.Fatalf("intent: %+v", got)
 		}
 		if n := u.outcomes(t) + u.references(t); n != 0 {
@@ -841,12 +842,12 @@ func TestFinalizeFenceBeforeAbandonment(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Node = "node-b"
-	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
-		t.Fatalf("former home, abandoned intent: %v, want %v", err, store.ErrAuthorityFence)
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrAuthorityFence) {
+		t.Fatalf("former home, abandoned intent: %v, want %v", err, upload.ErrAuthorityFence)
 	}
 	req.Node = upNode
-	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrIntentClosed) {
-		t.Fatalf("the home, abandoned intent: %v, want %v", err, store.ErrIntentClosed)
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrIntentClosed) {
+		t.Fatalf("the home, abandoned intent: %v, want %v", err, upload.ErrIntentClosed)
 	}
 }
 
@@ -857,7 +858,7 @@ func TestBatchIsOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := setupUploads(t)
-	n := store.NewIntent{Repository: upRepo, Principal: upPrincipal, IngressDatacenter: upDC, Backend: "fs", ExpectedSize: store.SizeUnknown, TTL: time.Hour}
+	n := upload.NewIntent{Repository: upRepo, Principal: upPrincipal, IngressDatacenter: upDC, Backend: "fs", ExpectedSize: upload.SizeUnknown, TTL: time.Hour}
 	op, err := u.s.BatchThenForTest(ctx, n, "SELECT 1/0")
 	if err == nil {
 		t.Fatal("a batch with a failing statement succeeded")
@@ -882,7 +883,7 @@ func TestOpenAndStage(t *testing.T) {
 	u := setupUploads(t)
 	d, size := contentOf([]byte("opened and staged"))
 	k := placement.Key{Digest: d, Backend: "fs", Datacenter: upDC, Location: d.Hex()}
-	n := store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+	n := upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}
 	placements := func() int {
 		return u.count(t, `SELECT count(*) FROM placements WHERE digest = $1`, string(d))
@@ -896,7 +897,7 @@ func TestOpenAndStage(t *testing.T) {
 	}
 	// An intent that does not declare k's content is refused up front.
 	undeclared := n
-	undeclared.ExpectedSize = store.SizeUnknown
+	undeclared.ExpectedSize = upload.SizeUnknown
 	if _, _, err := u.s.OpenAndStage(ctx, undeclared, k); blobplane.ErrorCode(err) != blobplane.CodeInvalid {
 		t.Fatalf("undeclared size: %v, want invalid", err)
 	}
@@ -908,7 +909,7 @@ func TestOpenAndStage(t *testing.T) {
 	if err != nil || !staged {
 		t.Fatalf("first open: staged %v, %v", staged, err)
 	}
-	if got, err := u.s.GetIntent(ctx, first.OperationID); err != nil || got.State != store.IntentPending || got.ExpectedDigest != d || got.ExpectedSize != size {
+	if got, err := u.s.GetIntent(ctx, first.OperationID); err != nil || got.State != upload.IntentPending || got.ExpectedDigest != d || got.ExpectedSize != size {
 		t.Fatalf("intent: %+v, %v", got, err)
 	}
 	if p, err := u.s.Placement(ctx, k); err != nil || p.State != placement.Pending || p.Size != size {
@@ -930,10 +931,10 @@ func TestOpenAndStage(t *testing.T) {
 		t.Fatalf("%d placements of one key", got)
 	}
 	// And the whole close publishes.
-	req := store.FinalizeRequest{OperationID: first.OperationID, Digest: d, Size: size,
+	req := upload.FinalizeRequest{OperationID: first.OperationID, Digest: d, Size: size,
 		Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch,
 		Replication: jobs.Replication{Client: u.river},
-		Verify:      &store.Verification{Key: k, Digest: d, Size: size}, Proven: true}
+		Verify:      &upload.Verification{Key: k, Digest: d, Size: size}, Proven: true}
 	if out, err := u.s.Finalize(ctx, req); err != nil || !out.NewReference {
 		t.Fatalf("finalize: %+v, %v", out, err)
 	}
@@ -993,7 +994,7 @@ func TestFinalizeBeforeCommit(t *testing.T) {
 		if calls != 1 || refs(u, req.Digest) != 1 || state(u, req.Verify.Key) != placement.Verified {
 			t.Fatalf("after: %d calls, %d references, %s", calls, refs(u, req.Digest), state(u, req.Verify.Key))
 		}
-		if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentAdmitted {
+		if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != upload.IntentAdmitted {
 			t.Fatalf("intent: %+v, %v", got, err)
 		}
 	})
@@ -1010,7 +1011,7 @@ func TestFinalizeBeforeCommit(t *testing.T) {
 		if calls != 1 || refs(u, req.Digest) != 0 || state(u, req.Verify.Key) != placement.Pending {
 			t.Fatalf("after: %d calls, %d references, %s", calls, refs(u, req.Digest), state(u, req.Verify.Key))
 		}
-		if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != store.IntentPending {
+		if got, err := u.s.GetIntent(ctx, in.OperationID); err != nil || got.State != upload.IntentPending {
 			t.Fatalf("intent: %+v, %v", got, err)
 		}
 	})
@@ -1027,7 +1028,7 @@ func TestFinalizeBeforeCommit(t *testing.T) {
 			}
 			return nil
 		}
-		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrAuthorityFence) {
+		if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrAuthorityFence) {
 			t.Fatalf("finalize at a wrong epoch: %v", err)
 		}
 		if calls != 1 || state(u, req.Verify.Key) != placement.Verified {
@@ -1074,7 +1075,7 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 			}
 		}
 		in, claimed, st, err := u.s.ClaimSessionAndStage(ctx, op, repo, k, size)
-		if err != nil || claimed || st.AlreadyVerified || in != (store.Intent{}) {
+		if err != nil || claimed || st.AlreadyVerified || in != (upload.Intent{}) {
 			t.Fatalf("%s: claimed %v, already verified %v, %+v, %v; want declined", name, claimed, st.AlreadyVerified, in, err)
 		}
 		if before != "" && row(op) != before {
@@ -1102,7 +1103,7 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	declines("an abandoned session", gone.OperationID, upRepo, k)
-	liar, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size + 1,
+	liar, err := u.s.CreateIntent(ctx, upload.NewIntent{Repository: upRepo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size + 1,
 		IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -1111,9 +1112,9 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 	// Sessions that declared this very content (a POST ?digest= without
 	// the body), declined for another reason: the stage, which follows
 	// the claim in the same transaction, must not happen either.
-	declared := func(repo string) store.Intent {
+	declared := func(repo string) upload.Intent {
 		t.Helper()
-		in, err := u.s.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
+		in, err := u.s.CreateIntent(ctx, upload.NewIntent{Repository: repo, Principal: upPrincipal, ExpectedDigest: d, ExpectedSize: size,
 			IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
@@ -1166,7 +1167,7 @@ func TestClaimSessionAndStageClaimsOnlyAnUnstagedSession(t *testing.T) {
 		t.Fatalf("unstaged session: claimed %v, already verified %v, %v", claimed, st.AlreadyVerified, err)
 	}
 	if in.OperationID != fresh.OperationID || in.Repository != upRepo || in.Principal != upPrincipal || in.Backend != "fs" ||
-		in.ExpectedDigest != d || in.ExpectedSize != size || in.ReceivedBytes != size || in.State != store.IntentPending || in.StagedLocation != "" {
+		in.ExpectedDigest != d || in.ExpectedSize != size || in.ReceivedBytes != size || in.State != upload.IntentPending || in.StagedLocation != "" {
 		t.Fatalf("claimed session: %+v", in)
 	}
 	if got, err := u.s.GetIntent(ctx, fresh.OperationID); err != nil || got.ExpectedDigest != d || got.ExpectedSize != size {
@@ -1215,7 +1216,7 @@ func TestFinalizeCountsTheGrantsOfValidTokens(t *testing.T) {
 	}
 	held()
 	_, req := u.admitted(t, "published through a token's grant")
-	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, store.ErrWriteRevoked) {
+	if _, err := u.s.Finalize(ctx, req); !errors.Is(err, upload.ErrWriteRevoked) {
 		t.Fatalf("with only another principal's token: %v, want ErrWriteRevoked", err)
 	}
 	_, id, err := u.s.CreateToken(ctx, upPrincipal, grants(t, "team/app:read", "team/app:write"))
@@ -1231,7 +1232,7 @@ func TestFinalizeCountsTheGrantsOfValidTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	held()
-	if _, err := u.s.Finalize(ctx, req2); !errors.Is(err, store.ErrWriteRevoked) {
+	if _, err := u.s.Finalize(ctx, req2); !errors.Is(err, upload.ErrWriteRevoked) {
 		t.Fatalf("after the token's revocation: %v, want ErrWriteRevoked", err)
 	}
 }

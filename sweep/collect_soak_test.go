@@ -17,6 +17,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 var soak = flag.Bool("soak", false, "run the collector soak long (many more operations)")
@@ -251,31 +252,31 @@ func (g *gc) soakWalkAway(ctx context.Context, repo, content string, cancel bool
 
 // soakClose is the handler's chunked upload up to publication: stage
 // bytes, claim the digest and stage the placement, promote, verify.
-func (g *gc) soakClose(ctx context.Context, repo, content string) (store.Intent, error) {
+func (g *gc) soakClose(ctx context.Context, repo, content string) (upload.Intent, error) {
 	d, size := digestOf(content)
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: store.SizeUnknown,
+	in, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
-		return store.Intent{}, err
+		return upload.Intent{}, err
 	}
 	id, err := g.be.CreateUpload(ctx)
 	if err != nil {
-		return store.Intent{}, err
+		return upload.Intent{}, err
 	}
 	if _, err := g.be.AppendUpload(ctx, id, 0, strings.NewReader(content)); err != nil {
-		return store.Intent{}, err
+		return upload.Intent{}, err
 	}
 	if _, err := g.st.ExtendIntent(ctx, in.OperationID, id, size, time.Hour); err != nil {
-		return store.Intent{}, err
+		return upload.Intent{}, err
 	}
 	k := g.key(d)
 	st, err := g.st.ClaimAndStage(ctx, in.OperationID, k, size)
 	if err != nil {
-		return store.Intent{}, err
+		return upload.Intent{}, err
 	}
 	info, err := g.be.PromoteUpload(ctx, id, backend.WriteRequest{Digest: d, Size: size})
 	if err != nil {
-		return store.Intent{}, err
+		return upload.Intent{}, err
 	}
 	if !st.AlreadyVerified {
 		_, _ = g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0) // a conflict is repaired by the caller's retry
@@ -297,7 +298,7 @@ func (g *gc) soakMount(ctx context.Context, from, to string, d blobplane.Digest,
 
 // soakAbandon is an upload cancelled after staging bytes.
 func (g *gc) soakAbandon(ctx context.Context, repo, content string) error {
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: store.SizeUnknown,
+	in, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		return err

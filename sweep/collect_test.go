@@ -23,6 +23,7 @@ import (
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Deterministic adversarial schedules of issue 7 for the collector and the
@@ -152,10 +153,10 @@ func (g *gc) key(d blobplane.Digest) placement.Key {
 // chunked is an upload session the way the OCI handler opens one: the
 // intent commits (no digest yet), then bytes are staged under the
 // backend's own id.
-func (g *gc) chunked(t *testing.T, repo, content string) (store.Intent, string) {
+func (g *gc) chunked(t *testing.T, repo, content string) (upload.Intent, string) {
 	t.Helper()
 	ctx := context.Background()
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: store.SizeUnknown,
+	in, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: repo, Principal: gcPrincipal, ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +179,7 @@ func (g *gc) chunked(t *testing.T, repo, content string) (store.Intent, string) 
 // placement in one transaction (ClaimAndStage), promote the staged bytes
 // to the content-addressed key, verify (unless the key was verified
 // already). It returns the finalize request.
-func (g *gc) close(t *testing.T, in store.Intent, content string) store.FinalizeRequest {
+func (g *gc) close(t *testing.T, in upload.Intent, content string) upload.FinalizeRequest {
 	t.Helper()
 	ctx := context.Background()
 	d, size := digestOf(content)
@@ -199,12 +200,12 @@ func (g *gc) close(t *testing.T, in store.Intent, content string) store.Finalize
 	return g.request(in.OperationID, d, size)
 }
 
-func (g *gc) request(op string, d blobplane.Digest, size int64) store.FinalizeRequest {
-	return store.FinalizeRequest{OperationID: op, Digest: d, Size: size, Partition: gcPartition, Node: gcNode, Epoch: g.lease.Epoch, Targets: []string{}, Proven: true}
+func (g *gc) request(op string, d blobplane.Digest, size int64) upload.FinalizeRequest {
+	return upload.FinalizeRequest{OperationID: op, Digest: d, Size: size, Partition: gcPartition, Node: gcNode, Epoch: g.lease.Epoch, Targets: []string{}, Proven: true}
 }
 
 // uploadAndPublish is a whole chunked upload into repo.
-func (g *gc) uploadAndPublish(t *testing.T, repo, content string) store.FinalizeRequest {
+func (g *gc) uploadAndPublish(t *testing.T, repo, content string) upload.FinalizeRequest {
 	t.Helper()
 	in, _ := g.chunked(t, repo, content)
 	req := g.close(t, in, content)
@@ -216,7 +217,7 @@ func (g *gc) uploadAndPublish(t *testing.T, repo, content string) store.Finalize
 
 // dereferenced publishes content in gcRepo and deletes that only
 // reference: live, unreferenced, unclaimed, its bytes still stored.
-func (g *gc) dereferenced(t *testing.T, content string) store.FinalizeRequest {
+func (g *gc) dereferenced(t *testing.T, content string) upload.FinalizeRequest {
 	t.Helper()
 	req := g.uploadAndPublish(t, gcRepo, content)
 	if err := g.st.DeleteReference(context.Background(), gcRepo, req.Digest); err != nil {
@@ -229,7 +230,7 @@ func (g *gc) dereferenced(t *testing.T, content string) store.FinalizeRequest {
 // intent naming the digest, then finalization; a refusal abandons it.
 func (g *gc) mount(to string, d blobplane.Digest, size int64) error {
 	ctx := context.Background()
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: to, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size,
+	in, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: to, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		return err
@@ -312,7 +313,7 @@ func TestSchedule1DelayedReplyClaimProtectsBytesS6(t *testing.T) {
 	const content = "persisted, reply delayed"
 	d, size := digestOf(content)
 	// A monolithic upload: the intent names the digest, then bytes land.
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size,
+	in, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -527,7 +528,7 @@ func TestSchedule13ReferenceReaddedWhileDecidingS1(t *testing.T) {
 	pgtest.WaitForLockWaiters(t, g.pool, 1)
 	// The reference comes back: a new attempt names the digest (its claim
 	// commits) and publishes, waiting on the row the collector holds.
-	in, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: first.Digest, ExpectedSize: first.Size,
+	in, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: first.Digest, ExpectedSize: first.Size,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Uploads that closed (verified bytes at the content-addressed key) and
@@ -30,7 +30,7 @@ func (g *gc) reap(t *testing.T) sweep.Report {
 	return rep
 }
 
-func (g *gc) expire(t *testing.T, in store.Intent) {
+func (g *gc) expire(t *testing.T, in upload.Intent) {
 	t.Helper()
 	if _, err := g.pool.Exec(context.Background(), `UPDATE intents SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour' WHERE operation_id = $1`, in.OperationID); err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestFalseClaimCannotPoisonTheDigest(t *testing.T) {
 	// A claim of d with a false size, then a cancel.
 	lie := func() {
 		t.Helper()
-		liar, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size + 1000,
+		liar, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: d, ExpectedSize: size + 1000,
 			IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Schedule 12 (L1): a crash between the byte write and the ledger write
@@ -31,7 +32,7 @@ func TestSchedule12CrashBetweenByteAndLedgerWriteInventoryRemovesOrphanL1(t *tes
 	g.uploadAndPublish(t, gcRepo, published)
 	// Claimed: a monolithic upload named the digest, then wrote bytes.
 	dc, sc := digestOf(claimed)
-	if _, err := g.st.CreateIntent(ctx, store.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: dc, ExpectedSize: sc,
+	if _, err := g.st.CreateIntent(ctx, upload.NewIntent{Repository: gcRepo, Principal: gcPrincipal, ExpectedDigest: dc, ExpectedSize: sc,
 		IngressDatacenter: gcDC, Backend: "fs", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

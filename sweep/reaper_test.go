@@ -21,6 +21,7 @@ import (
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
+	"github.com/blobplane/blobplane/upload"
 )
 
 const (
@@ -56,10 +57,10 @@ func (b *bundle) reaper(del sweep.StagedDeleter, batch int) *sweep.Reaper {
 
 // upload is the factory for an upload the way the OCI handler runs it:
 // the intent commits, then the backend stages content under its own id.
-func (b *bundle) upload(t *testing.T, content string, expired bool) store.Intent {
+func (b *bundle) upload(t *testing.T, content string, expired bool) upload.Intent {
 	t.Helper()
 	ctx := context.Background()
-	in, err := b.st.CreateIntent(ctx, store.NewIntent{Repository: repo, Principal: "alice", ExpectedSize: store.SizeUnknown,
+	in, err := b.st.CreateIntent(ctx, upload.NewIntent{Repository: repo, Principal: "alice", ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: dc, Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func (b *bundle) upload(t *testing.T, content string, expired bool) store.Intent
 	return in
 }
 
-func (b *bundle) stagedExists(t *testing.T, in store.Intent) bool {
+func (b *bundle) stagedExists(t *testing.T, in upload.Intent) bool {
 	t.Helper()
 	_, err := b.be.UploadSize(context.Background(), in.StagedLocation)
 	if errors.Is(err, backend.ErrNotFound) {
@@ -95,7 +96,7 @@ func (b *bundle) stagedExists(t *testing.T, in store.Intent) bool {
 	return true
 }
 
-func (b *bundle) state(t *testing.T, in store.Intent) store.IntentState {
+func (b *bundle) state(t *testing.T, in upload.Intent) upload.IntentState {
 	t.Helper()
 	cur, err := b.st.GetIntent(context.Background(), in.OperationID)
 	if err != nil {
@@ -108,7 +109,7 @@ func TestReaperReclaimsExpiredUploadsInBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var expired []store.Intent
+	var expired []upload.Intent
 	for range 3 {
 		expired = append(expired, b.upload(t, "abandoned bytes", true))
 	}
@@ -122,7 +123,7 @@ func TestReaperReclaimsExpiredUploadsInBatches(t *testing.T) {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
 	for _, in := range append(expired, fresh) {
-		if b.state(t, in) != store.IntentPending || !b.stagedExists(t, in) {
+		if b.state(t, in) != upload.IntentPending || !b.stagedExists(t, in) {
 			t.Fatal("the dry run changed something")
 		}
 	}
@@ -143,11 +144,11 @@ func TestReaperReclaimsExpiredUploadsInBatches(t *testing.T) {
 		t.Fatalf("reaped %d, %d bytes", reaped, bytes)
 	}
 	for _, in := range expired {
-		if b.state(t, in) != store.IntentAbandoned || b.stagedExists(t, in) {
+		if b.state(t, in) != upload.IntentAbandoned || b.stagedExists(t, in) {
 			t.Fatalf("expired upload %s: %s, staged bytes remain: %v", in.OperationID, b.state(t, in), b.stagedExists(t, in))
 		}
 	}
-	if b.state(t, fresh) != store.IntentPending || !b.stagedExists(t, fresh) {
+	if b.state(t, fresh) != upload.IntentPending || !b.stagedExists(t, fresh) {
 		t.Fatal("a live upload was reaped")
 	}
 	if got := metric(t, reg, "blobplane_sweep_intents_reaped_total"); got != 3 {
@@ -171,7 +172,7 @@ func TestTwoReapersSkipEachOthersBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var all []store.Intent
+	var all []upload.Intent
 	for range 8 {
 		all = append(all, b.upload(t, "x", true))
 	}
@@ -297,7 +298,7 @@ func TestReaperCrashAfterDecisionResumes(t *testing.T) {
 	if _, err := b.reaper(crashingDeleter{die: die}, 10).RunOnce(pass, false); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the crashing pass: %v, want it cut short", err)
 	}
-	if b.state(t, in) != store.IntentAbandoned || !b.stagedExists(t, in) {
+	if b.state(t, in) != upload.IntentAbandoned || !b.stagedExists(t, in) {
 		t.Fatal("want the decision committed and the bytes still staged")
 	}
 	rep, err := b.reaper(b.be, 10).RunOnce(ctx, false)

@@ -2,6 +2,8 @@
 // it follows the latest verified partition map (a jittered refresh plus
 // Postgres notifications), acquires the partitions the map gives this node,
 // renews them on their interval, and fences itself on the monotonic clock.
+// A restarted process that keeps its node id takes its live leases back at
+// epoch+1 on its first claim instead of waiting out their TTL (issue 27).
 // It answers the routing decision's LeaseView without blocking.
 package keeper
 
@@ -30,6 +32,11 @@ type Store interface {
 	// AcquireLease claims partition for node at epoch+1 when it is absent
 	// or expired (database clock); CodeConflict when another owner holds it.
 	AcquireLease(ctx context.Context, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error)
+	// TakeBackLease is AcquireLease that also claims, at epoch+1, a live
+	// lease whose owner is node: one an earlier process with this node id
+	// left (issue 27). CodeConflict when another node holds it live, or
+	// the record is sealed or quarantined.
+	TakeBackLease(ctx context.Context, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error)
 	// RenewLease extends the lease held at epoch; CodeStaleEpoch when the
 	// lease moved on.
 	RenewLease(ctx context.Context, partition, node string, epoch uint64) (authority.LeaseRecord, error)
@@ -78,8 +85,14 @@ type Keeper struct {
 	current  *authority.VerifiedMap
 	verifier *authority.Verifier
 	leases   map[string]*held
-	deltas   map[uint64]*authority.Delta // signed deltas to the current map, by base
-	wake     chan struct{}
+	// claimed holds every partition this process has acquired since it
+	// started: only the first claim of a partition may take back a live
+	// lease of this node id (issue 27, docs/authority.md "Taking a lease
+	// back"); a lease lost or self-fenced afterwards is claimed again
+	// only once expired, like any other node's.
+	claimed map[string]bool
+	deltas  map[uint64]*authority.Delta // signed deltas to the current map, by base
+	wake    chan struct{}
 }
 
 // New validates cfg and returns a Keeper that holds nothing yet.
@@ -99,7 +112,7 @@ func New(store Store, cfg Config) (*Keeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{cfg: cfg, store: store, leases: map[string]*held{}, deltas: map[uint64]*authority.Delta{}, wake: make(chan struct{}, 1)}, nil
+	return &Keeper{cfg: cfg, store: store, leases: map[string]*held{}, claimed: map[string]bool{}, deltas: map[uint64]*authority.Delta{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Map returns the current verified map, or nil before the first one.
@@ -296,14 +309,23 @@ func (k *Keeper) keep(ctx context.Context, id string) {
 		_, epoch, holding = h.fence.Deadline()
 		holding = holding && h.fence.Check(k.cfg.Clock.Now()) == nil
 	}
+	first := !k.claimed[id]
 	k.mu.Unlock()
 
 	sent := k.cfg.Clock.Now()
 	var rec authority.LeaseRecord
 	var err error
-	if holding {
+	switch {
+	case holding:
 		rec, err = k.store.RenewLease(ctx, id, k.cfg.NodeID, epoch)
-	} else {
+	case first:
+		// Issue 27: the first claim since this process started takes
+		// back a live lease an earlier process with this node id left
+		// (killed, or paused and about to be fenced by the new epoch),
+		// instead of waiting out its TTL. Never again in this process:
+		// a lease lost here may be another incarnation's now.
+		rec, err = k.store.TakeBackLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+	default:
 		rec, err = k.store.AcquireLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
 	}
 	ack := k.cfg.Clock.Now()
@@ -325,6 +347,7 @@ func (k *Keeper) keep(ctx context.Context, id string) {
 		c, cancel := context.WithCancel(context.Background())
 		h = &held{fence: f, ctx: c, cancel: cancel}
 		k.leases[id] = h
+		k.claimed[id] = true
 	}
 	ackErr := h.fence.Acknowledged(rec.Epoch, sent, ack)
 	needServing := !h.serving && ackErr == nil
@@ -334,7 +357,7 @@ func (k *Keeper) keep(ctx context.Context, id string) {
 		return
 	}
 	if !holding {
-		k.cfg.Logger.Info("acquired partition lease", "partition", id, "epoch", rec.Epoch)
+		k.cfg.Logger.Info("acquired partition lease", "partition", id, "epoch", rec.Epoch, "first_since_start", first)
 	}
 	if needServing {
 		// Blobplane partitions carry no local state to restore: the

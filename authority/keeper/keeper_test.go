@@ -187,3 +187,85 @@ func TestTamperedMapIsRejectedAndServingContinues(t *testing.T) {
 		t.Fatalf("serving stopped: %+v", ls)
 	}
 }
+
+// Issue 27, "Acknowledged means kept": node a is killed with its lease
+// live (its keeper dropped without the clean stop that releases it). A
+// new process as a takes the lease back on its first tick, at epoch + 1,
+// and serves without waiting out the TTL (no clock moved, no sleep). The
+// old incarnation, were it only paused, is fenced: its renewal is refused,
+// its in-flight work cancelled, and it cannot take the lease back in turn
+// (it held it in its own process): no flapping. Another node that a newer
+// map names is refused while a's lease is live.
+func TestRestartedNodeTakesItsLeaseBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	old := newKeeper(t, b.st, "a", &authority.ManualClock{}, nil)
+	old.RefreshMap(ctx)
+	old.Tick(ctx)
+	was := old.Lease(b.part)
+	if !was.Held || !was.Serving {
+		t.Fatalf("first incarnation: %+v", was)
+	}
+	inFlight, err := old.Admit(b.part, was.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := newKeeper(t, b.st, "a", &authority.ManualClock{}, nil)
+	restarted.RefreshMap(ctx)
+	restarted.Tick(ctx)
+	now := restarted.Lease(b.part)
+	if !now.Held || !now.Serving || now.Epoch != was.Epoch+1 {
+		t.Fatalf("restarted node: %+v, want held and serving at epoch %d", now, was.Epoch+1)
+	}
+	if rec, err := b.st.Lease(ctx, b.part); err != nil || rec.OwnerNode != "a" || rec.Epoch != now.Epoch || rec.State != authority.PrimaryServing {
+		t.Fatalf("lease row %+v %v", rec, err)
+	}
+	if _, err := restarted.Admit(b.part, now.Epoch); err != nil {
+		t.Fatal(err)
+	}
+
+	// The old incarnation's next renewal is refused (R20): it stops
+	// admitting and fails its in-flight work (R24).
+	old.Tick(ctx)
+	if ls := old.Lease(b.part); ls.Held {
+		t.Fatalf("old incarnation still holds: %+v", ls)
+	}
+	if inFlight.Err() == nil {
+		t.Fatal("old incarnation's in-flight work was not cancelled")
+	}
+	if _, err := old.Admit(b.part, was.Epoch); err == nil {
+		t.Fatal("old incarnation admitted work under the fenced epoch")
+	}
+	// It does not take the lease back: it held it in this process.
+	old.Tick(ctx)
+	restarted.Tick(ctx)
+	if ls := restarted.Lease(b.part); !ls.Held || ls.Epoch != now.Epoch {
+		t.Fatalf("restarted node lost the lease to the old incarnation: %+v", ls)
+	}
+	if rec, _ := b.st.Lease(ctx, b.part); rec.Epoch != now.Epoch {
+		t.Fatalf("the lease flapped: %+v", rec)
+	}
+
+	// Node m, named by a newer map, cannot take a's live lease.
+	m2 := *b.m
+	m2.Version, m2.Signature, m2.GeneratedAt = 2, nil, time.Now()
+	m2.Partitions = append([]authority.Partition(nil), b.m.Partitions...)
+	m2.Partitions[0].Primary = authority.Primary{Node: "m", Endpoint: "127.0.0.1:3", State: authority.PrimaryServing}
+	if err := b.signer.SignMap(&m2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.st.PublishMap(ctx, &m2, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := newKeeper(t, b.st, "m", &authority.ManualClock{}, nil)
+	m.RefreshMap(ctx)
+	m.Tick(ctx)
+	if ls := m.Lease(b.part); ls.Held {
+		t.Fatalf("another node took a's live lease: %+v", ls)
+	}
+	if rec, _ := b.st.Lease(ctx, b.part); rec.OwnerNode != "a" || rec.Epoch != now.Epoch {
+		t.Fatalf("lease moved: %+v", rec)
+	}
+}

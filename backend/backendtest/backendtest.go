@@ -359,9 +359,7 @@ func testRanges(t *testing.T, h Harness) {
 }
 
 func testRoundTrips(t *testing.T, h Harness) {
-	ctx := t.Context()
 	blob := NewBlob(7, 200_000)
-	n := int64(len(blob.Content))
 	cases := []struct {
 		name   string
 		policy backend.StorePolicy
@@ -382,47 +380,67 @@ func testRoundTrips(t *testing.T, h Harness) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b := h.New(t, c.policy)
-			info := MustWrite(t, b, c.req())
-			if info.Repr.Codec != c.stored || info.Repr.ContentSize != n || info.Digest != blob.Digest {
-				t.Fatalf("confirmed %+v, want codec %s content %d", info, c.stored, n)
-			}
-			if c.stored == backend.CodecIdentity && info.Repr.PayloadSize != n {
-				t.Fatalf("identity payload size %d", info.Repr.PayloadSize)
-			}
-			if c.stored == backend.CodecZstd && c.req().Codec == backend.CodecZstd && info.Repr.PayloadSize != int64(len(blob.Zstd)) {
-				t.Fatalf("zstd stored as submitted: payload %d, submitted %d", info.Repr.PayloadSize, len(blob.Zstd))
-			}
-			if st, err := b.Stat(ctx, blob.Digest); err != nil || st != info {
-				t.Fatalf("Stat %+v, %v; want %+v", st, err, info)
-			}
-			// Decoded.
-			obj, body, err := ReadAll(ctx, b, blob.Digest, backend.ReadOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			requireBytes(t, "decoded read", body, blob.Content)
-			if obj.Codec != backend.CodecIdentity || obj.Repr != info.Repr {
-				t.Fatalf("decoded read: codec %s repr %v", obj.Codec, obj.Repr)
-			}
-			// As stored.
-			obj, body, err = ReadAll(ctx, b, blob.Digest, backend.ReadOptions{AcceptStored: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if obj.Codec != c.stored || int64(len(body)) != info.Repr.PayloadSize {
-				t.Fatalf("stored read: codec %s, %d bytes; want %s, %d", obj.Codec, len(body), c.stored, info.Repr.PayloadSize)
-			}
-			if c.stored == backend.CodecZstd {
-				if c.req().Codec == backend.CodecZstd {
-					requireBytes(t, "stored payload", body, blob.Zstd)
-				}
-				if body, err = Unzstd(body); err != nil {
-					t.Fatalf("stored payload does not decode: %v", err)
-				}
-			}
-			requireBytes(t, "stored read, decoded", body, blob.Content)
+			req := c.req()
+			info := MustWrite(t, b, req)
+			checkConfirmed(t, b, blob, info, c.stored, req.Codec)
+			checkDecodedRead(t, b, blob, info)
+			checkStoredRead(t, b, blob, info, c.stored, req.Codec)
 		})
 	}
+}
+
+// checkConfirmed checks what a write of blob submitted as codec submitted
+// confirmed (info), and that Stat agrees with it.
+func checkConfirmed(t *testing.T, b backend.Backend, blob Blob, info backend.Info, stored, submitted backend.Codec) {
+	t.Helper()
+	n := int64(len(blob.Content))
+	if info.Repr.Codec != stored || info.Repr.ContentSize != n || info.Digest != blob.Digest {
+		t.Fatalf("confirmed %+v, want codec %s content %d", info, stored, n)
+	}
+	if stored == backend.CodecIdentity && info.Repr.PayloadSize != n {
+		t.Fatalf("identity payload size %d", info.Repr.PayloadSize)
+	}
+	if stored == backend.CodecZstd && submitted == backend.CodecZstd && info.Repr.PayloadSize != int64(len(blob.Zstd)) {
+		t.Fatalf("zstd stored as submitted: payload %d, submitted %d", info.Repr.PayloadSize, len(blob.Zstd))
+	}
+	if st, err := b.Stat(t.Context(), blob.Digest); err != nil || st != info {
+		t.Fatalf("Stat %+v, %v; want %+v", st, err, info)
+	}
+}
+
+// checkDecodedRead reads blob decoded.
+func checkDecodedRead(t *testing.T, b backend.Backend, blob Blob, info backend.Info) {
+	t.Helper()
+	obj, body, err := ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireBytes(t, "decoded read", body, blob.Content)
+	if obj.Codec != backend.CodecIdentity || obj.Repr != info.Repr {
+		t.Fatalf("decoded read: codec %s repr %v", obj.Codec, obj.Repr)
+	}
+}
+
+// checkStoredRead reads blob as stored: the payload written, and for a zstd
+// payload submitted as zstd the very bytes submitted.
+func checkStoredRead(t *testing.T, b backend.Backend, blob Blob, info backend.Info, stored, submitted backend.Codec) {
+	t.Helper()
+	obj, body, err := ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{AcceptStored: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj.Codec != stored || int64(len(body)) != info.Repr.PayloadSize {
+		t.Fatalf("stored read: codec %s, %d bytes; want %s, %d", obj.Codec, len(body), stored, info.Repr.PayloadSize)
+	}
+	if stored == backend.CodecZstd {
+		if submitted == backend.CodecZstd {
+			requireBytes(t, "stored payload", body, blob.Zstd)
+		}
+		if body, err = Unzstd(body); err != nil {
+			t.Fatalf("stored payload does not decode: %v", err)
+		}
+	}
+	requireBytes(t, "stored read, decoded", body, blob.Content)
 }
 
 // badWrites are requests whose bytes do not match their claim.
@@ -587,10 +605,20 @@ func testBeforeVisible(t *testing.T, h Harness) {
 }
 
 func testStaging(t *testing.T, h Harness) {
-	ctx := t.Context()
 	blob := NewBlob(11, 90_000)
 	b := h.New(t, backend.StoreAsSubmitted)
+	b2, id := stageAcrossRestart(t, h, b, blob)
+	promoteStaged(t, b2, id, blob)
+	promoteStagedZstd(t, b)
+	abortStaged(t, b, blob.Content[:1000])
+	resumeInterrupted(t, b, blob)
+}
 
+// stageAcrossRestart stages blob in three appends, the last one through a
+// new backend over the same storage, and returns that backend and the
+// upload's id.
+func stageAcrossRestart(t *testing.T, h Harness, b backend.Backend, blob Blob) (backend.Backend, string) {
+	ctx := t.Context()
 	id, err := b.CreateUpload(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -625,33 +653,42 @@ func testStaging(t *testing.T, h Harness) {
 	if n, err := b2.AppendUpload(ctx, id, off, bytes.NewReader(parts[2])); err != nil || n != int64(len(blob.Content)) {
 		t.Fatalf("append after reopen: %d, %v", n, err)
 	}
+	return b2, id
+}
 
+// promoteStaged promotes the staged upload id of blob, after a promotion
+// that does not verify.
+func promoteStaged(t *testing.T, b backend.Backend, id string, blob Blob) {
+	ctx := t.Context()
 	// A promotion that does not verify leaves nothing at the
 	// content-addressed location and keeps the staged bytes.
 	wrong := NewBlob(12, 90_000)
-	_, err = b2.PromoteUpload(ctx, id, backend.WriteRequest{Digest: wrong.Digest, Size: int64(len(wrong.Content))})
+	_, err := b.PromoteUpload(ctx, id, backend.WriteRequest{Digest: wrong.Digest, Size: int64(len(wrong.Content))})
 	RequireCode(t, err, backend.ErrMismatch, false)
-	RequireAbsent(t, b2, wrong.Digest)
-	RequireAbsent(t, b2, blob.Digest)
-	if n, err := b2.UploadSize(ctx, id); err != nil || n != int64(len(blob.Content)) {
+	RequireAbsent(t, b, wrong.Digest)
+	RequireAbsent(t, b, blob.Digest)
+	if n, err := b.UploadSize(ctx, id); err != nil || n != int64(len(blob.Content)) {
 		t.Fatalf("staged upload after failed promote: %d, %v", n, err)
 	}
 
-	info, err := b2.PromoteUpload(ctx, id, backend.WriteRequest{Digest: blob.Digest, Size: int64(len(blob.Content))})
+	info, err := b.PromoteUpload(ctx, id, backend.WriteRequest{Digest: blob.Digest, Size: int64(len(blob.Content))})
 	if err != nil || info.Digest != blob.Digest || info.Repr.ContentSize != int64(len(blob.Content)) {
 		t.Fatalf("promote: %+v, %v", info, err)
 	}
-	_, body, err := ReadAll(ctx, b2, blob.Digest, backend.ReadOptions{})
+	_, body, err := ReadAll(ctx, b, blob.Digest, backend.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireBytes(t, "promoted", body, blob.Content)
-	_, err = b2.UploadSize(ctx, id)
+	_, err = b.UploadSize(ctx, id)
 	RequireCode(t, err, backend.ErrNotFound, false)
-	_, err = b2.PromoteUpload(ctx, id, backend.WriteRequest{Digest: blob.Digest, Size: int64(len(blob.Content))})
+	_, err = b.PromoteUpload(ctx, id, backend.WriteRequest{Digest: blob.Digest, Size: int64(len(blob.Content))})
 	RequireCode(t, err, backend.ErrNotFound, false)
+}
 
-	// A staged zstd payload promotes with its codec.
+// promoteStagedZstd: a staged zstd payload promotes with its codec.
+func promoteStagedZstd(t *testing.T, b backend.Backend) {
+	ctx := t.Context()
 	zb := NewBlob(13, 120_000)
 	zid, err := b.CreateUpload(ctx)
 	if err != nil {
@@ -664,22 +701,25 @@ func testStaging(t *testing.T, h Harness) {
 	if _, err := b.AppendUpload(ctx, zid, half, bytes.NewReader(zb.Zstd[half:])); err != nil {
 		t.Fatal(err)
 	}
-	info, err = b.PromoteUpload(ctx, zid, backend.WriteRequest{Digest: zb.Digest, Size: int64(len(zb.Content)), Codec: backend.CodecZstd})
+	info, err := b.PromoteUpload(ctx, zid, backend.WriteRequest{Digest: zb.Digest, Size: int64(len(zb.Content)), Codec: backend.CodecZstd})
 	if err != nil || info.Repr.Codec != backend.CodecZstd || info.Repr.PayloadSize != int64(len(zb.Zstd)) {
 		t.Fatalf("promote zstd: %+v, %v", info, err)
 	}
-	_, body, err = ReadAll(ctx, b, zb.Digest, backend.ReadOptions{})
+	_, body, err := ReadAll(ctx, b, zb.Digest, backend.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireBytes(t, "promoted zstd, decoded", body, zb.Content)
+}
 
-	// Abort discards, and is idempotent.
+// abortStaged: abort discards an upload holding chunk, and is idempotent.
+func abortStaged(t *testing.T, b backend.Backend, chunk []byte) {
+	ctx := t.Context()
 	aid, err := b.CreateUpload(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.AppendUpload(ctx, aid, 0, bytes.NewReader(parts[0])); err != nil {
+	if _, err := b.AppendUpload(ctx, aid, 0, bytes.NewReader(chunk)); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.AbortUpload(ctx, aid); err != nil {
@@ -687,14 +727,17 @@ func testStaging(t *testing.T, h Harness) {
 	}
 	_, err = b.UploadSize(ctx, aid)
 	RequireCode(t, err, backend.ErrNotFound, false)
-	_, err = b.AppendUpload(ctx, aid, 0, bytes.NewReader(parts[0]))
+	_, err = b.AppendUpload(ctx, aid, 0, bytes.NewReader(chunk))
 	RequireCode(t, err, backend.ErrNotFound, false)
 	if err := b.AbortUpload(ctx, aid); err != nil {
 		t.Fatalf("second abort: %v", err)
 	}
+}
 
-	// An interrupted chunk: the error is retryable and UploadSize says where
-	// to resume.
+// resumeInterrupted: after an interrupted chunk the error is retryable and
+// UploadSize says where to resume.
+func resumeInterrupted(t *testing.T, b backend.Backend, blob Blob) {
+	ctx := t.Context()
 	rid, err := b.CreateUpload(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -727,99 +770,131 @@ func testRacingRepresentations(t *testing.T, h Harness) {
 	if testing.Short() {
 		rounds = 20
 	}
-	b := h.New(t, backend.StoreAsSubmitted)
 	blob := NewBlob(14, 64<<10)
 	n := int64(len(blob.Content))
-	idRepr := backend.Identity(n)
-	zRepr := backend.Representation{Codec: backend.CodecZstd, PayloadSize: int64(len(blob.Zstd)), ContentSize: n}
-	MustWrite(t, b, blob.Identity())
-
-	var failures atomic.Int64
-	var reads atomic.Int64
-	fail := func(format string, args ...any) {
-		if failures.Add(1) <= 5 {
-			t.Errorf(format, args...)
-		}
+	r := &reprRace{
+		t:      t,
+		b:      h.New(t, backend.StoreAsSubmitted),
+		blob:   blob,
+		idRepr: backend.Identity(n),
+		zRepr:  backend.Representation{Codec: backend.CodecZstd, PayloadSize: int64(len(blob.Zstd)), ContentSize: n},
 	}
-	readOnce := func(i int) {
-		reads.Add(1)
-		switch i % 3 {
-		case 0: // as stored: decode by the representation that came with it
-			obj, body, err := ReadAll(ctx, b, blob.Digest, backend.ReadOptions{AcceptStored: true})
-			if err != nil {
-				fail("stored read: %v", err)
-				return
+	MustWrite(t, r.b, blob.Identity())
+	for round := 0; round < rounds && r.failures.Load() == 0; round++ {
+		r.round(ctx, round)
+	}
+	if f := r.failures.Load(); f > 0 {
+		t.Fatalf("%d decode failures in %d reads", f, r.reads.Load())
+	}
+	t.Logf("%d rounds, %d reads, 0 decode failures", rounds, r.reads.Load())
+}
+
+// reprRace is testRacingRepresentations' backend and blob, the two
+// representations its writers store, and its tally.
+type reprRace struct {
+	t               *testing.T
+	b               backend.Backend
+	blob            Blob
+	idRepr, zRepr   backend.Representation
+	failures, reads atomic.Int64
+}
+
+// fail reports a failure; only the first five are logged.
+func (r *reprRace) fail(format string, args ...any) {
+	if r.failures.Add(1) <= 5 {
+		r.t.Errorf(format, args...)
+	}
+}
+
+// known reports that repr is one of the writers'.
+func (r *reprRace) known(repr backend.Representation) bool {
+	return repr == r.idRepr || repr == r.zRepr
+}
+
+// round races the two writers against three readers, then checks the
+// object one of them left.
+func (r *reprRace) round(ctx context.Context, round int) {
+	start := make(chan struct{})
+	var writers, readers sync.WaitGroup
+	var writing atomic.Bool
+	writing.Store(true)
+	for _, req := range []backend.WriteRequest{r.blob.Identity(), r.blob.ZstdRequest()} {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			<-start
+			if info, err := r.b.Write(ctx, req); err != nil {
+				r.fail("round %d: write %s: %v", round, req.Codec, err)
+			} else if !r.known(info.Repr) {
+				r.fail("round %d: write confirmed %v", round, info.Repr)
 			}
-			if obj.Repr != idRepr && obj.Repr != zRepr {
-				fail("stored read: representation %v is neither writer's", obj.Repr)
-				return
-			}
-			if obj.Codec == backend.CodecZstd {
-				if body, err = Unzstd(body); err != nil {
-					fail("stored read: payload does not decode as %v: %v", obj.Repr, err)
+		}()
+	}
+	for k := range 3 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			<-start
+			// Read at least once, and keep reading while the writers
+			// race; no sleeps, the writers' completion ends the loop.
+			for i := k; ; i += 3 {
+				r.readOnce(ctx, i)
+				if !writing.Load() {
 					return
 				}
 			}
-			if !bytes.Equal(body, blob.Content) {
-				fail("stored read as %v: wrong content (%d bytes)", obj.Repr, len(body))
-			}
-		case 1: // decoded whole
-			_, body, err := ReadAll(ctx, b, blob.Digest, backend.ReadOptions{})
-			if err != nil || !bytes.Equal(body, blob.Content) {
-				fail("decoded read: %d bytes, %v", len(body), err)
-			}
-		case 2: // decoded range
-			rg := backend.Range{Offset: n - 1000, Length: 1000}
-			_, body, err := ReadAll(ctx, b, blob.Digest, backend.ReadOptions{Range: &rg})
-			if err != nil || !bytes.Equal(body, blob.Content[n-1000:]) {
-				fail("range read: %d bytes, %v", len(body), err)
-			}
-		}
+		}()
 	}
+	close(start)
+	writers.Wait()
+	writing.Store(false)
+	readers.Wait()
+	info, err := r.b.Stat(ctx, r.blob.Digest)
+	if err != nil || !r.known(info.Repr) {
+		r.fail("round %d: after the race Stat = %v, %v", round, info, err)
+	}
+}
 
-	for round := 0; round < rounds && failures.Load() == 0; round++ {
-		start := make(chan struct{})
-		var writers, readers sync.WaitGroup
-		var writing atomic.Bool
-		writing.Store(true)
-		for _, req := range []backend.WriteRequest{blob.Identity(), blob.ZstdRequest()} {
-			writers.Add(1)
-			go func() {
-				defer writers.Done()
-				<-start
-				if info, err := b.Write(ctx, req); err != nil {
-					fail("round %d: write %s: %v", round, req.Codec, err)
-				} else if info.Repr != idRepr && info.Repr != zRepr {
-					fail("round %d: write confirmed %v", round, info.Repr)
-				}
-			}()
+// readOnce reads the object one of three ways, by i.
+func (r *reprRace) readOnce(ctx context.Context, i int) {
+	r.reads.Add(1)
+	n := int64(len(r.blob.Content))
+	switch i % 3 {
+	case 0: // as stored: decode by the representation that came with it
+		r.readStored(ctx)
+	case 1: // decoded whole
+		_, body, err := ReadAll(ctx, r.b, r.blob.Digest, backend.ReadOptions{})
+		if err != nil || !bytes.Equal(body, r.blob.Content) {
+			r.fail("decoded read: %d bytes, %v", len(body), err)
 		}
-		for r := range 3 {
-			readers.Add(1)
-			go func() {
-				defer readers.Done()
-				<-start
-				// Read at least once, and keep reading while the writers
-				// race; no sleeps, the writers' completion ends the loop.
-				for i := r; ; i += 3 {
-					readOnce(i)
-					if !writing.Load() {
-						return
-					}
-				}
-			}()
-		}
-		close(start)
-		writers.Wait()
-		writing.Store(false)
-		readers.Wait()
-		info, err := b.Stat(ctx, blob.Digest)
-		if err != nil || (info.Repr != idRepr && info.Repr != zRepr) {
-			fail("round %d: after the race Stat = %v, %v", round, info, err)
+	case 2: // decoded range
+		rg := backend.Range{Offset: n - 1000, Length: 1000}
+		_, body, err := ReadAll(ctx, r.b, r.blob.Digest, backend.ReadOptions{Range: &rg})
+		if err != nil || !bytes.Equal(body, r.blob.Content[n-1000:]) {
+			r.fail("range read: %d bytes, %v", len(body), err)
 		}
 	}
-	if f := failures.Load(); f > 0 {
-		t.Fatalf("%d decode failures in %d reads", f, reads.Load())
+}
+
+// readStored reads the object as stored and decodes it by the
+// representation that came with it.
+func (r *reprRace) readStored(ctx context.Context) {
+	obj, body, err := ReadAll(ctx, r.b, r.blob.Digest, backend.ReadOptions{AcceptStored: true})
+	if err != nil {
+		r.fail("stored read: %v", err)
+		return
 	}
-	t.Logf("%d rounds, %d reads, 0 decode failures", rounds, reads.Load())
+	if !r.known(obj.Repr) {
+		r.fail("stored read: representation %v is neither writer's", obj.Repr)
+		return
+	}
+	if obj.Codec == backend.CodecZstd {
+		if body, err = Unzstd(body); err != nil {
+			r.fail("stored read: payload does not decode as %v: %v", obj.Repr, err)
+			return
+		}
+	}
+	if !bytes.Equal(body, r.blob.Content) {
+		r.fail("stored read as %v: wrong content (%d bytes)", obj.Repr, len(body))
+	}
 }

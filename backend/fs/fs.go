@@ -258,103 +258,30 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 	if _, err := backend.ParseCodec(string(req.Codec)); err != nil {
 		return backend.Info{}, err
 	}
-	dir, file, parents, err := b.leafDir(req.Digest)
+	t, err := b.startObject(req.Digest, req.Size)
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	// Every step below is relative to the object's directory, opened once
-	// (not re-walked from the root for each of create, rename and sync).
-	leaf, err := b.root.OpenRoot(dir)
-	if err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	defer leaf.Close()
-	tmp := tmpPrefix + file[:8] + "-" + randHex(8)
-	f, w, err := b.createTemp(leaf, tmp, req.Size)
-	if err != nil {
-		return backend.Info{}, classify(op, err)
-	}
-	// fileDone is the temp file's fsync (backend.SyncFile) and close,
-	// once started.
-	var fileDone func() error
-	linked := false
-	defer func() {
-		if linked {
-			return
-		}
-		w.abort()
-		if fileDone != nil {
-			_ = fileDone()
-		} else {
-			_ = f.Close()
-		}
-		_ = leaf.Remove(tmp)
-	}()
+	defer t.release()
 
-	repr, err := backend.Encode(ctx, w, req, backend.StoredCodec(b.policy, req.Codec))
+	repr, err := backend.Encode(ctx, t.w, req, backend.StoredCodec(b.policy, req.Codec))
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if err := w.finish(header(repr)); err != nil {
+	if err := t.w.finish(header(repr)); err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	// A small write in backend.SyncFilesystem becomes durable with the
-	// group sync after the link (file, name and new directories at
-	// once); any other fsyncs its file now, while the rest happens.
-	group := b.group
-	if group != nil && (w.size() > HeaderSize+groupMax || group.failed() != nil) {
-		group = nil
-	}
-	// fileDurable returns when the file's bytes are durable.
-	var fileDurable func() error
-	if group == nil {
-		synced := make(chan error, 1)
-		go func() { synced <- syncHooked(b.objectSyncHook, path.Join(dir, tmp), f) }()
-		fileDone = sync.OnceValue(func() error { return <-synced })
-		fileDurable = fileDone
-	} else {
-		fileDone = sync.OnceValue(f.Close)
-		fileDurable = func() error { return errors.Join(fileDone(), group.Sync()) }
-	}
+	t.startSync()
 	if req.BeforeVisible != nil {
 		if err := req.BeforeVisible(); err != nil {
 			return backend.Info{}, err
 		}
 	}
-	d, err := leaf.Open(".")
+	d, err := t.link()
 	if err != nil {
 		return backend.Info{}, classify(op, err)
 	}
-	if !b.syncBeforeLink {
-		linked, err = renameNoReplace(d, tmp, file)
-	}
-	if err == nil && !linked {
-		// The name is taken (or the filesystem cannot say so atomically):
-		// replace it, but only with a file that is durable already.
-		if err = fileDurable(); err == nil {
-			err = leaf.Rename(tmp, file)
-			linked = err == nil
-		}
-	}
-	if err != nil {
-		_ = d.Close()
-		return backend.Info{}, classify(op, err)
-	}
-	// The object is durable once its file is and its name is: the group
-	// sync; or the directory's fsync (while the file's may still run),
-	// and the directory's own entries up the tree.
-	durable := func() error {
-		if group != nil {
-			_ = d.Close()
-			if err := fileDurable(); err != nil {
-				return classify(op, err)
-			}
-			b.fanoutDurable(file, parents) // the group's syncfs made them durable too
-			return nil
-		}
-		leafErr := b.syncLeaf(d, dir, file, parents)
-		return classify(op, errors.Join(fileDone(), leafErr))
-	}
+	durable := func() error { return t.durable(op, d) }
 	if req.DeferSync != nil {
 		req.DeferSync(durable)
 		return backend.Info{Digest: req.Digest, Repr: repr}, nil
@@ -363,6 +290,133 @@ func (b *Backend) Write(ctx context.Context, req backend.WriteRequest) (backend.
 		return backend.Info{}, err
 	}
 	return backend.Info{Digest: req.Digest, Repr: repr}, nil
+}
+
+// pendingObject is one write's object file from its creation under a temp
+// name in the object's directory until that file is linked at the object's
+// name, or removed.
+type pendingObject struct {
+	b *Backend
+	// leaf is the object's directory, opened once: every step is relative
+	// to it (not re-walked from the root for each of create, rename and
+	// sync). dir is its path relative to the root; parents are the
+	// directories above it still to be synced (dirs.go).
+	leaf    *os.Root
+	dir     string
+	parents []string
+	file    string // the object's name
+	tmp     string // the temp file's name
+	f       *os.File
+	w       objectWriter
+	// group is the group sync that makes the object durable, nil when
+	// it fsyncs its own file (startSync).
+	group *groupSyncer
+	// fileDone is the temp file's fsync (backend.SyncFile) and close,
+	// once started; fileDurable returns when the file's bytes are
+	// durable.
+	fileDone    func() error
+	fileDurable func() error
+	linked      bool
+}
+
+// startObject creates the temp file of a write of digest d with size
+// content bytes, in the object's directory.
+func (b *Backend) startObject(d blobplane.Digest, size int64) (*pendingObject, error) {
+	dir, file, parents, err := b.leafDir(d)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := b.root.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	tmp := tmpPrefix + file[:8] + "-" + randHex(8)
+	f, w, err := b.createTemp(leaf, tmp, size)
+	if err != nil {
+		_ = leaf.Close()
+		return nil, err
+	}
+	return &pendingObject{b: b, leaf: leaf, dir: dir, parents: parents, file: file, tmp: tmp, f: f, w: w}, nil
+}
+
+// release removes the temp file unless it was linked, and closes the
+// object's directory.
+func (t *pendingObject) release() {
+	if !t.linked {
+		t.w.abort()
+		if t.fileDone != nil {
+			_ = t.fileDone()
+		} else {
+			_ = t.f.Close()
+		}
+		_ = t.leaf.Remove(t.tmp)
+	}
+	_ = t.leaf.Close()
+}
+
+// startSync starts making the complete file's bytes durable. A small
+// write in backend.SyncFilesystem becomes durable with the group sync
+// after the link (file, name and new directories at once); any other
+// fsyncs its file now, while the rest happens.
+func (t *pendingObject) startSync() {
+	group := t.b.group
+	if group != nil && (t.w.size() > HeaderSize+groupMax || group.failed() != nil) {
+		group = nil
+	}
+	t.group = group
+	if group == nil {
+		synced := make(chan error, 1)
+		go func() { synced <- syncHooked(t.b.objectSyncHook, path.Join(t.dir, t.tmp), t.f) }()
+		t.fileDone = sync.OnceValue(func() error { return <-synced })
+		t.fileDurable = t.fileDone
+		return
+	}
+	t.fileDone = sync.OnceValue(t.f.Close)
+	t.fileDurable = func() error { return errors.Join(t.fileDone(), group.Sync()) }
+}
+
+// link gives the file the object's name, and returns the object's
+// directory opened for its sync. A free name is taken at once; a taken one
+// is replaced only once the file is durable.
+func (t *pendingObject) link() (*os.File, error) {
+	d, err := t.leaf.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	if !t.b.syncBeforeLink {
+		t.linked, err = renameNoReplace(d, t.tmp, t.file)
+	}
+	if err == nil && !t.linked {
+		// The name is taken (or the filesystem cannot say so atomically):
+		// replace it, but only with a file that is durable already.
+		if err = t.fileDurable(); err == nil {
+			err = t.leaf.Rename(t.tmp, t.file)
+			t.linked = err == nil
+		}
+	}
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// durable returns when the linked object is durable: once its file is and
+// its name is, by the group sync; or by the directory d's fsync (while the
+// file's may still run), and the directory's own entries up the tree. It
+// may run after Write returned (req.DeferSync), so it uses nothing release
+// closes.
+func (t *pendingObject) durable(op string, d *os.File) error {
+	if t.group != nil {
+		_ = d.Close()
+		if err := t.fileDurable(); err != nil {
+			return classify(op, err)
+		}
+		t.b.fanoutDurable(t.file, t.parents) // the group's syncfs made them durable too
+		return nil
+	}
+	leafErr := t.b.syncLeaf(d, t.dir, t.file, t.parents)
+	return classify(op, errors.Join(t.fileDone(), leafErr))
 }
 
 // createTemp creates the temp file of a write of size content bytes and
@@ -502,24 +556,22 @@ func (b *Backend) Delete(ctx context.Context, d blobplane.Digest) error {
 // order, skipping what sorts before the cursor.
 func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.Page, error) {
 	const op = "fs.List"
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = backend.DefaultListLimit
+	l := listing{limit: opts.Limit}
+	if l.limit <= 0 {
+		l.limit = backend.DefaultListLimit
 	}
-	var after string
 	if opts.After != "" {
 		if err := backend.ValidDigest(op, opts.After); err != nil {
 			return backend.Page{}, err
 		}
-		after = opts.After.Hex()
+		l.after = opts.After.Hex()
 	}
-	var page backend.Page
 	l1, err := b.readDir(objectsDir)
 	if err != nil {
 		return backend.Page{}, classify(op, err)
 	}
 	for _, a := range l1 {
-		if !isHex(a.Name(), 2) || (after != "" && a.Name() < after[:2]) {
+		if !isHex(a.Name(), 2) || l.before(a.Name()) {
 			continue
 		}
 		l2, err := b.readDir(path.Join(objectsDir, a.Name()))
@@ -527,41 +579,67 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.P
 			return backend.Page{}, classify(op, err)
 		}
 		for _, c := range l2 {
-			if !isHex(c.Name(), 2) || (after != "" && a.Name()+c.Name() < after[:4]) {
+			if !isHex(c.Name(), 2) || l.before(a.Name()+c.Name()) {
 				continue
 			}
 			if err := ctx.Err(); err != nil {
 				return backend.Page{}, backend.Classify(op, err)
 			}
-			dir := path.Join(objectsDir, a.Name(), c.Name())
-			files, err := b.readDir(dir)
+			full, err := l.addLeaf(b, path.Join(objectsDir, a.Name(), c.Name()), a.Name()+c.Name())
 			if err != nil {
 				return backend.Page{}, classify(op, err)
 			}
-			for _, f := range files {
-				name := f.Name()
-				if !isHex(name, 64) || !strings.HasPrefix(name, a.Name()+c.Name()) || (after != "" && name <= after) {
-					continue
-				}
-				info, err := f.Info()
-				if errors.Is(err, iofs.ErrNotExist) {
-					continue // deleted while listing
-				} else if err != nil {
-					return backend.Page{}, classify(op, err)
-				}
-				if len(page.Entries) == limit {
-					page.Next = page.Entries[limit-1].Digest
-					return page, nil
-				}
-				page.Entries = append(page.Entries, backend.Entry{
-					Digest:     blobplane.Digest(blobplane.DigestPrefix + name),
-					StoredSize: info.Size(),
-					Modified:   info.ModTime(),
-				})
+			if full {
+				return l.page, nil
 			}
 		}
 	}
-	return page, nil
+	return l.page, nil
+}
+
+// listing is the state of one List walk: the cursor and the page so far.
+type listing struct {
+	after string // the cursor's hex, "" from the start
+	limit int
+	page  backend.Page
+}
+
+// before reports that every object under the fan-out directory with hex
+// prefix sorts before the cursor.
+func (l *listing) before(prefix string) bool {
+	return l.after != "" && prefix < l.after[:len(prefix)]
+}
+
+// addLeaf adds the objects of the leaf directory dir, whose names start
+// with prefix, that sort after the cursor. It reports true when the page
+// is full, with its Next set.
+func (l *listing) addLeaf(b *Backend, dir, prefix string) (full bool, err error) {
+	files, err := b.readDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		name := f.Name()
+		if !isHex(name, 64) || !strings.HasPrefix(name, prefix) || (l.after != "" && name <= l.after) {
+			continue
+		}
+		info, err := f.Info()
+		if errors.Is(err, iofs.ErrNotExist) {
+			continue // deleted while listing
+		} else if err != nil {
+			return false, err
+		}
+		if len(l.page.Entries) == l.limit {
+			l.page.Next = l.page.Entries[l.limit-1].Digest
+			return true, nil
+		}
+		l.page.Entries = append(l.page.Entries, backend.Entry{
+			Digest:     blobplane.Digest(blobplane.DigestPrefix + name),
+			StoredSize: info.Size(),
+			Modified:   info.ModTime(),
+		})
+	}
+	return false, nil
 }
 
 func (b *Backend) readDir(dir string) ([]iofs.DirEntry, error) {

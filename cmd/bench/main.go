@@ -106,6 +106,38 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 	cl.add(func() error { return os.RemoveAll(tmp) })
 
 	// Find or build every binary before starting anything.
+	bins, err := findBinaries(ctx, o, tmp, progress)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	r := newReport(ctx, o, progress)
+	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{}}
+	_, _ = rand.Read(s.block)
+	for _, name := range o.systems {
+		dir := filepath.Join(tmp, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(progress, "bench: starting %s\n", name)
+		t, cpu, err := s.start(ctx, name, bins[name], dir, &cl)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.systems = append(s.systems, system{name: name, t: t, cpu: cpu})
+	}
+
+	r.Tables = s.tables(ctx)
+	r.Finished = time.Now()
+	r.Machine.LoadEnd = loadAvg()
+	r.Interrupted = ctx.Err() != nil
+	return r, cl.run, ctx.Err()
+}
+
+// findBinaries returns the binary (for Blobplane, the directory of
+// binaries) of each system of o that runs one, building Blobplane's into
+// tmp when o names none.
+func findBinaries(ctx context.Context, o options, tmp string, progress io.Writer) (map[string]string, error) {
 	bins := map[string]string{}
 	for _, sys := range o.systems {
 		var err error
@@ -123,10 +155,15 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 			bins[sys], err = findTool(ctx, o.registryBin, "BLOBPLANE_REGISTRY_BIN", "Distribution registry", "--registry-bin", []string{"scripts/tool.sh", "registry"}, progress)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
+	return bins, nil
+}
 
+// newReport begins the report of a run with o: its settings and the
+// machine, whose page cache it drops first when o says so.
+func newReport(ctx context.Context, o options, progress io.Writer) *Report {
 	r := &Report{Started: time.Now(), Mode: "full", Systems: o.systems}
 	if o.quick {
 		r.Mode = "quick"
@@ -135,62 +172,51 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 	r.Machine.PageCache = dropPageCache(dropCachesPath, o.dropCaches)
 	fmt.Fprintf(progress, "bench: page cache %s\n", r.Machine.PageCache)
 	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch, BlobplaneBackendOptions: o.bpOptions}
+	return r
+}
 
-	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{}}
-	_, _ = rand.Read(s.block)
-	for _, name := range o.systems {
-		dir := filepath.Join(tmp, name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+// start starts the system name from bin with its data in dir, and returns
+// the target the suite drives and the meter of its servers' CPU (nil for
+// the raw pipeline). What it starts is stopped by cl.
+func (s *suite) start(ctx context.Context, name, bin, dir string, cl *cleanups) (target, cpuMeter, error) {
+	switch name {
+	case sysRaw:
+		srv, err := startRaw(dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("raw pipeline: %w", err)
+		}
+		cl.add(srv.Close)
+		c := &rawClient{base: srv.URL(), hc: newHTTPClient()}
+		cl.add(func() error { c.hc.CloseIdleConnections(); return nil })
+		return c, nil, nil
+	case sysBlobplane:
+		dbURL, drop, err := createDatabase(ctx, s.o.databaseURL)
+		if err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(progress, "bench: starting %s\n", name)
-		var t target
-		var cpu cpuMeter
-		switch name {
-		case sysRaw:
-			srv, err := startRaw(dir)
-			if err != nil {
-				return nil, nil, fmt.Errorf("raw pipeline: %w", err)
-			}
-			cl.add(srv.Close)
-			c := &rawClient{base: srv.URL(), hc: newHTTPClient()}
-			cl.add(func() error { c.hc.CloseIdleConnections(); return nil })
-			t = c
-		case sysBlobplane:
-			dbURL, drop, err := createDatabase(ctx, o.databaseURL)
-			if err != nil {
-				return nil, nil, err
-			}
-			cl.add(func() error {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				return drop(ctx)
-			})
-			if s.bp, err = startBlobplane(ctx, bins[name], dbURL, dir, o.bpOptions, &cl); err != nil {
-				return nil, nil, fmt.Errorf("blobplane: %w", err)
-			}
-			t, cpu = s.bp, s.bp.serverPIDs
-		case sysMinio:
-			m, err := startMinio(ctx, bins[name], dir, &cl)
-			if err != nil {
-				return nil, nil, err
-			}
-			t, cpu = m, pidMeter(m.pid)
-		case sysDistribution:
-			c, pid, err := startRegistry(ctx, bins[name], dir, &cl)
-			if err != nil {
-				return nil, nil, fmt.Errorf("distribution: %w", err)
-			}
-			t, cpu = c, pidMeter(pid)
+		cl.add(func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return drop(ctx)
+		})
+		if s.bp, err = startBlobplane(ctx, bin, dbURL, dir, s.o.bpOptions, cl); err != nil {
+			return nil, nil, fmt.Errorf("blobplane: %w", err)
 		}
-		s.systems = append(s.systems, system{name: name, t: t, cpu: cpu})
+		return s.bp, s.bp.serverPIDs, nil
+	case sysMinio:
+		m, err := startMinio(ctx, bin, dir, cl)
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, pidMeter(m.pid), nil
+	case sysDistribution:
+		c, pid, err := startRegistry(ctx, bin, dir, cl)
+		if err != nil {
+			return nil, nil, fmt.Errorf("distribution: %w", err)
+		}
+		return c, pidMeter(pid), nil
 	}
-
-	r.Tables = s.tables(ctx)
-	r.Finished = time.Now()
-	r.Machine.LoadEnd = loadAvg()
-	r.Interrupted = ctx.Err() != nil
-	return r, cl.run, ctx.Err()
+	return nil, nil, nil
 }
 
 // findTool returns the peer binary: the flag (or its environment

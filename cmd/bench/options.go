@@ -72,85 +72,95 @@ everything up.
 // parseOptions reads flags, falling back to getenv for DATABASE_URL,
 // BLOBPLANE_MINIO_BIN and BLOBPLANE_REGISTRY_BIN.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	quick := fs.Bool("quick", false, "seconds, not minutes: "+describe(quickDefaults)+" (CI runs this)")
-	systems := fs.String("systems", strings.Join(allSystems, ","), "comma-separated subset of "+strings.Join(allSystems, ","))
-	out := fs.String("out", fullDefaults.out, "directory the results are written to")
-	duration := fs.Duration("duration", 0, "length of each timed load (default "+fullDefaults.duration.String()+", --quick "+quickDefaults.duration.String()+")")
-	reps := fs.Int("reps", 0, "repetitions of every workload (default "+strconv.Itoa(fullDefaults.reps)+", --quick "+strconv.Itoa(quickDefaults.reps)+")")
-	size := fs.String("size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
-	intents := fs.Int("intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
-	batch := fs.Int("sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep --only reaper` pass (the worker's default); passes run until every intent is reaped")
-	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
-	preload := fs.Int("preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
-	dropCaches := fs.String("drop-caches", "", "sync and drop the page cache before the systems start, so that no run inherits an earlier one's deleted files (Linux, root; default true, --quick false)")
-	bpOptions := fs.String("blobplane-backend-options", "", "options of Blobplane's filesystem backend, as after the '?' in BLOBPLANE_BACKENDS (docs/backends.md), e.g. direct=8388608 or sync=file (default none)")
-	dbURL := fs.String("database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
-	binDir := fs.String("bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
-	minioBin := fs.String("minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: what scripts/minio.sh prints; it builds and caches it once)")
-	registryBin := fs.String("registry-bin", "", "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: what scripts/tool.sh registry prints; it builds and caches it once)")
+	fs, f := newFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	return f.options(getenv)
+}
+
+// flagValues are the flags as given. A zero duration or count, or an
+// empty string, means the mode's default (or the environment's).
+type flagValues struct {
+	quick                         bool
+	systems, workloads, out       string
+	duration                      time.Duration
+	reps, intents, preload, batch int
+	size, dropCaches, bpOptions   string
+	dbURL, binDir                 string
+	minioBin, registryBin         string
+}
+
+// newFlagSet declares bench's flags, writing help and errors to stderr.
+func newFlagSet(stderr io.Writer) (*flag.FlagSet, *flagValues) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	f := &flagValues{}
+	fs.BoolVar(&f.quick, "quick", false, "seconds, not minutes: "+describe(quickDefaults)+" (CI runs this)")
+	fs.StringVar(&f.systems, "systems", strings.Join(allSystems, ","), "comma-separated subset of "+strings.Join(allSystems, ","))
+	fs.StringVar(&f.out, "out", fullDefaults.out, "directory the results are written to")
+	fs.DurationVar(&f.duration, "duration", 0, "length of each timed load (default "+fullDefaults.duration.String()+", --quick "+quickDefaults.duration.String()+")")
+	fs.IntVar(&f.reps, "reps", 0, "repetitions of every workload (default "+strconv.Itoa(fullDefaults.reps)+", --quick "+strconv.Itoa(quickDefaults.reps)+")")
+	fs.StringVar(&f.size, "size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
+	fs.IntVar(&f.intents, "intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
+	fs.IntVar(&f.batch, "sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep --only reaper` pass (the worker's default); passes run until every intent is reaped")
+	fs.StringVar(&f.workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
+	fs.IntVar(&f.preload, "preload", 0, "4 KiB blobs stored before HEAD, GET and routing (default 256, --quick 64)")
+	fs.StringVar(&f.dropCaches, "drop-caches", "", "sync and drop the page cache before the systems start, so that no run inherits an earlier one's deleted files (Linux, root; default true, --quick false)")
+	fs.StringVar(&f.bpOptions, "blobplane-backend-options", "", "options of Blobplane's filesystem backend, as after the '?' in BLOBPLANE_BACKENDS (docs/backends.md), e.g. direct=8388608 or sync=file (default none)")
+	fs.StringVar(&f.dbURL, "database-url", "", "Postgres server for Blobplane's bench database ($DATABASE_URL)")
+	fs.StringVar(&f.binDir, "bin", "", "directory with prebuilt api, worker and controller (default: go build them into a temp dir)")
+	fs.StringVar(&f.minioBin, "minio-bin", "", "MinIO binary ($BLOBPLANE_MINIO_BIN; default: what scripts/minio.sh prints; it builds and caches it once)")
+	fs.StringVar(&f.registryBin, "registry-bin", "", "Distribution registry binary ($BLOBPLANE_REGISTRY_BIN; default: what scripts/tool.sh registry prints; it builds and caches it once)")
+	return fs, f
+}
+
+// options lays f over the defaults of its mode (full or quick) and checks
+// the result.
+func (f *flagValues) options(getenv func(string) string) (options, error) {
 	o := fullDefaults
-	if *quick {
+	if f.quick {
 		o = quickDefaults
 	}
-	o.quick = *quick
-	o.out = *out
+	o.quick = f.quick
+	o.out = f.out
 	// Environment defaults are read here, not given to the flags, so
 	// --help never prints a DATABASE_URL's password.
-	o.databaseURL = cmp.Or(*dbURL, getenv("DATABASE_URL"))
-	o.minioBin = cmp.Or(*minioBin, getenv("BLOBPLANE_MINIO_BIN"))
-	o.registryBin = cmp.Or(*registryBin, getenv("BLOBPLANE_REGISTRY_BIN"))
-	o.binDir = *binDir
+	o.databaseURL = cmp.Or(f.dbURL, getenv("DATABASE_URL"))
+	o.minioBin = cmp.Or(f.minioBin, getenv("BLOBPLANE_MINIO_BIN"))
+	o.registryBin = cmp.Or(f.registryBin, getenv("BLOBPLANE_REGISTRY_BIN"))
+	o.binDir = f.binDir
 	var err error
-	if o.systems, err = parseList("--systems", *systems, allSystems); err != nil {
+	if o.systems, err = parseList("--systems", f.systems, allSystems); err != nil {
 		return options{}, err
 	}
-	if o.workloads, err = parseList("--workloads", *workloads, allWorkloads); err != nil {
+	if o.workloads, err = parseList("--workloads", f.workloads, allWorkloads); err != nil {
 		return options{}, err
 	}
-	if *duration < 0 || *reps < 0 || *intents < 0 || *preload < 0 {
-		return options{}, errors.New("--duration, --reps, --intents and --preload must not be negative")
+	if err := f.checkCounts(); err != nil {
+		return options{}, err
 	}
-	if *batch < 1 || *batch > 1_000_000 {
-		return options{}, errors.New("--sweep-batch must be from 1 to 1000000 (what BLOBPLANE_SWEEP_BATCH accepts)")
-	}
-	o.batch = *batch
-	if *bpOptions != "" {
-		if _, err := backend.ParseSpec("bench=filesystem:/bench?" + *bpOptions); err != nil {
+	if f.bpOptions != "" {
+		if _, err := backend.ParseSpec("bench=filesystem:/bench?" + f.bpOptions); err != nil {
 			return options{}, fmt.Errorf("--blobplane-backend-options: %w", err)
 		}
-		o.bpOptions = *bpOptions
+		o.bpOptions = f.bpOptions
 	}
-	if *duration > 0 {
-		o.duration = *duration
-	}
-	if *reps > 0 {
-		o.reps = *reps
-	}
-	if *intents > 0 {
-		o.intents = *intents
-	}
-	if *preload > 0 {
-		o.preload = *preload
-	}
-	if *dropCaches != "" {
-		if o.dropCaches, err = strconv.ParseBool(*dropCaches); err != nil {
-			return options{}, fmt.Errorf("--drop-caches %q: want true or false", *dropCaches)
+	f.setCounts(&o)
+	if f.dropCaches != "" {
+		if o.dropCaches, err = strconv.ParseBool(f.dropCaches); err != nil {
+			return options{}, fmt.Errorf("--drop-caches %q: want true or false", f.dropCaches)
 		}
 	}
-	if *size != "" {
-		if o.size, err = parseSize(*size); err != nil {
+	if f.size != "" {
+		if o.size, err = parseSize(f.size); err != nil {
 			return options{}, fmt.Errorf("--size: %w", err)
 		}
 	}
@@ -158,6 +168,35 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return options{}, errors.New("blobplane needs a Postgres server: set DATABASE_URL (eval \"$(scripts/pg.sh env)\") or pass --database-url, or leave blobplane out of --systems")
 	}
 	return o, nil
+}
+
+// checkCounts refuses durations and counts out of range.
+func (f *flagValues) checkCounts() error {
+	if f.duration < 0 || f.reps < 0 || f.intents < 0 || f.preload < 0 {
+		return errors.New("--duration, --reps, --intents and --preload must not be negative")
+	}
+	if f.batch < 1 || f.batch > 1_000_000 {
+		return errors.New("--sweep-batch must be from 1 to 1000000 (what BLOBPLANE_SWEEP_BATCH accepts)")
+	}
+	return nil
+}
+
+// setCounts sets the durations and counts given in o; a zero one keeps
+// the mode's default.
+func (f *flagValues) setCounts(o *options) {
+	o.batch = f.batch
+	if f.duration > 0 {
+		o.duration = f.duration
+	}
+	if f.reps > 0 {
+		o.reps = f.reps
+	}
+	if f.intents > 0 {
+		o.intents = f.intents
+	}
+	if f.preload > 0 {
+		o.preload = f.preload
+	}
 }
 
 func describe(o options) string {

@@ -25,6 +25,7 @@ import (
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // `worker sweep [--dry-run]` through the real binary: the dry run lists the
@@ -45,7 +46,7 @@ type fixture struct {
 	d   *pgtest.DB
 	st  *store.Store
 	be  *fs.Backend
-	in  store.Intent
+	in  upload.Intent
 	id  string
 	env []string
 }
@@ -64,7 +65,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { be.Close() })
-	in, err := st.CreateIntent(ctx, store.NewIntent{Repository: "team/app", Principal: "alice", ExpectedSize: store.SizeUnknown,
+	in, err := st.CreateIntent(ctx, upload.NewIntent{Repository: "team/app", Principal: "alice", ExpectedSize: upload.SizeUnknown,
 		IngressDatacenter: "local", Backend: "fs", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func testSweepCommand(t *testing.T, bin string) {
 	if !dry.DryRun || len(dry.Reaped) != 1 || dry.Reaped[0].OperationID != in.OperationID || dry.BytesReclaimed != 15 {
 		t.Fatalf("dry run: %+v", dry)
 	}
-	if cur, _ := st.GetIntent(ctx, in.OperationID); cur.State != store.IntentPending || !staged() {
+	if cur, _ := st.GetIntent(ctx, in.OperationID); cur.State != upload.IntentPending || !staged() {
 		t.Fatal("the dry run changed something")
 	}
 	all := sweepAll()
@@ -179,7 +180,7 @@ func testSweepCommand(t *testing.T, bin string) {
 	if f.stored(t, collectable) || f.stored(t, orphan) {
 		t.Fatal("the sweep left collectable or orphaned bytes")
 	}
-	if cur, _ := st.GetIntent(ctx, in.OperationID); cur.State != store.IntentAbandoned || staged() {
+	if cur, _ := st.GetIntent(ctx, in.OperationID); cur.State != upload.IntentAbandoned || staged() {
 		t.Fatal("the sweep left the intent pending or its bytes staged")
 	}
 	if again := sweep(); len(again.Reaped) != 0 || len(again.Deleted) != 0 {
@@ -235,7 +236,7 @@ func testScheduledSweep(t *testing.T, bin string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cur.State == store.IntentAbandoned && !f.staged(t) {
+		if cur.State == upload.IntentAbandoned && !f.staged(t) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -39,6 +39,14 @@ SELECT document FROM map_deltas WHERE base_version = @base_version ORDER BY vers
 -- the outcome. Racing claimants serialise on the row
 -- lock; the loser re-evaluates expires_at < now() against the winner's
 -- row, finds it live, and gets no row.
+--
+-- With @take_back (issue 27, docs/authority.md "Taking a lease back"), a
+-- live record whose owner is @node is claimed too, at epoch + 1 like any
+-- claim (R15, R27): a restarted process that keeps its node id serves at
+-- once instead of waiting out the TTL of the incarnation it replaces,
+-- which the new epoch fences (R20). Only a record held the ordinary way
+-- (RESTORING, CATCHING_UP, SERVING): after a seal the partition moves
+-- only to its successor (R74), and a quarantined one is not placed (R59).
 INSERT INTO leases AS l (partition_id, epoch, owner_node, owner_endpoint, state,
                          lease_ttl_ms, renew_interval_ms, expires_at, renewed_at)
 SELECT @partition_id, 1, @node, @endpoint, 'RESTORING',
@@ -54,6 +62,8 @@ SET epoch = l.epoch + 1,
     expires_at = EXCLUDED.expires_at,
     renewed_at = now()
 WHERE l.expires_at < now()
+   OR (@take_back::boolean AND l.owner_node = EXCLUDED.owner_node
+       AND l.state IN ('RESTORING', 'CATCHING_UP', 'SERVING'))
 RETURNING *;
 
 -- name: RenewLease :one

@@ -136,29 +136,9 @@ func Parse(authorization string) (Credential, error) {
 		if !ok {
 			return Credential{}, ErrMalformed
 		}
-		var i int
-		switch k {
-		case "ts":
-			i = 0
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n <= 0 || len(v) > 12 || v[0] == '+' || v[0] == '0' {
-				return Credential{}, ErrMalformed
-			}
-			c.Timestamp = n
-		case "nonce":
-			i = 1
-			if len(v) != 32 || !lowerHex(v) {
-				return Credential{}, ErrMalformed
-			}
-			c.Nonce = v
-		case "sig":
-			i = 2
-			if len(v) != 2*sha256.Size || !lowerHex(v) {
-				return Credential{}, ErrMalformed
-			}
-			c.Sig, _ = hex.DecodeString(v)
-		default:
-			return Credential{}, ErrMalformed
+		i, err := c.setParam(k, v)
+		if err != nil {
+			return Credential{}, err
 		}
 		if seen[i] {
 			return Credential{}, ErrMalformed
@@ -169,6 +149,34 @@ func Parse(authorization string) (Credential, error) {
 		return Credential{}, ErrMalformed
 	}
 	return c, nil
+}
+
+// setParam sets c's parameter k from its value v, and returns the
+// parameter's place in ts, nonce, sig. ErrMalformed for an unknown
+// parameter or a value not in canonical form.
+func (c *Credential) setParam(k, v string) (int, error) {
+	switch k {
+	case "ts":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || len(v) > 12 || v[0] == '+' || v[0] == '0' {
+			return 0, ErrMalformed
+		}
+		c.Timestamp = n
+		return 0, nil
+	case "nonce":
+		if len(v) != 32 || !lowerHex(v) {
+			return 0, ErrMalformed
+		}
+		c.Nonce = v
+		return 1, nil
+	case "sig":
+		if len(v) != 2*sha256.Size || !lowerHex(v) {
+			return 0, ErrMalformed
+		}
+		c.Sig, _ = hex.DecodeString(v)
+		return 2, nil
+	}
+	return 0, ErrMalformed
 }
 
 func lowerHex(s string) bool {

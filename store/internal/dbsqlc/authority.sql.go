@@ -27,6 +27,8 @@ SET epoch = l.epoch + 1,
     expires_at = EXCLUDED.expires_at,
     renewed_at = now()
 WHERE l.expires_at < now()
+   OR ($6::boolean AND l.owner_node = EXCLUDED.owner_node
+       AND l.state IN ('RESTORING', 'CATCHING_UP', 'SERVING'))
 RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at
 `
 
@@ -36,6 +38,7 @@ type AcquireLeaseParams struct {
 	Endpoint    string
 	RenewMs     int64
 	TtlMs       int64
+	TakeBack    bool
 }
 
 // ACQUIRE: create the record at epoch 1, or claim an expired one at
@@ -44,6 +47,14 @@ type AcquireLeaseParams struct {
 // the outcome. Racing claimants serialise on the row
 // lock; the loser re-evaluates expires_at < now() against the winner's
 // row, finds it live, and gets no row.
+//
+// With @take_back (issue 27, docs/authority.md "Taking a lease back"), a
+// live record whose owner is @node is claimed too, at epoch + 1 like any
+// claim (R15, R27): a restarted process that keeps its node id serves at
+// once instead of waiting out the TTL of the incarnation it replaces,
+// which the new epoch fences (R20). Only a record held the ordinary way
+// (RESTORING, CATCHING_UP, SERVING): after a seal the partition moves
+// only to its successor (R74), and a quarantined one is not placed (R59).
 func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeaseParams) (Lease, error) {
 	row := db.QueryRow(ctx, acquireLease,
 		arg.PartitionID,
@@ -51,6 +62,7 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 		arg.Endpoint,
 		arg.RenewMs,
 		arg.TtlMs,
+		arg.TakeBack,
 	)
 	var i Lease
 	err := row.Scan(
