@@ -513,51 +513,14 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		h.fail(w, r, err, ociDigestInvalid)
 		return
 	}
-	if size := r.ContentLength; size > 0 && size <= h.MaxBlobSize {
-		// The common close, the whole blob in this PUT of a session that
-		// staged nothing: the session's read and its claim (with the
-		// stage) are one round trip, before the body is written (and,
-		// for a small body, chained with the publication: chainable). Any
-		// other session is left untouched and takes the checked path
-		// below.
-		if be, ok := h.Backends[h.Backend]; ok {
-			k := h.objectKey(d, h.Backend)
-			var chain *store.ChainedClose
-			if req, ok := h.chainable(r, name, d, size, k); ok {
-				// The claim is the session's claim of exactly d and size, so
-				// close's content check passes and publish (or a failure
-				// path) releases the chain first.
-				chain = h.Store.ChainClaimSessionAndStage(r.Context(), id, name, k, size, req)
-				defer chain.Release()
-			}
-			var in upload.Intent
-			var claimed bool
-			var st upload.Stage
-			if chain != nil {
-				in, claimed, st, err = chain.ClaimSession()
-			} else {
-				// As before a body is read: the claim completes even if
-				// the client went away while chainable read (a cut-short
-				// body then leaves the session claimed, received 0).
-				in, claimed, st, err = h.Store.ClaimSessionAndStage(context.WithoutCancel(r.Context()), id, name, k, size)
-			}
-			if err != nil {
-				h.fail(w, r, err, ociUploadInvalid)
-				return
-			}
-			if claimed {
-				h.close(w, r, be, in, d, size, r.Body, func(context.Context) claimResult {
-					return claimResult{in: in, stage: st, chain: chain}
-				})
-				return
-			}
-		}
+	if h.closeFreshSession(w, r, name, id, d) {
+		return
 	}
 	in, be, ok := h.session(w, r, name, id)
 	if !ok {
 		return
 	}
-	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == upload.PossessionUploaded {
+	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == upload.PossessionUploaded && mayPublish(in) {
 		// A retried close: this session's own bytes were hashed to d and
 		// recorded as its possession (S9); only publication failed, and a
 		// refusal can succeed later. A claim alone (digest, size, received
@@ -587,6 +550,59 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		in.ReceivedBytes = n
 	}
 	h.close(w, r, be, in, d, in.ReceivedBytes, nil, h.claimStage(in, d, in.ReceivedBytes))
+}
+
+// closeFreshSession is putUpload's common close, the whole blob in this
+// PUT of a session that staged nothing: the session's read and its claim
+// (with the stage) are one round trip, before the body is written. It
+// reports whether it answered; any other session is left untouched for
+// the checked path.
+func (h *ociHandler) closeFreshSession(w http.ResponseWriter, r *http.Request, name, id string, d blobplane.Digest) bool {
+	size := r.ContentLength
+	be, ok := h.Backends[h.Backend]
+	if size <= 0 || size > h.MaxBlobSize || !ok {
+		return false
+	}
+	k := h.objectKey(d, h.Backend)
+	var chain *store.ChainedClose
+	if req, ok := h.chainable(r, name, d, size, k); ok {
+		// For a small body, chained with the publication. The claim is
+		// the session's claim of exactly d and size, so close's content
+		// check passes and publish (or a failure path) releases the
+		// chain first.
+		chain = h.Store.ChainClaimSessionAndStage(r.Context(), id, name, k, size, req)
+		defer chain.Release()
+	}
+	var in upload.Intent
+	var claimed bool
+	var st upload.Stage
+	var err error
+	if chain != nil {
+		in, claimed, st, err = chain.ClaimSession()
+	} else {
+		// As before a body is read: the claim completes even if the
+		// client went away while chainable read (a cut-short body then
+		// leaves the session claimed, received 0).
+		in, claimed, st, err = h.Store.ClaimSessionAndStage(context.WithoutCancel(r.Context()), id, name, k, size)
+	}
+	if err != nil {
+		h.fail(w, r, err, ociUploadInvalid)
+		return true
+	}
+	if !claimed {
+		return false
+	}
+	h.close(w, r, be, in, d, size, r.Body, func(context.Context) claimResult {
+		return claimResult{in: in, stage: st, chain: chain}
+	})
+	return true
+}
+
+// mayPublish reports whether in's state lets it publish (upload.Transition:
+// verified or accepted, never a claim alone, S9).
+func mayPublish(in upload.Intent) bool {
+	_, err := upload.Transition(upload.StateOf(in), upload.Publish)
+	return err == nil
 }
 
 // closeWithBody closes a session whose whole blob is this request's body

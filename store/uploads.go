@@ -825,8 +825,7 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out upl
 	if c.fcErr != nil {
 		return upload.Outcome{}, false, c.fcErr
 	}
-	req, id, op := c.req, c.id, c.req.OperationID
-	fc, b := c.fc, c.blob
+	req, id, fc := c.req, c.id, c.fc
 	pv := pipelinedVerify{done: c.pipelineVerify && !errors.Is(c.vErr, pgx.ErrNoRows)}
 	if pv.done {
 		pv.row, pv.err = placementFromRow(c.vrow), c.vErr
@@ -837,67 +836,113 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out upl
 	}
 	intent := intentFromRow(fc.Intent)
 
-	// 1. Authority fence.
-	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
-		return upload.Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
-	}
-	if !fc.LeaseOwner.Valid {
-		return upload.Outcome{}, false, refusal(blobplane.CodeUnavailable, op, upload.ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
-	}
-	if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
-		return upload.Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
-	}
-	// 2. Content identity.
-	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
-		return upload.Outcome{}, false, refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
-			req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
+	// 1. Authority fence; 2. content identity.
+	if err := checkFenceAndContent(req, fc, intent); err != nil {
+		return upload.Outcome{}, false, err
 	}
 	// 3. A verified placement somewhere in the topology: one exists,
 	// or the verification recorded here makes one.
+	if verified, err = s.checkVerified(ctx, tx, c, pv); err != nil {
+		return upload.Outcome{}, false, err
+	}
+	// 4. Write access; 5. possession; then not abandoned.
+	if err := checkAdmission(req, fc, intent); err != nil {
+		return upload.Outcome{}, false, err
+	}
+	if err := s.checkBlob(ctx, tx, c); err != nil {
+		return upload.Outcome{}, false, err
+	}
+	stored, err := s.admit(ctx, tx, c, intent)
+	if err != nil {
+		return upload.Outcome{}, false, err
+	}
+	return stored, verified, nil
+}
+
+// checkFenceAndContent is decide's first two checks, in the spec's
+// order: the authority fence, then content identity.
+func checkFenceAndContent(req upload.FinalizeRequest, fc dbsqlc.FinalizeContextRow, intent upload.Intent) error {
+	op := req.OperationID
+	// 1. Authority fence.
+	if req.Epoch == 0 || req.Epoch > math.MaxInt64 {
+		return refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "epoch %d is not a lease epoch", req.Epoch)
+	}
+	if !fc.LeaseOwner.Valid {
+		return refusal(blobplane.CodeUnavailable, op, upload.ErrAuthorityUnassigned, "partition %q has no authority yet", req.Partition)
+	}
+	if fc.LeaseOwner.String != req.Node || uint64(fc.LeaseEpoch.Int64) != req.Epoch {
+		return refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "partition %q is held at epoch %d, not by %s at epoch %d", req.Partition, fc.LeaseEpoch.Int64, req.Node, req.Epoch)
+	}
+	// 2. Content identity.
+	if req.Digest == "" || intent.ExpectedDigest != req.Digest || intent.ExpectedSize != req.Size {
+		return refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "content %s (%d bytes) differs from the upload's %s (%s bytes)",
+			req.Digest, req.Size, intent.ExpectedDigest, sizeText(fc.Intent.ExpectedSize))
+	}
+	return nil
+}
+
+// checkVerified is decide's third check: a verified placement of the
+// content exists, or req.Verify's verification, recorded here (or
+// pipelined, pv), makes one; verified reports that it was recorded.
+func (s *Store) checkVerified(ctx context.Context, tx pgx.Tx, c *finalizeCall, pv pipelinedVerify) (verified bool, err error) {
+	req, fc, op := c.req, c.fc, c.req.OperationID // fc a copy: its Verified is this decision's
 	if v := req.Verify; v != nil {
 		p, err := pv.row, pv.err
 		if !pv.done {
 			p, err = s.verifyTx(ctx, tx, v.Key, v.Digest, v.Size, v.Epoch, v.Hashed)
 		}
 		if err != nil {
-			return upload.Outcome{}, false, err
+			return false, err
 		}
 		verified = true
 		fc.Verified = fc.Verified || (p.State == placement.Verified && p.Key.Digest == req.Digest && p.Size == req.Size)
 	}
 	if !fc.Verified {
-		return upload.Outcome{}, false, refusal(blobplane.CodeUnavailable, op, upload.ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
+		return verified, refusal(blobplane.CodeUnavailable, op, upload.ErrNoVerifiedPlacement, "no verified placement of %s (%d bytes) exists", req.Digest, req.Size)
 	}
+	return verified, nil
+}
+
+// checkAdmission is decide's checks on the intent's principal and row:
+// write access, possession, not abandoned.
+func checkAdmission(req upload.FinalizeRequest, fc dbsqlc.FinalizeContextRow, intent upload.Intent) error {
+	op := req.OperationID
 	// 4. The principal still has write access.
 	grants, err := grantsFromTexts(fc.PrincipalGrants)
 	if err != nil {
-		return upload.Outcome{}, false, err
+		return err
 	}
 	principal := auth.Principal{Name: intent.Principal, Grants: grants}
 	if !principal.Allowed(intent.Repository, auth.Write) {
-		return upload.Outcome{}, false, refusal(blobplane.CodeForbidden, op, upload.ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
+		return refusal(blobplane.CodeForbidden, op, upload.ErrWriteRevoked, "principal %s no longer has write access to %s", intent.Principal, intent.Repository)
 	}
 	// 5. Possession (S9, issue 26): the verified placement above proves
 	// the content exists, not that this intent holds it.
 	if err := checkPossession(op, req, intent, principal, fc.MountSourceReferences); err != nil {
-		return upload.Outcome{}, false, err
+		return err
 	}
 	// Decided on the locked row: an abandonment and this publication
 	// cannot both happen (S5).
 	if intent.State == upload.IntentAbandoned {
-		return upload.Outcome{}, false, refusal(blobplane.CodeConflict, op, upload.ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
+		return refusal(blobplane.CodeConflict, op, upload.ErrIntentClosed, "upload %s was abandoned; it can no longer publish", op)
 	}
 
+	return nil
+}
+
+// checkBlob is decide's checks on the blob state row.
+func (s *Store) checkBlob(ctx context.Context, tx pgx.Tx, c *finalizeCall) error {
+	req, b, op := c.req, c.blob, c.req.OperationID
 	// The lease under FOR SHARE, so a transfer cannot slip in before
 	// this commit, and the blob state row (EnsureBlobUnderLease,
 	// pipelined by queueFinalize).
 	if err := c.blobErr; errors.Is(err, pgx.ErrNoRows) {
-		return upload.Outcome{}, false, refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
+		return refusal(blobplane.CodeStaleEpoch, op, upload.ErrAuthorityFence, "partition %q moved past epoch %d before publication", req.Partition, req.Epoch)
 	} else if err != nil {
-		return upload.Outcome{}, false, err
+		return err
 	}
 	if b.State == "obliterated" {
-		return upload.Outcome{}, false, refusal(blobplane.CodeConflict, op, upload.ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
+		return refusal(blobplane.CodeConflict, op, upload.ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
 	}
 	if b.State == "collected" {
 		// Collected after the context was read: its placements were
@@ -906,33 +951,40 @@ func (s *Store) decide(ctx context.Context, tx pgx.Tx, c *finalizeCall) (out upl
 		// superseded) holds the bytes; then publication revives the
 		// row (S1).
 		if err := s.reviveCollected(ctx, tx, op, req.Digest, req.Size); err != nil {
-			return upload.Outcome{}, false, err
+			return err
 		}
 	}
 	if b.SizeBytes != req.Size {
-		return upload.Outcome{}, false, refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
+		return refusal(blobplane.CodeMismatch, op, upload.ErrContentIdentity, "%s is recorded with %d bytes, not %d", req.Digest, b.SizeBytes, req.Size)
 	}
+	return nil
+}
+
+// admit is decide's end: the publication's stored outcome, with its
+// replication work enqueued in tx.
+func (s *Store) admit(ctx context.Context, tx pgx.Tx, c *finalizeCall, intent upload.Intent) (upload.Outcome, error) {
+	req, id, op := c.req, c.id, c.req.OperationID
 	// Publish wrote the reference, the outcome and the transition to
 	// admitted; with the replication work this one commit is the
 	// spec's commit boundary. Its stored outcome names the targets.
 	if c.pubErr != nil {
-		return upload.Outcome{}, false, errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
+		return upload.Outcome{}, errors.Join(c.pubErr, fmt.Errorf("admit intent %s", op))
 	}
 	stored, err := decodeOutcome(id, c.pub.Result, c.pub.PublishedAt)
 	if err != nil {
-		return upload.Outcome{}, false, err
+		return upload.Outcome{}, err
 	}
 	if targets := stored.ReplicationTargets; len(targets) > 0 { // single-datacenter runs enqueue nothing nobody could work
 		if req.Replication == nil {
-			return upload.Outcome{}, false, &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: upload.ErrNoEnqueuer.Error(), Err: upload.ErrNoEnqueuer}
+			return upload.Outcome{}, &blobplane.Error{Code: blobplane.CodeInternal, Op: "finalize " + op, Message: upload.ErrNoEnqueuer.Error(), Err: upload.ErrNoEnqueuer}
 		}
 		if err := req.Replication.EnqueueReplicationTx(ctx, tx, upload.Replication{
 			OperationID: op, Digest: req.Digest, Size: req.Size, SourceDatacenter: intent.IngressDatacenter, Targets: targets,
 		}); err != nil {
-			return upload.Outcome{}, false, err
+			return upload.Outcome{}, err
 		}
 	}
-	return stored, verified, nil
+	return stored, nil
 }
 
 // checkPossession is Finalize's possession rule (S9, issue 26): the
@@ -1009,7 +1061,7 @@ func decodeOutcome(id pgtype.UUID, result []byte, publishedAt pgtype.Timestamptz
 // and errors are never cached.
 func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error) {
 	cache := s.existenceCache.Load()
-	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifyCache
+	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifycache.Cache
 	if hit {
 		return size, nil
 	}

@@ -300,6 +300,23 @@ func (k *Keeper) Tick(ctx context.Context) {
 	}
 }
 
+// claim is keep's lease write: a renewal while holding, else a claim.
+func (k *Keeper) claim(ctx context.Context, id string, epoch uint64, holding, first bool) (authority.LeaseRecord, error) {
+	switch {
+	case holding:
+		return k.store.RenewLease(ctx, id, k.cfg.NodeID, epoch)
+	case first:
+		// Issue 27: the first claim since this process started takes
+		// back a live lease an earlier process with this node id left
+		// (killed, or paused and about to be fenced by the new epoch),
+		// instead of waiting out its TTL. Never again in this process:
+		// a lease lost here may be another incarnation's now.
+		return k.store.TakeBackLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+	default:
+		return k.store.AcquireLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+	}
+}
+
 func (k *Keeper) keep(ctx context.Context, id string) {
 	k.mu.Lock()
 	h := k.leases[id]
@@ -313,21 +330,7 @@ func (k *Keeper) keep(ctx context.Context, id string) {
 	k.mu.Unlock()
 
 	sent := k.cfg.Clock.Now()
-	var rec authority.LeaseRecord
-	var err error
-	switch {
-	case holding:
-		rec, err = k.store.RenewLease(ctx, id, k.cfg.NodeID, epoch)
-	case first:
-		// Issue 27: the first claim since this process started takes
-		// back a live lease an earlier process with this node id left
-		// (killed, or paused and about to be fenced by the new epoch),
-		// instead of waiting out its TTL. Never again in this process:
-		// a lease lost here may be another incarnation's now.
-		rec, err = k.store.TakeBackLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
-	default:
-		rec, err = k.store.AcquireLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
-	}
+	rec, err := k.claim(ctx, id, epoch, holding, first)
 	ack := k.cfg.Clock.Now()
 	if err != nil {
 		if holding && errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
