@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -187,7 +188,23 @@ func dbErr(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	if connectionLost(err) {
+		// The server restarted or the connection broke (found by the
+		// soak, issue 27: a Postgres restart answered 500s): the client
+		// retries, as for any unavailable database.
+		return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: op, Message: "database temporarily unavailable", Retryable: true, Err: err}
+	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// connectionLost reports whether err is the connection's failure rather
+// than a statement's: a failed connect, a reset or closed connection, a
+// read cut short.
+func connectionLost(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &connectErr) ||
+		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
 }
 
 // rootCause names why a connection failed in a few words ("connection
