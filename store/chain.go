@@ -231,7 +231,7 @@ func (ch *ChainedClose) sameRequest(req upload.FinalizeRequest) bool {
 		req.Verify != nil && *req.Verify == *sent.Verify && req.Proven == sent.Proven
 }
 
-// finalize is finalize (uploads.go) on the chain's transaction: decide
+// finalize is finalize (publish.go) on the chain's transaction: decide
 // on its statements' answers, req.BeforeCommit, COMMIT, as
 // finalizeAlone does after its first round trip.
 func (ch *ChainedClose) finalize(ctx context.Context, req upload.FinalizeRequest) (out upload.Outcome, verified bool, err error) {

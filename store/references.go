@@ -1,0 +1,51 @@
+package store
+
+import (
+	"context"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// ReferencedBlob answers existence for HEAD from Postgres alone: the size
+// of d when repository references it and it is live. Errors: not_found
+// otherwise.
+//
+// With the existence cache running (StartCaches; the API does), a found
+// answer is cached and served without a query until a committed reference
+// deletion or blob state change anywhere notifies RefsChannel (at once
+// after DeleteReference through this Store), or the TTL passes. Not found
+// and errors are never cached.
+func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error) {
+	cache := s.existenceCache.Load()
+	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifycache.Cache
+	if hit {
+		return size, nil
+	}
+	row, err := s.q.GetReferencedBlob(ctx, s.pool, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
+	if err != nil {
+		return 0, dbErr("referenced blob", err)
+	}
+	cache.insert(ticket, repository, d, row.SizeBytes)
+	return row.SizeBytes, nil
+}
+
+// DeleteReference removes repository's reference to d (not the bytes, not
+// the blob state row). Errors: not_found when there is none.
+func (s *Store) DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error {
+	n, err := s.q.DeleteReference(ctx, s.pool, dbsqlc.DeleteReferenceParams{Repository: repository, Digest: string(d)})
+	if err != nil {
+		// Unknown outcome: the deletion may have committed.
+		s.invalidateExistenceCache()
+		return dbErr("delete reference", err)
+	}
+	if n == 0 {
+		// Nothing removed, nothing to forget: a DELETE of a reference one
+		// does not have must not empty every api's existence cache (issue
+		// 26 point 12; the statement's trigger notifies only for rows it
+		// deleted).
+		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: "delete reference", Message: "blob unknown to repository"}
+	}
+	s.invalidateExistenceCache() // this process's next HEAD sees it without waiting for the notification
+	return nil
+}
