@@ -520,7 +520,7 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 	if !ok {
 		return
 	}
-	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == upload.PossessionUploaded && mayPublish(in) {
+	if r.ContentLength == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == upload.PossessionUploaded {
 		// A retried close: this session's own bytes were hashed to d and
 		// recorded as its possession (S9); only publication failed, and a
 		// refusal can succeed later. A claim alone (digest, size, received
@@ -596,13 +596,6 @@ func (h *ociHandler) closeFreshSession(w http.ResponseWriter, r *http.Request, n
 		return claimResult{in: in, stage: st, chain: chain}
 	})
 	return true
-}
-
-// mayPublish reports whether in's state lets it publish (upload.Transition:
-// verified or accepted, never a claim alone, S9).
-func mayPublish(in upload.Intent) bool {
-	_, err := upload.Transition(upload.StateOf(in), upload.Publish)
-	return err == nil
 }
 
 // closeWithBody closes a session whose whole blob is this request's body
