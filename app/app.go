@@ -38,6 +38,7 @@ import (
 	"github.com/blobplane/blobplane/node"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Version is the build version reported by nodes (set with -ldflags).
@@ -297,21 +298,24 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 		return nil
 	}
 	return &handlers.OCI{
-		Store: st, Backends: b.ByName, Backend: b.Order[0], Datacenter: cfg.Datacenter,
-		Home:           handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},
-		Replication:    jobs.Replication{Client: rc},
-		Targets:        cfg.ReplicateTo,
-		MaxBlobSize:    cfg.MaxBlobSize,
-		IntentTTL:      cfg.UploadTTL,
-		MaxOpenUploads: cfg.MaxOpenUploads,
-		MaxStagedBytes: cfg.MaxStagedBytes,
-		// Away from the home: forward to it through the routing contract
-		// (maps read from Postgres and verified), or queue a finalize job.
+		Store:         st,
 		ClusterSecret: cfg.ClusterSecret,
-		Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), Routing: client.New(client.Config{
-			Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second}, MaxWait: 2 * time.Second,
-		})},
-		Later: jobs.FinalizeQueue{Client: rc},
+		Config: upload.Config{
+			Backends: b.ByName, Backend: b.Order[0], Datacenter: cfg.Datacenter,
+			Home:           handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},
+			Replication:    jobs.Replication{Client: rc},
+			Targets:        cfg.ReplicateTo,
+			MaxBlobSize:    cfg.MaxBlobSize,
+			IntentTTL:      cfg.UploadTTL,
+			MaxOpenUploads: cfg.MaxOpenUploads,
+			MaxStagedBytes: cfg.MaxStagedBytes,
+			// Away from the home: forward to it through the routing contract
+			// (maps read from Postgres and verified), or queue a finalize job.
+			Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), Routing: client.New(client.Config{
+				Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second}, MaxWait: 2 * time.Second,
+			})},
+			Later: jobs.FinalizeQueue{Client: rc},
+		},
 	}
 }
 

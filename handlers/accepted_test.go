@@ -48,3 +48,43 @@ func TestOCI202IsAcceptedAndNeverReaped(t *testing.T) {
 		t.Fatalf("read after publication: %+v", a)
 	}
 }
+
+// The state machine drives the session's steps (upload.Transition over
+// upload.StateOf): an accepted upload takes no more chunks and cannot be
+// cancelled (acknowledged means kept), and its retried close publishes
+// once the home is back.
+func TestOCIAcceptedSessionStepsFollowTheTable(t *testing.T) {
+	t.Parallel()
+	e := ociSetup(t, 0)
+	e.home.home.Store(false)
+	a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	loc := a.header.Get("Location")
+	if a.status != 202 {
+		t.Fatalf("start: %+v", a)
+	}
+	content := "chunked, then kept"
+	d := ociDigest(content)
+	if a := e.do(t, "PATCH", loc, content, e.writer, nil); a.status != 202 {
+		t.Fatalf("chunk: %+v", a)
+	}
+	if a := e.do(t, "PUT", loc+"?digest="+d, "", e.writer, nil); a.status != 202 || !strings.HasPrefix(a.header.Get("Location"), "/v1/operations/") {
+		t.Fatalf("close away from the home: %+v", a)
+	}
+	if a := e.do(t, "PATCH", loc, "more", e.writer, nil); a.status != 409 || ociCode(t, a) != "BLOB_UPLOAD_INVALID" {
+		t.Fatalf("a chunk after the 202: %+v; want 409 (accepted cannot chunk)", a)
+	}
+	if a := e.do(t, "DELETE", loc, "", e.writer, nil); a.status != 409 {
+		t.Fatalf("cancel after the 202: %+v; want 409 (accepted cannot be abandoned)", a)
+	}
+	op := loc[strings.LastIndex(loc, "/")+1:]
+	if in, err := e.st.GetIntent(context.Background(), op); err != nil || upload.StateOf(in) != upload.Accepted {
+		t.Fatalf("intent after the refused steps: %+v, %v; want accepted", in, err)
+	}
+	e.home.home.Store(true)
+	if a := e.do(t, "PUT", loc+"?digest="+d, "", e.writer, nil); a.status != 201 {
+		t.Fatalf("retried close at the home: %+v", a)
+	}
+	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.status != 200 || a.body != content {
+		t.Fatalf("read after publication: %+v", a)
+	}
+}

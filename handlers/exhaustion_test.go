@@ -24,6 +24,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // exhaustEnv is the real router with the blob API on a real store, served
@@ -42,7 +43,7 @@ func exhaustSetup(t *testing.T, d handlers.Deps) *exhaustEnv {
 	st, raw, home := homeFixture(t, "team/app")
 	e := &exhaustEnv{st: st, metrics: handlers.NewMetrics(), done: make(chan string, 1024)}
 	d.Auth, d.Repositories, d.Metrics = st, st, e.metrics
-	d.OCI = &handlers.OCI{Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}
+	d.OCI = &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}}
 	router := handlers.NewRouter(d)
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() { e.done <- r.Method + " " + r.URL.Path }()

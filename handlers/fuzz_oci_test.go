@@ -29,6 +29,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // FuzzOCIHandlers drives the real router (the blob API, operations, the
@@ -180,7 +181,7 @@ func fuzzSetup(f *testing.F) *fuzzEnv {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { raw.Close() })
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
+	home := &staticHome{lease: upload.Home{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
 	home.home.Store(true)
 
 	// As app.New wires a node: metrics with the caches' and the batches'
@@ -202,8 +203,7 @@ func fuzzSetup(f *testing.F) *fuzzEnv {
 		// which passes) and hide the handlers behind it.
 		AuthFailures:    handlers.FailureLimit{Burst: 1 << 30, Per: time.Second},
 		BodyIdleTimeout: 5 * time.Second,
-		OCI: &handlers.OCI{Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs",
-			Datacenter: "eu-1", Home: home, MaxBlobSize: 1 << 20},
+		OCI:             &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home, MaxBlobSize: 1 << 20}},
 	})
 	routes, ok := router.(chi.Routes)
 	if !ok {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
@@ -21,25 +20,6 @@ import (
 // Node-to-node endpoints (docs/uploads.md). They accept only requests
 // signed with the cluster secret, never a user token, and run at the
 // repository's home through the routing contract.
-
-// HomeForwarder hands the finalization of a closed upload to its
-// repository's home (jobs.HomeFinalizer: the routing client and the
-// internal endpoint).
-type HomeForwarder interface {
-	// ForwardFinalize returns the outcome the home stored, or a
-	// *blobplane.Error: the home's refusal with its code, or unavailable
-	// when the home could not be reached.
-	ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error)
-}
-
-// FinalizeEnqueuer durably schedules a finalization for later
-// (jobs.FinalizeQueue: a River job unique by operation id).
-type FinalizeEnqueuer interface {
-	// EnqueueFinalizeTx inserts the job in tx, the transaction that
-	// accepts the upload (store.AcceptIntent, issue 27): an upload
-	// answered 202 always has its job.
-	EnqueueFinalizeTx(ctx context.Context, tx pgx.Tx, repo, op string) error
-}
 
 // internalFinalizeCall is the body of POST /internal/v1/finalize/{id}
 // (jobs.FinalizeCall).
@@ -112,10 +92,7 @@ func NewInternalRouter(d Deps) (http.Handler, error) {
 		}
 		a.register(d.Metrics.Registry)
 	}
-	h := &ociHandler{OCI: *d.OCI, logger: d.Logger}
-	if d.OCI.Logger != nil {
-		h.logger = d.OCI.Logger
-	}
+	h := newOCIHandler(d.OCI, d.Logger)
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
 	r.Use(requestIDHeader)
@@ -158,48 +135,23 @@ func mountInternal(r chi.Router, d Deps, h *ociHandler) {
 		})
 }
 
-// finalizeAtHome publishes operation op of repo with this node's authority:
-// 201 and the outcome when it publishes now, 200 and the stored outcome
-// when it had already published, or the refusal with its code (no outcome
-// stored).
+// finalizeAtHome publishes operation op of repo with this node's authority
+// (upload.Flow.FinalizeAtHome): 201 and the outcome when it publishes
+// now, 200 and the stored outcome when it had already published, or the
+// refusal with its code (no outcome stored).
 func (h *ociHandler) finalizeAtHome(w http.ResponseWriter, r *http.Request, node, repo, op string) {
-	ctx := r.Context()
-	home, ok := HomeOf(ctx)
+	home, ok := HomeOf(r.Context())
 	if !ok {
 		WriteError(w, r, h.logger, blobplane.Errorf(blobplane.CodeInternal, "finalize without an admitted home"))
 		return
 	}
-	in, err := h.Store.GetIntent(ctx, op)
-	if err == nil && in.Repository != repo {
-		// The routing key must be the intent's repository, or the fence
-		// would check the wrong partition.
-		err = blobplane.Errorf(blobplane.CodeNotFound, "operation %s is not an upload to %s", truncateID(op), repo)
-	}
-	if err != nil {
+	o, published, err := h.flow.FinalizeAtHome(r.Context(), upload.Home{Partition: home.Partition, Node: node, Epoch: home.Epoch}, repo, op)
+	switch {
+	case err != nil:
 		WriteError(w, r, h.logger, err)
-		return
-	}
-	if in.State == upload.IntentAdmitted {
-		o, err := h.Store.Outcome(ctx, op)
-		if err != nil {
-			WriteError(w, r, h.logger, err)
-			return
-		}
+	case published:
+		WriteJSON(w, http.StatusCreated, o)
+	default:
 		WriteJSON(w, http.StatusOK, o)
-		return
 	}
-	if in.State == upload.IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == upload.SizeUnknown) {
-		WriteError(w, r, h.logger, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op))
-		return
-	}
-	o, err := h.Store.Finalize(ctx, upload.FinalizeRequest{
-		OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
-		Partition: home.Partition, Node: node, Epoch: home.Epoch,
-		Targets: h.Targets, Replication: h.Replication,
-	})
-	if err != nil {
-		WriteError(w, r, h.logger, err)
-		return
-	}
-	WriteJSON(w, http.StatusCreated, o)
 }

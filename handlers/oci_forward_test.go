@@ -88,10 +88,7 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 			t.Cleanup(func() { raw.Close() })
 			home := &fakeHome{st: st, epoch: lease.Epoch, err: tc.err}
 			away := &staticHome{} // never the home
-			srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
-				Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1",
-				Home: away, Forward: home, Later: home,
-			}}))
+			srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: away, Forward: home, Later: home}}}))
 			t.Cleanup(srv.Close)
 			e := &ociEnv{st: st, srv: srv, writer: token(t, st, "alice", "team/*:write")}
 
@@ -136,7 +133,7 @@ func onlyOperation(ctx context.Context, st *store.Store, op *string) error {
 func TestInternalFinalizeNotMountedWithoutSecret(t *testing.T) {
 	t.Parallel()
 	st := pgtest.NewStore(t)
-	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Home: &staticHome{}}}))
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Config: upload.Config{Home: &staticHome{}}}}))
 	t.Cleanup(srv.Close)
 	e := &ociEnv{st: st, srv: srv}
 	a := e.do(t, "POST", "/internal/v1/finalize/00000000-0000-4000-8000-000000000001", `{"repository":"team/app"}`, token(t, st, "root", "*:admin"), nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // statementCounter counts the statements a pool sends (BEGIN and COMMIT
@@ -96,12 +97,9 @@ func BenchmarkOCIHotPathStatements(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { be.Close() })
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
+	home := &staticHome{lease: upload.Home{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
 	home.home.Store(true)
-	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
-		Store: st, Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1",
-		Home: home, MaxBlobSize: 1 << 20, IntentTTL: time.Hour, UsagePeriod: 24 * time.Hour,
-	}}))
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1", Home: home, MaxBlobSize: 1 << 20, IntentTTL: time.Hour, UsagePeriod: 24 * time.Hour}}}))
 	b.Cleanup(srv.Close)
 	gs, err := auth.ParseGrants([]string{"team/*:write"})
 	if err != nil {

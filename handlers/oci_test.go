@@ -78,11 +78,11 @@ func (c *countingBackend) AbortUpload(ctx context.Context, id string) error {
 // home false plays a node that is not the repository's home.
 type staticHome struct {
 	mu    sync.Mutex
-	lease handlers.HomeLease
+	lease upload.Home
 	home  atomic.Bool
 }
 
-func (h *staticHome) Home(string) (handlers.HomeLease, bool) {
+func (h *staticHome) Home(string) (upload.Home, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lease, h.home.Load()
@@ -108,10 +108,7 @@ func ociSetup(t *testing.T, maxBlob int64) *ociEnv {
 	t.Helper()
 	st, raw, home := homeFixture(t, "team/app", "team/other")
 	be := &countingBackend{Backend: raw}
-	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{
-		Store: st, Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1",
-		Home: home, MaxBlobSize: maxBlob,
-	}}))
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1", Home: home, MaxBlobSize: maxBlob}}}))
 	t.Cleanup(srv.Close)
 	return &ociEnv{
 		st: st, srv: srv, be: be, fs: raw, home: home,
@@ -428,33 +425,6 @@ func TestOCISameContentTwoRepositories(t *testing.T) {
 	}
 }
 
-func TestParseContentRange(t *testing.T) {
-	t.Parallel()
-	for s, want := range map[string][2]int64{"0-4": {0, 4}, "bytes 5-9": {5, 9}, "7-7": {7, 7}} {
-		a, b, err := handlers.ParseContentRange(s)
-		if err != nil || a != want[0] || b != want[1] {
-			t.Errorf("%q: %d %d %v", s, a, b, err)
-		}
-	}
-	for _, s := range []string{"", "-", "4-1", "-1-2", "a-b", "1-", "+1-2", "1 -2"} {
-		if _, _, err := handlers.ParseContentRange(s); err == nil {
-			t.Errorf("%q accepted", s)
-		}
-	}
-}
-
-func FuzzParseContentRange(f *testing.F) {
-	for _, s := range []string{"0-4", "bytes 5-9", "4-1", "-", "9223372036854775807-9223372036854775807"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		a, b, err := handlers.ParseContentRange(s)
-		if err == nil && (a < 0 || b < a) {
-			t.Fatalf("%q: %d-%d", s, a, b)
-		}
-	})
-}
-
 func TestParseByteRange(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[string][2]int64{"bytes=0-0": {0, 1}, "bytes=2-": {2, 8}, "bytes=-3": {7, 3}, "bytes=5-100": {5, 5}} {
@@ -687,7 +657,7 @@ func homeFixture(t *testing.T, repos ...string) (*store.Store, *fs.Backend, *sta
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	home := &staticHome{lease: handlers.HomeLease{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
+	home := &staticHome{lease: upload.Home{Partition: "p-0001", Node: "node-a", Epoch: lease.Epoch}}
 	home.home.Store(true)
 	return st, raw, home
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Issue 26 point 3: the tenants of the attacks. alice may push and pull
@@ -34,10 +35,7 @@ func oracleSetup(t *testing.T) *oracleEnv {
 	e := &oracleEnv{st: st, clusterSecret: "cluster-secret-for-the-oracle-tests"}
 	e.srv = httptest.NewServer(handlers.NewRouter(handlers.Deps{
 		Auth: st, Placements: st, Datacenter: "eu-1",
-		OCI: &handlers.OCI{
-			Store: st, Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1",
-			Home: home, ClusterSecret: e.clusterSecret,
-		},
+		OCI: &handlers.OCI{Store: st, ClusterSecret: e.clusterSecret, Config: upload.Config{Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1", Home: home}},
 	}))
 	t.Cleanup(e.srv.Close)
 	e.alice = token(t, st, "alice", "victim:write")

@@ -42,7 +42,7 @@ type tenants struct {
 func tenantSetup(t *testing.T, opts ...func(*handlers.OCI)) *tenants {
 	t.Helper()
 	st, raw, home := homeFixture(t, "victim", "attacker")
-	oci := &handlers.OCI{Store: st, Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}
+	oci := &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: home}}
 	for _, o := range opts {
 		o(oci)
 	}

@@ -66,7 +66,7 @@ const (
 )
 
 // FinalizeQueue enqueues finalize jobs; handlers.OCI uses it as its
-// FinalizeEnqueuer.
+// upload.Enqueuer.
 type FinalizeQueue struct {
 	// Client may be insert-only: the API's River client.
 	Client *river.Client[pgx.Tx]

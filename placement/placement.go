@@ -157,3 +157,7 @@ type Placement struct {
 	UpdatedAt    time.Time    // database time of the last accepted transition
 	VerifiedAt   time.Time    // database time of the last verification; zero if never verified
 }
+
+// ObjectLocation is the location of d's content-addressed object in any
+// backend: the ledger's one location rule for the bytes of d.
+func ObjectLocation(d blobplane.Digest) string { return "sha256/" + d.Hex() }

@@ -22,19 +22,6 @@ import (
 	"github.com/blobplane/blobplane/internal/childproc"
 )
 
-// buildBinaries compiles the real api, worker and controller into a temp
-// dir (no race detector: they are the system under test, run as they ship).
-func buildBinaries(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/blobplane/blobplane/cmd/api", "github.com/blobplane/blobplane/cmd/worker", "github.com/blobplane/blobplane/cmd/controller")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("soak: go build: %v\n%s", err, out)
-	}
-	return dir
-}
-
 // baseEnv is the environment every child starts from: none of the test's
 // own settings (make test exports the shared server's DATABASE_URL, which
 // the soak must never touch), only what a binary needs to run.

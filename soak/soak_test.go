@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/internal/testbin"
 	"github.com/blobplane/blobplane/jobs"
 )
 
@@ -123,7 +124,7 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	pg := startPostgres(t)
-	c := &cluster{pg: pg, bins: buildBinaries(t), dcs: []string{"dc-a", "dc-b"},
+	c := &cluster{pg: pg, bins: testbin.Build(t), dcs: []string{"dc-a", "dc-b"},
 		apis: map[string]*proc{}, workers: map[string]*proc{}, urls: map[string]string{}, nodes: map[string]string{}}
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	c.hc = &http.Client{Transport: tr, Timeout: 10 * time.Second}

@@ -380,6 +380,50 @@ func (s *Store) Leases(ctx context.Context) ([]authority.LeaseRecord, error) {
 	return out, nil
 }
 
+// ReleaseLease gives up node's lease on partition at epoch by expiring it
+// now (database clock), so a successor need not wait out the TTL. Releasing
+// a lease that already moved on, or already expired, changes nothing and is
+// not an error: the caller is leaving either way.
+func (s *Store) ReleaseLease(ctx context.Context, partition, node string, epoch uint64) error {
+	if epoch > math.MaxInt64 {
+		return nil
+	}
+	_, err := s.q.ReleaseLease(ctx, s.pool, dbsqlc.ReleaseLeaseParams{PartitionID: partition, Node: node, Epoch: int64(epoch)})
+	return leaseErr("store.ReleaseLease", err)
+}
+
+// SetLeaseState records the primary state of node's lease at epoch (R23:
+// RESTORING on claim, SERVING once ready) — FENCE with a state payload.
+// CodeStaleEpoch when the lease moved on.
+func (s *Store) SetLeaseState(ctx context.Context, partition, node string, epoch uint64, state authority.PrimaryState) error {
+	_, err := s.FenceLeaseWrite(ctx, partition, node, epoch, LeaseFenceWrite{State: &state})
+	return err
+}
+
+// LeaseStatus is a lease record with whether it is live by the database's
+// clock.
+type LeaseStatus struct {
+	authority.LeaseRecord
+	// Live is expires_at > now() evaluated by Postgres, the clock that
+	// wrote the expiry (issue 26 point 11): never compare ExpiresAt with
+	// a local clock.
+	Live bool
+}
+
+// LeaseStatuses returns every lease record ordered by partition, each
+// judged live or expired by the database's clock in the same statement.
+func (s *Store) LeaseStatuses(ctx context.Context) ([]LeaseStatus, error) {
+	rows, err := s.q.ListLeasesOnDatabaseClock(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.LeaseStatuses", err)
+	}
+	out := make([]LeaseStatus, len(rows))
+	for i, r := range rows {
+		out[i] = LeaseStatus{LeaseRecord: leaseFromRow(r.Lease), Live: r.Live}
+	}
+	return out, nil
+}
+
 func checkClaim(op, partition, node, endpoint string, ttl, renew time.Duration) error {
 	switch {
 	case partition == "" || node == "" || endpoint == "":

@@ -13,6 +13,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/store/internal/pipeline"
 	"github.com/blobplane/blobplane/upload"
 )
 
@@ -55,9 +56,9 @@ type ChainedClose struct {
 	s       *Store
 	ctx     context.Context // the chain's: it is not cancelled
 	conn    *pgxpool.Conn
-	pipe    *pipe         // nil once its answers were read
-	open    *openStaging  // ChainOpenAndStage's claim
-	session *claimStaging // ChainClaimSessionAndStage's
+	pipe    *pipeline.Pipe // nil once its answers were read
+	open    *openStaging   // ChainOpenAndStage's claim
+	session *claimStaging  // ChainClaimSessionAndStage's
 	call    *finalizeCall
 
 	claimSlot, finSlot bool // the batchers' slots it holds
@@ -71,7 +72,7 @@ type ChainedClose struct {
 // means the close does not chain (this Store has claims or publications
 // in flight, or the arguments are anything but the common case): the
 // caller then calls OpenAndStage and Finalize.
-func (s *Store) ChainOpenAndStage(ctx context.Context, n upload.NewIntent, k placement.Key, req upload.FinalizeRequest) *ChainedClose {
+func (s *Store) ChainOpenAndStage(ctx context.Context, n upload.NewIntent, k placement.Key, req upload.FinalizeRequest) upload.Chain {
 	if req.Size != n.ExpectedSize {
 		return nil
 	}
@@ -86,13 +87,13 @@ func (s *Store) ChainOpenAndStage(ctx context.Context, n upload.NewIntent, k pla
 	}
 	req.OperationID = o.id.String()
 	ch.open = o
-	return ch.send(o.call, o.id, k, req)
+	return ch.send(o.call, o.id, k, req).chain()
 }
 
 // ChainClaimSessionAndStage is ChainOpenAndStage for the PUT that closes
 // the upload session op of repository with its whole body:
 // ClaimSessionAndStage(op, repository, k, size), then Finalize(req) of op.
-func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req upload.FinalizeRequest) *ChainedClose {
+func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository string, k placement.Key, size int64, req upload.FinalizeRequest) upload.Chain {
 	id, err := parseOpID(op)
 	if err != nil || repository == "" || req.Size != size {
 		return nil
@@ -108,7 +109,15 @@ func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository st
 	}
 	req.OperationID = op
 	ch.session = c
-	return ch.send(c.call, id, k, req)
+	return ch.send(c.call, id, k, req).chain()
+}
+
+// chain is ch as an upload.Chain: nil (no chain) when ch is nil.
+func (ch *ChainedClose) chain() upload.Chain {
+	if ch == nil {
+		return nil
+	}
+	return ch
 }
 
 // startChain takes a claim slot and a Finalize slot for a chain when
@@ -116,10 +125,10 @@ func (s *Store) ChainClaimSessionAndStage(ctx context.Context, op, repository st
 func (s *Store) startChain(ctx context.Context) *ChainedClose {
 	// The claim completes whatever happens to the request.
 	ch := &ChainedClose{s: s, ctx: context.WithoutCancel(ctx)}
-	if ch.claimSlot = s.claims.takeIfIdle(); !ch.claimSlot {
+	if ch.claimSlot = s.claims.TakeIfIdle(); !ch.claimSlot {
 		return nil
 	}
-	if ch.finSlot = s.fin.takeIfIdle(); !ch.finSlot {
+	if ch.finSlot = s.fin.TakeIfIdle(); !ch.finSlot {
 		ch.Release()
 		return nil
 	}
@@ -154,7 +163,7 @@ func (ch *ChainedClose) send(claim *claimCall, id pgtype.UUID, k placement.Key, 
 	// If sending fails the connection is closed: the server has not
 	// committed the claim, or (the write cut short after its Sync) has
 	// committed one nobody goes on with, which expires and is swept.
-	if ch.pipe, err = openPipe(ctx, ch.conn.Conn(), s.batchTracer, &cb, &fb); err != nil {
+	if ch.pipe, err = pipeline.Open(ctx, ch.conn.Conn(), s.batchTracer, &cb, &fb); err != nil {
 		ch.Release()
 		return nil
 	}
@@ -171,8 +180,8 @@ var ErrNotThisChain = errors.New("store: the chained close was started for anoth
 
 // readClaim reads the claim's answers: its implicit transaction's error.
 func (ch *ChainedClose) readClaim() error {
-	err := ch.pipe.read()
-	ch.s.claims.release()
+	err := ch.pipe.Read()
+	ch.s.claims.Release()
 	ch.claimSlot = false
 	return err
 }
@@ -250,8 +259,8 @@ func (ch *ChainedClose) finalize(ctx context.Context, req upload.FinalizeRequest
 }
 
 func (ch *ChainedClose) publish(ctx context.Context, c *finalizeCall) (out upload.Outcome, verified bool, err error) {
-	err = ch.pipe.read()
-	if cerr := ch.pipe.close(); err == nil {
+	err = ch.pipe.Read()
+	if cerr := ch.pipe.Close(); err == nil {
 		err = cerr
 	}
 	ch.pipe = nil
@@ -284,7 +293,7 @@ func (ch *ChainedClose) Release() {
 		return
 	}
 	if ch.pipe != nil {
-		_ = ch.pipe.close()
+		_ = ch.pipe.Close()
 		ch.pipe = nil
 	}
 	if ch.conn != nil {
@@ -295,11 +304,11 @@ func (ch *ChainedClose) Release() {
 		ch.conn = nil
 	}
 	if ch.claimSlot {
-		ch.s.claims.release()
+		ch.s.claims.Release()
 		ch.claimSlot = false
 	}
 	if ch.finSlot {
-		ch.s.fin.release()
+		ch.s.fin.Release()
 		ch.finSlot = false
 	}
 }
@@ -315,6 +324,8 @@ type chainTx struct {
 }
 
 var _ pgx.Tx = (*chainTx)(nil)
+
+var _ upload.Chain = (*ChainedClose)(nil)
 
 // pgxTx makes pgx's transaction over the open one: a statement that
 // changes nothing stands for the BEGIN already sent.

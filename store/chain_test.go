@@ -23,13 +23,13 @@ func (u *uploads) chainRequest(n upload.NewIntent, k placement.Key) upload.Final
 }
 
 // chain starts a chained close of content and waits for its claim.
-func (u *uploads) chain(t *testing.T, content string) (*store.ChainedClose, upload.Intent, upload.FinalizeRequest) {
+func (u *uploads) chain(t *testing.T, content string) (upload.Chain, upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
 	return u.chainWith(t, content, func(*upload.FinalizeRequest) {})
 }
 
 // chainWith is chain with the request edited by edit first.
-func (u *uploads) chainWith(t *testing.T, content string, edit func(*upload.FinalizeRequest)) (*store.ChainedClose, upload.Intent, upload.FinalizeRequest) {
+func (u *uploads) chainWith(t *testing.T, content string, edit func(*upload.FinalizeRequest)) (upload.Chain, upload.Intent, upload.FinalizeRequest) {
 	t.Helper()
 	n, k := u.newIntent(content, upRepo)
 	req := u.chainRequest(n, k)

@@ -17,7 +17,7 @@ import (
 // stage (OpenAndStage, ClaimAndStage, ClaimSessionAndStage) are one
 // implicit transaction: their statements in one round trip, committed
 // by the server at its end, asynchronously. While this Store has
-// claimSlots of them in flight, the next claims queue (slots.go) and the
+// claimSlots of them in flight, the next claims queue (internal/slots) and the
 // head of the queue sends all of theirs in one round trip and one
 // implicit transaction. Should any statement of it fail, the server
 // rolls all of them back and each claim is sent again alone, so its
@@ -67,7 +67,7 @@ type stageClaim struct {
 func byClaimDigest(a, b *claimCall) int { return strings.Compare(string(a.digest), string(b.digest)) }
 
 // ClaimBatchStats reads the counters of claim batching.
-func (s *Store) ClaimBatchStats() BatchStats { return s.claims.stats() }
+func (s *Store) ClaimBatchStats() BatchStats { return s.claims.Stats() }
 
 // sendClaim sends c's statements, alone or in a batch, and returns the
 // error of their implicit transaction (nil: committed; else nothing of
@@ -97,11 +97,11 @@ func (s *Store) sendClaim(ctx context.Context, c *claimCall) error {
 		}
 		if m != nil { // committed: its answers are the calls' own, whatever they are
 			m.answer(calls)
-			s.claims.merged.Add(1)
+			s.claims.CountMerged()
 		}
 		return true
 	}
-	if s.claims.do(c, alone, commit) {
+	if s.claims.Do(c, alone, commit) {
 		return nil
 	}
 	return err

@@ -167,18 +167,18 @@ func (s *Store) HotStatementsForTest(op, repository, principal, tokenID string, 
 }
 
 // SetFinalizeBatchingForTest turns Finalize batching on or off (on in New).
-func (s *Store) SetFinalizeBatchingForTest(on bool) { s.fin.off = !on }
+func (s *Store) SetFinalizeBatchingForTest(on bool) { s.fin.Off = !on }
 
 // SetClaimBatchingForTest turns claim batching on or off (on in New).
-func (s *Store) SetClaimBatchingForTest(on bool) { s.claims.off = !on }
+func (s *Store) SetClaimBatchingForTest(on bool) { s.claims.Off = !on }
 
 // OnClaimQueuedForTest calls f with the queue's length each time a claim
 // joins the batch queue.
-func (s *Store) OnClaimQueuedForTest(f func(n int)) { s.claims.queued = f }
+func (s *Store) OnClaimQueuedForTest(f func(n int)) { s.claims.Queued = f }
 
 // OnFinalizeQueuedForTest calls f with the queue's length each time a
 // Finalize call joins the batch queue.
-func (s *Store) OnFinalizeQueuedForTest(f func(n int)) { s.fin.queued = f }
+func (s *Store) OnFinalizeQueuedForTest(f func(n int)) { s.fin.Queued = f }
 
 // PlacementDigestLockClass is the class of the digests' stage locks.
 const PlacementDigestLockClass = placementDigestLockClass

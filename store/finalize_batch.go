@@ -15,7 +15,7 @@ import (
 
 // Finalize batches (docs/performance.md, item 27). While this Store has
 // finalizeSlots publishing transactions in flight, a Finalize does not
-// open another: it queues (slots.go), and when a transaction ends the
+// open another: it queues (internal/slots), and when a transaction ends the
 // caller at the head of the queue takes every queued Finalize (up to
 // maxFinalizeBatch) into one transaction: the calls' statements in one
 // round trip (each call's own, queueFinalize, or, on the common path,
@@ -63,7 +63,7 @@ const finalizeSlots = 2
 const maxFinalizeBatch = 64
 
 // FinalizeBatchStats reads the counters of Finalize batching.
-func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.stats() }
+func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.Stats() }
 
 // finalizeBatched runs c alone when a slot is free, else in the next
 // batch; a batch that does not commit leaves each of its calls to run
@@ -71,7 +71,7 @@ func (s *Store) FinalizeBatchStats() BatchStats { return s.fin.stats() }
 func (s *Store) finalizeBatched(ctx context.Context, c *finalizeCall) (out upload.Outcome, verified bool, err error) {
 	alone := func(c *finalizeCall) { out, verified, err = s.finalizeAlone(ctx, c) }
 	commit := func(calls []*finalizeCall) bool { return s.commitFinalizeBatch(context.WithoutCancel(ctx), calls) }
-	if s.fin.do(c, alone, commit) {
+	if s.fin.Do(c, alone, commit) {
 		return c.out, c.verified, nil
 	}
 	return out, verified, err
@@ -129,7 +129,7 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 		return false
 	}
 	if merged != nil {
-		s.fin.merged.Add(1)
+		s.fin.CountMerged()
 	}
 	return true
 }

@@ -141,7 +141,7 @@ func BenchmarkUploadLedger(b *testing.B) {
 				n := upload.NewIntent{Repository: upRepo, Principal: upPrincipal,
 					ExpectedDigest: d, ExpectedSize: size, IngressDatacenter: upDC, Backend: "fs", TTL: time.Hour}
 				finalize := s.Finalize
-				var ch *store.ChainedClose
+				var ch upload.Chain
 				if tc.chained { // nil while other uploads are in flight (the warm-up's)
 					ch = s.ChainOpenAndStage(ctx, n, k, req)
 				}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/store/internal/slots"
 )
 
 // Store wraps the process's single connection pool. sqlc queries, River and
@@ -34,12 +35,16 @@ type Store struct {
 	authCache       atomic.Pointer[authCache]      // running while StartCaches' listener runs (authcache.go)
 	existenceCache  atomic.Pointer[existenceCache] // running while StartCaches' listener runs (existencecache.go)
 
-	fin    slotBatcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
-	claims slotBatcher[*claimCall]    // claim batches likewise (claim_batch.go)
+	fin    slots.Batcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
+	claims slots.Batcher[*claimCall]    // claim batches likewise (claim_batch.go)
 
 	chained     atomic.Int64    // closes ChainOpenAndStage chained (chain.go)
-	batchTracer pgx.BatchTracer // the pool's, for what pipe sends (pipe.go)
+	batchTracer pgx.BatchTracer // the pool's, for what a chain's pipeline sends (chain.go, internal/pipeline)
 }
+
+// BatchStats are the counters of one kind of batched transaction since
+// the Store was made (exported as metrics by the api): a slots.Batcher's.
+type BatchStats = slots.Stats
 
 // Timeouts are the limits every pool connection's session starts with
 // (issue 26 point 5), so that no statement, lock wait or forgotten
@@ -125,8 +130,8 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 	}
 	tracer, _ := pool.Config().ConnConfig.Tracer.(pgx.BatchTracer)
 	return &Store{pool: pool, q: dbsqlc.New(), logger: logger, batchTracer: tracer,
-		fin:    slotBatcher[*finalizeCall]{slots: finalizeSlots, maxBatch: maxFinalizeBatch, order: byFinalizeDigest},
-		claims: slotBatcher[*claimCall]{slots: claimSlots, maxBatch: maxClaimBatch, order: byClaimDigest}}
+		fin:    slots.Batcher[*finalizeCall]{Slots: finalizeSlots, MaxBatch: maxFinalizeBatch, Order: byFinalizeDigest},
+		claims: slots.Batcher[*claimCall]{Slots: claimSlots, MaxBatch: maxClaimBatch, Order: byClaimDigest}}
 }
 
 // Pool returns the shared pool, for River and goose.

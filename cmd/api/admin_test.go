@@ -10,6 +10,7 @@ import (
 
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/internal/testbin"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // database: tokens are printed once and work, revoke stops them, bootstrap
 // issues one admin token ever, repositories are created and listed.
 func TestAdminCommands(t *testing.T) {
-	api := filepath.Join(buildBinaries(t), "api")
+	api := filepath.Join(testbin.Build(t), "api")
 	d := pgtest.New(t)
 	st := store.New(d.Pool, nil)
 	ctx := context.Background()

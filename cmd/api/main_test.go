@@ -15,18 +15,8 @@ import (
 
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/internal/testbin"
 )
-
-// buildBinaries compiles the real binaries once for this test process.
-func buildBinaries(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/blobplane/blobplane/cmd/api", "github.com/blobplane/blobplane/cmd/worker", "github.com/blobplane/blobplane/cmd/controller")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return dir
-}
 
 // dataDirEnv keeps the binaries' local state (generated cluster secret,
 // filesystem backend) beside them in the test's temp dir, never in the
@@ -49,7 +39,7 @@ func run(bin string, env []string, args ...string) (int, string, string) {
 }
 
 func TestBinaries(t *testing.T) {
-	bins := buildBinaries(t)
+	bins := testbin.Build(t)
 	api, worker := filepath.Join(bins, "api"), filepath.Join(bins, "worker")
 	d := pgtest.New(t)
 

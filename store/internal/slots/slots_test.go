@@ -1,14 +1,14 @@
-package store
+package slots
 
 import (
 	"sync"
 	"testing"
 )
 
-// slotRig drives a slotBatcher with one slot: the first call holds it
+// slotRig drives a Batcher with one slot: the first call holds it
 // (its alone blocks on hold) while the next ones queue.
 type slotRig struct {
-	sb      *slotBatcher[int]
+	sb      *Batcher[int]
 	hold    chan struct{} // closed: call 0 leaves its alone
 	held    chan struct{} // call 0 is in its alone, holding the slot
 	queued  chan int
@@ -18,8 +18,8 @@ type slotRig struct {
 }
 
 func newSlotRig() *slotRig {
-	r := &slotRig{sb: &slotBatcher[int]{slots: 1, maxBatch: 2}, hold: make(chan struct{}), held: make(chan struct{}), queued: make(chan int, 16)}
-	r.sb.queued = func(n int) { r.queued <- n }
+	r := &slotRig{sb: &Batcher[int]{Slots: 1, MaxBatch: 2}, hold: make(chan struct{}), held: make(chan struct{}), queued: make(chan int, 16)}
+	r.sb.Queued = func(n int) { r.queued <- n }
 	return r
 }
 
@@ -40,7 +40,7 @@ func (r *slotRig) do(c int, commit func([]int) bool) (batched, panicked bool) {
 			panicked = true
 		}
 	}()
-	return r.sb.do(c, r.runAlone, func(calls []int) bool {
+	return r.sb.Do(c, r.runAlone, func(calls []int) bool {
 		r.mu.Lock()
 		r.batches = append(r.batches, append([]int(nil), calls...))
 		r.mu.Unlock()
@@ -48,10 +48,10 @@ func (r *slotRig) do(c int, commit func([]int) bool) (batched, panicked bool) {
 	}), false
 }
 
-// The calls queued behind a busy slot go in batches of at most maxBatch,
+// The calls queued behind a busy slot go in batches of at most MaxBatch,
 // in arrival order, each taken by its head when the slot frees; a batch
 // of one runs alone; a free slot runs a call alone at once.
-func TestSlotBatcherHandsTheSlotToTheQueue(t *testing.T) {
+func TestBatcherHandsTheSlotToTheQueue(t *testing.T) {
 	r := newSlotRig()
 	commit := func([]int) bool { return true }
 	var wg sync.WaitGroup
@@ -75,7 +75,7 @@ func TestSlotBatcherHandsTheSlotToTheQueue(t *testing.T) {
 	if len(r.alone) != 2 || r.alone[0] != 0 || r.alone[1] != 3 {
 		t.Fatalf("alone %v, want [0 3]", r.alone)
 	}
-	if st := r.sb.stats(); st != (BatchStats{Batches: 1, Batched: 2}) {
+	if st := r.sb.Stats(); st != (Stats{Batches: 1, Batched: 2}) {
 		t.Fatalf("stats %+v", st)
 	}
 	if r.sb.running != 0 || len(r.sb.queue) != 0 {
@@ -85,7 +85,7 @@ func TestSlotBatcherHandsTheSlotToTheQueue(t *testing.T) {
 
 // A batch that does not commit, or whose commit panics, leaves each of
 // its calls to run alone, and the slot is free again afterwards.
-func TestSlotBatcherFallsBackAndKeepsItsSlot(t *testing.T) {
+func TestBatcherFallsBackAndKeepsItsSlot(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		commit func([]int) bool
@@ -132,7 +132,7 @@ func TestSlotBatcherFallsBackAndKeepsItsSlot(t *testing.T) {
 			if r.sb.running != 0 || len(r.sb.queue) != 0 {
 				t.Fatalf("left running %d, queue %d", r.sb.running, len(r.sb.queue))
 			}
-			if st := r.sb.stats(); st.Batches != 0 || (tc.name == "refused" && st.Fallback != 2) {
+			if st := r.sb.Stats(); st.Batches != 0 || (tc.name == "refused" && st.Fallback != 2) {
 				t.Fatalf("stats %+v", st)
 			}
 			// And a new call finds the slot free.

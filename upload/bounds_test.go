@@ -1,4 +1,4 @@
-package handlers
+package upload
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/upload"
 )
 
 // The per-principal bounds between two snapshots: what this process
@@ -18,9 +17,9 @@ func TestPrincipalBoundsBetweenSnapshots(t *testing.T) {
 	ctx := context.Background()
 	var reads int
 	var fail error
-	held := map[string]upload.OpenUsage{"mallory": {Sessions: 2, StagedBytes: 900}}
-	b := &principalBounds{maxOpen: 3, maxStaged: 1000, period: time.Hour,
-		usages: func(_ context.Context, minSessions, minStaged int64) (map[string]upload.OpenUsage, error) {
+	held := map[string]OpenUsage{"mallory": {Sessions: 2, StagedBytes: 900}}
+	b := &bounds{maxOpen: 3, maxStaged: 1000, period: time.Hour,
+		usages: func(_ context.Context, minSessions, minStaged int64) (map[string]OpenUsage, error) {
 			reads++
 			if minSessions != 1 || minStaged != 500 {
 				t.Errorf("read for principals past %d sessions or %d bytes; want half the bounds", minSessions, minStaged)
@@ -53,7 +52,7 @@ func TestPrincipalBoundsBetweenSnapshots(t *testing.T) {
 	}
 	// A new read: what it returns, nothing admitted before it began.
 	b.period = 0
-	held, fail = map[string]upload.OpenUsage{}, nil
+	held, fail = map[string]OpenUsage{}, nil
 	if n, _ := b.stagingAllowance(ctx, "mallory"); n != 1000 {
 		t.Fatalf("allowance after a read of nothing: %d", n)
 	}
@@ -64,12 +63,12 @@ func TestPrincipalBoundsBetweenSnapshots(t *testing.T) {
 		t.Fatalf("allowance after a failed read: %d, %v; want 300", n, err)
 	}
 	// No snapshot at all: the error.
-	fresh := &principalBounds{maxOpen: 3, maxStaged: 1000, period: time.Hour, usages: b.usages}
+	fresh := &bounds{maxOpen: 3, maxStaged: 1000, period: time.Hour, usages: b.usages}
 	if err := fresh.admitSession(ctx, "alice"); err == nil {
 		t.Fatal("admitted without ever reading what principals hold")
 	}
 	// No bound: nothing read.
-	free := &principalBounds{maxOpen: -1, maxStaged: -1, usages: b.usages}
+	free := &bounds{maxOpen: -1, maxStaged: -1, usages: b.usages}
 	r := reads
 	if err := free.admitSession(ctx, "x"); err != nil || reads != r {
 		t.Fatalf("unbounded: %v, %d reads", err, reads-r)

@@ -1,4 +1,7 @@
-package store
+// Package pipeline sends several pgx.Batches on one connection in
+// pgconn's pipeline mode and reads their answers one batch at a time
+// (Pipe), for the store's chained closes (store/chain.go).
+package pipeline
 
 import (
 	"cmp"
@@ -11,17 +14,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// A pipe sends pgx.Batches on one connection in pipeline mode, all of
+// A Pipe sends pgx.Batches on one connection in pipeline mode, all of
 // them at once, each ending with its own Sync, and reads their answers
 // one batch at a time: the first batch's answers arrive (the server
 // flushes at each Sync) while the later batches still run. pgx.SendBatch
 // sends one Sync for the whole batch, so nothing of it can be read
-// before all of it ran; a chained close (chain.go) needs its claim's
-// answer first. The batches' statements, callbacks (queueRow and its
-// kin) and errors are those pgx.SendBatch would give; each batch is
-// traced as pgx traces one (pgx.BatchTracer), so the statements show in
-// the same places.
-type pipe struct {
+// before all of it ran; a chained close (store/chain.go) needs its
+// claim's answer first. The batches' statements, callbacks (the store's
+// queueRow and its kin) and errors are those pgx.SendBatch would give;
+// each batch is traced as pgx traces one (pgx.BatchTracer), so the
+// statements show in the same places.
+type Pipe struct {
 	conn   *pgx.Conn
 	p      *pgconn.Pipeline
 	tracer pgx.BatchTracer
@@ -33,11 +36,11 @@ type pipeBatch struct {
 	ctx context.Context // the tracer's
 }
 
-// openPipe sends batches on conn. Each statement runs as a prepared
+// Open sends batches on conn. Each statement runs as a prepared
 // statement of conn's (prepared the first time conn sends its text, a
 // round trip then, none after). On error nothing was sent, or the
 // connection is broken.
-func openPipe(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batches ...*pgx.Batch) (*pipe, error) {
+func Open(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batches ...*pgx.Batch) (*Pipe, error) {
 	sds := make([][]*pgconn.StatementDescription, len(batches))
 	for i, b := range batches {
 		for _, qq := range b.QueuedQueries {
@@ -48,7 +51,7 @@ func openPipe(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batch
 			sds[i] = append(sds[i], sd)
 		}
 	}
-	p := &pipe{conn: conn, tracer: tracer, p: conn.PgConn().StartPipeline(ctx)}
+	p := &Pipe{conn: conn, tracer: tracer, p: conn.PgConn().StartPipeline(ctx)}
 	var eqb pgx.ExtendedQueryBuilder
 	for i, b := range batches {
 		tctx := ctx
@@ -76,7 +79,7 @@ func openPipe(ctx context.Context, conn *pgx.Conn, tracer pgx.BatchTracer, batch
 
 // failed ends the traces of the batches sent (or being sent) when
 // sending them failed, and returns err.
-func (p *pipe) failed(err error) error {
+func (p *Pipe) failed(err error) error {
 	if p.tracer != nil {
 		for _, pb := range p.sent {
 			p.tracer.TraceBatchEnd(pb.ctx, p.conn, pgx.TraceBatchEndData{Err: err})
@@ -86,12 +89,12 @@ func (p *pipe) failed(err error) error {
 	return err
 }
 
-// read reads the answers of the oldest batch not read yet, running its
+// Read reads the answers of the oldest batch not read yet, running its
 // statements' callbacks in order, and returns its first error (as
 // pgx.BatchResults.Close would): a statement's error ends the batch's
 // implicit transaction, and the server skips the rest of it, whose
 // callbacks do not run.
-func (p *pipe) read() error {
+func (p *Pipe) Read() error {
 	if len(p.sent) == 0 {
 		return errors.New("pipeline: no batch to read")
 	}
@@ -146,12 +149,12 @@ func (p *pipe) read() error {
 	return first
 }
 
-// close reads every batch not read yet (their errors ignored) and leaves
+// Close reads every batch not read yet (their errors ignored) and leaves
 // pipeline mode: conn is usable again (possibly in a transaction one of
 // the batches began).
-func (p *pipe) close() error {
+func (p *Pipe) Close() error {
 	for len(p.sent) > 0 {
-		_ = p.read()
+		_ = p.Read()
 	}
 	return p.p.Close()
 }
@@ -159,7 +162,7 @@ func (p *pipe) close() error {
 // pipeResult is one statement's answer, as pgx.BatchResults hands it to
 // a queued statement's callback.
 type pipeResult struct {
-	p   *pipe
+	p   *Pipe
 	tag pgconn.CommandTag
 	err error // the statement's own error (not pgx.ErrNoRows)
 }
@@ -251,3 +254,8 @@ func (r *errRows) Err() error                                   { return r.err }
 func (r *errRows) Close()                                       {}
 func (r *errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
 func (r *errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+
+// errRow is the row of a statement whose answer could not be read.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

@@ -1,0 +1,134 @@
+package upload
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/blobplane/blobplane"
+)
+
+// publish finalizes verified content at the home; elsewhere it forwards
+// to the home, and when the home cannot publish now it accepts the
+// upload (Kept) for the home's finalize job. verify, when set, is the
+// placement's verification still to record: at the home Finalize records
+// it in its own transaction (one synchronous commit for the close),
+// elsewhere it is recorded first. durable, when set, waits for the
+// bytes' last sync: at the home Finalize calls it before its commit,
+// elsewhere it is waited for first. chain, when set, is the close's
+// chained publication (chainable), which Finalize goes through at the
+// home. proven: this close hashed the intent's bytes to d (S9); away
+// from the home it is recorded with the verification before the home is
+// asked.
+func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size int64, verify *Verification, durable func() error, chain Chain, proven bool) (Result, error) {
+	release := func() {
+		if chain != nil {
+			chain.Release()
+		}
+	}
+	defer release()
+	home, ok := f.home.Home(in.Repository)
+	if !ok {
+		release()
+		if durable != nil {
+			if err := durable(); err != nil {
+				return Result{}, refuse(Content, err)
+			}
+		}
+		// A verification comes only with a close that hashed the bytes
+		// (proven); both are recorded before the home is asked.
+		if proven {
+			if err := f.store.RecordPossession(ctx, in.OperationID, d, size, verify); err != nil {
+				return Result{}, refuse(Content, err)
+			}
+		}
+		return f.publishAway(ctx, in, d)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if home.Ctx != nil {
+		defer context.AfterFunc(home.Ctx, cancel)()
+	}
+	finalize := f.store.Finalize
+	if chain != nil {
+		finalize = chain.Finalize
+	}
+	req := f.finalizeRequest(home, in.OperationID, d, size)
+	req.Verify, req.BeforeCommit, req.Proven = verify, durable, proven
+	if _, err := finalize(fctx, req); err != nil {
+		return Result{}, refuse(Content, err)
+	}
+	return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
+}
+
+// publishAway is publication at an ingress that is not the home: forward
+// to the home (Published, as if local, when it publishes; its final
+// refusal as the local answer would be), else accept the upload with its
+// finalize job (Kept). The intent stays pending with its verified
+// content until the home publishes it.
+func (f *Flow) publishAway(ctx context.Context, in Intent, d blobplane.Digest) (Result, error) {
+	if f.forward != nil {
+		_, err := f.forward.ForwardFinalize(ctx, in.Repository, in.OperationID)
+		if err == nil {
+			return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
+		}
+		if forwardedRefusalIsFinal(err) {
+			return Result{}, refuse(Content, err)
+		}
+		f.logger.WarnContext(ctx, "the home cannot publish now; finalization is queued", "operation_id", in.OperationID, "repository", in.Repository, "err", err)
+	}
+	// Acknowledged means kept (issue 27): before the 202 the intent is
+	// accepted, out of the reaper's reach, with its finalize job inserted
+	// in the same transaction.
+	var enqueue func(context.Context, pgx.Tx) error
+	if f.later != nil {
+		enqueue = func(ctx context.Context, tx pgx.Tx) error {
+			return f.later.EnqueueFinalizeTx(ctx, tx, in.Repository, in.OperationID)
+		}
+	}
+	if err := f.store.AcceptIntent(context.WithoutCancel(ctx), in.OperationID, enqueue); err != nil {
+		return Result{}, refuse(Storage, err)
+	}
+	return Result{Answer: AnswerKept, Repository: in.Repository, Digest: d, OperationID: in.OperationID}, nil
+}
+
+// forwardedRefusalIsFinal reports whether the home's refusal is the answer
+// the client gets, as it would from a local publication: other content
+// than admitted, a closed intent or an obliterated digest, a revoked
+// grant (the client may retry the close once it is restored). Anything
+// else (unreachable, no authority, moved, no placement yet, a
+// misconfigured secret) is work for the finalize job.
+func forwardedRefusalIsFinal(err error) bool {
+	switch blobplane.ErrorCode(err) {
+	case blobplane.CodeMismatch, blobplane.CodeConflict, blobplane.CodeForbidden, blobplane.CodeNotFound, blobplane.CodeInvalid:
+		return true
+	}
+	return false
+}
+
+// FinalizeAtHome publishes operation op of repo under home, this node's
+// authority (the internal endpoint a forwarding ingress calls): the
+// outcome and published true when it publishes now, the stored outcome
+// and false when it had already published, or the refusal with its code
+// (no outcome stored). Its errors are the store's, untranslated: the
+// caller is a node, which tells a stale epoch from the rest.
+func (f *Flow) FinalizeAtHome(ctx context.Context, home Home, repo, op string) (o Outcome, published bool, err error) {
+	in, err := f.store.GetIntent(ctx, op)
+	if err == nil && in.Repository != repo {
+		// The routing key must be the intent's repository, or the fence
+		// would check the wrong partition.
+		err = blobplane.Errorf(blobplane.CodeNotFound, "operation %s is not an upload to %s", TruncateID(op), repo)
+	}
+	if err != nil {
+		return Outcome{}, false, err
+	}
+	if in.State == IntentAdmitted {
+		o, err := f.store.Outcome(ctx, op)
+		return o, false, err
+	}
+	if in.State == IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == SizeUnknown) {
+		return Outcome{}, false, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op)
+	}
+	o, err = f.store.Finalize(ctx, f.finalizeRequest(home, op, in.ExpectedDigest, in.ExpectedSize))
+	return o, err == nil, err
+}
