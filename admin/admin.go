@@ -1,6 +1,7 @@
 // Package admin implements the operator commands of the api binary that
 // manage access: `api token create|revoke|bootstrap` and `api repo
-// create|list`. cmd/api only dispatches here; the logic lives in store and
+// create|list`, and the replication policy: `api policy set|list|delete`
+// (policy.go). cmd/api only dispatches here; the logic lives in store and
 // auth, and this package turns arguments into calls and results into lines.
 package admin
 
@@ -23,11 +24,11 @@ const (
 	RepoUsage  = "usage: api repo create <name> | api repo list"
 )
 
-// Main opens the database at databaseURL and runs the command ("token" or
-// "repo") with args (what follows the command). Results go to stdout, one
-// per line, so scripts can capture them (a created token is the only line
-// `token create` and a first `token bootstrap` print); notes for the
-// operator go to stderr.
+// Main opens the database at databaseURL and runs the command ("token",
+// "repo" or "policy") with args (what follows the command). Results go
+// to stdout, one per line, so scripts can capture them (a created token
+// is the only line `token create` and a first `token bootstrap` print);
+// notes for the operator go to stderr.
 func Main(ctx context.Context, databaseURL string, logger *slog.Logger, command string, args []string, stdout, stderr io.Writer) error {
 	st, err := store.Open(ctx, databaseURL, logger)
 	if err != nil {
@@ -42,8 +43,10 @@ func Main(ctx context.Context, databaseURL string, logger *slog.Logger, command 
 		return Token(ctx, st, args, stdout, stderr)
 	case "repo":
 		return Repo(ctx, st, args, stdout, stderr)
+	case "policy":
+		return Policy(ctx, st, args, stdout, stderr)
 	}
-	return fmt.Errorf("unknown admin command %q (token, repo)", command)
+	return fmt.Errorf("unknown admin command %q (token, repo, policy)", command)
 }
 
 // Token runs `api token <sub> ...`.

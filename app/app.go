@@ -60,6 +60,9 @@ type API struct {
 	tls            *tls.Config
 	internal       net.Listener
 	internalServer *http.Server
+	// advertise is the host:port registered for peers (nodes table,
+	// leases, partition map): config.AdvertiseEndpoint.
+	advertise string
 }
 
 // Backends are the opened byte backends of this datacenter, by name, in
@@ -166,8 +169,15 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		a.riverUI, ui = h, h
 	}
 
+	// What peers are told: the nodes table, the leases and so the
+	// partition map carry it (BLOBPLANE_ADVERTISE_URL; issue 28).
+	var warning string
+	a.advertise, warning = cfg.AdvertiseEndpoint(ln.Addr().String())
+	if warning != "" {
+		logger.Warn(warning, "setting", "BLOBPLANE_ADVERTISE_URL", "advertise", a.advertise)
+	}
 	a.beat = &node.Heartbeater{Store: st, Logger: logger, Node: store.Node{
-		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: ln.Addr().String(), Version: Version,
+		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: a.advertise, Version: Version,
 	}}
 	routing := &handlers.Authority{
 		NodeID:  cfg.NodeID,
@@ -176,7 +186,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Retry:   authority.RetryDelays{NotReady: time.Second, StaleMap: time.Second},
 	}
 	a.keeper, err = keeper.New(st, keeper.Config{
-		NodeID: cfg.NodeID, Endpoint: ln.Addr().String(), Logger: logger.With("service", "lease_keeper"),
+		NodeID: cfg.NodeID, Endpoint: a.advertise, Logger: logger.With("service", "lease_keeper"),
 		OnReject: routing.MapRejected,
 	})
 	if err != nil {
@@ -333,6 +343,10 @@ func (a *API) URL() string {
 	return "http://" + a.Addr()
 }
 
+// Advertised is the host:port this node registers for peers to reach it
+// at (the nodes table, its leases, so the partition map).
+func (a *API) Advertised() string { return a.advertise }
+
 // InternalURL is the base URL of the internal listener, "" without one.
 func (a *API) InternalURL() string {
 	if a.internal == nil {
@@ -386,7 +400,7 @@ func (a *API) Serve(ctx context.Context) error {
 	if a.internal != nil {
 		go func() { errc <- a.internalServer.Serve(a.internal) }()
 	}
-	a.logger.Info("api listening", "url", a.URL(), "internal_url", a.InternalURL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter, "backends", a.backends.Describe())
+	a.logger.Info("api listening", "url", a.URL(), "advertise", a.advertise, "internal_url", a.InternalURL(), "node_id", a.cfg.NodeID, "datacenter", a.cfg.Datacenter, "backends", a.backends.Describe())
 
 	select {
 	case err := <-errc:
@@ -468,15 +482,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	} else if n > 0 {
 		logger.Info("took back the jobs a previous worker with this node id left running", "node_id", cfg.NodeID, "jobs", n)
 	}
-	queues := map[string]river.QueueConfig{}
-	for name, max := range cfg.Queues {
-		queues[name] = river.QueueConfig{MaxWorkers: max}
-	}
-	// Byte deletions run where the bytes are: each datacenter's workers
-	// poll their own deletion queue.
-	if _, ok := queues[jobs.DeletionQueue(cfg.Datacenter)]; !ok {
-		queues[jobs.DeletionQueue(cfg.Datacenter)] = river.QueueConfig{MaxWorkers: 4}
-	}
+	queues := workerQueues(cfg, backends)
 	// Homes serve node-to-node calls at the cluster's internal port when
 	// BLOBPLANE_INTERNAL_LISTEN is set (issue 26 point 8).
 	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort()})
@@ -494,6 +500,9 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		defer stop()
 	}
 	jobs.AddCollectWorkers(workers, collectDeps)
+	if err := addReplicationWorkers(workers, cfg, st, backends, logger); err != nil {
+		return err
+	}
 	client, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{
 		ID:           cfg.NodeID,
 		Logger:       logger,
@@ -706,4 +715,42 @@ func blobplaneMessage(err error) string {
 		return e.Error()
 	}
 	return err.Error()
+}
+
+// workerQueues are the River queues a worker of cfg polls: the
+// configured ones, its datacenter's byte deletions and, with a backend,
+// the copies into its datacenter.
+func workerQueues(cfg *config.Config, backends *Backends) map[string]river.QueueConfig {
+	queues := map[string]river.QueueConfig{}
+	for name, max := range cfg.Queues {
+		queues[name] = river.QueueConfig{MaxWorkers: max}
+	}
+	// Byte deletions run where the bytes are: each datacenter's workers
+	// poll their own deletion queue.
+	if _, ok := queues[jobs.DeletionQueue(cfg.Datacenter)]; !ok {
+		queues[jobs.DeletionQueue(cfg.Datacenter)] = river.QueueConfig{MaxWorkers: 4}
+	}
+	// Copies into this datacenter and its scrub run here (issue 28): its
+	// workers hold the target backends and pull the bytes from a
+	// verified source.
+	if _, ok := queues[jobs.ReplicationQueue(cfg.Datacenter)]; !ok && len(backends.Order) > 0 {
+		queues[jobs.ReplicationQueue(cfg.Datacenter)] = river.QueueConfig{MaxWorkers: 4}
+	}
+	return queues
+}
+
+// addReplicationWorkers registers the transfer and scrub workers of a
+// worker with backends (issue 28).
+func addReplicationWorkers(w *river.Workers, cfg *config.Config, st *store.Store, backends *Backends, logger *slog.Logger) error {
+	if len(backends.Order) == 0 {
+		return nil
+	}
+	if err := jobs.AddReplicateWorker(w, jobs.ReplicateDeps{
+		Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName, Backend: backends.Order[0],
+		ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort(), Logger: logger,
+	}); err != nil {
+		return err
+	}
+	jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName, Logger: logger})
+	return nil
 }

@@ -29,8 +29,9 @@ func testConfig(t *testing.T, url string) *config.Config {
 	return &config.Config{
 		Backends:    []backend.Spec{spec},
 		DatabaseURL: url, Listen: "127.0.0.1:0", Datacenter: "local", NodeID: "test-" + strings.ReplaceAll(t.Name(), "/", "-"),
-		DataDir: t.TempDir(), ClusterSecret: testClusterSecret, // shared by every node of a test cluster LogFormat: "text", ShutdownTimeout: 10 * time.Second,
-		Queues: map[string]int{"default": 2}, RiverUI: true,
+		DataDir: t.TempDir(), LogFormat: "text", ShutdownTimeout: 10 * time.Second,
+		ClusterSecret: testClusterSecret, // shared by every node of a test cluster
+		Queues:        map[string]int{"default": 2}, RiverUI: true,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,8 +83,10 @@ type Config struct {
 	DBStatementTimeout         time.Duration
 	DBLockTimeout              time.Duration
 	DBIdleInTransactionTimeout time.Duration
-	// ReplicateTo lists the datacenters published blobs are copied to; nil
-	// means every registered datacenter other than the ingress.
+	// ReplicateTo lists the datacenters published blobs are copied to
+	// when no replication policy matches the repository (a stored policy
+	// wins, docs/replication.md); nil means every registered datacenter
+	// other than the ingress.
 	ReplicateTo []string
 	// ClusterSecret authenticates node-to-node calls (finalization
 	// forwarded to a repository's home).
@@ -95,6 +98,10 @@ type Config struct {
 	InternalListen string
 	TLSCert        string
 	TLSKey         string
+	// AdvertiseURL is the base URL peers reach this api at directly
+	// (BLOBPLANE_ADVERTISE_URL); "" derives it from the bound listener
+	// (AdvertiseEndpoint).
+	AdvertiseURL string
 	// Backends are this datacenter's byte backends, in preference order
 	// (the first is where uploads land).
 	Backends []backend.Spec
@@ -227,6 +234,16 @@ var Settings = []Setting{
 			c.Listen = v
 			return nil
 		}},
+	{Flag: "advertise-url", Env: "BLOBPLANE_ADVERTISE_URL", Default: "", Usage: "base URL other nodes reach this api at directly, such as http://10.0.0.5:8080: what it registers in the nodes table and the partition map publishes (its host and port; not a load balancer in front of several nodes). Default: the --listen address, or the hostname and the listen port when --listen binds every interface (0.0.0.0, ::)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if v != "" {
+				if _, err := advertiseEndpoint(v); err != nil {
+					return err
+				}
+			}
+			c.AdvertiseURL = strings.TrimSuffix(v, "/")
+			return nil
+		}},
 	// Node-to-node endpoints on a listener of their own, and TLS on the
 	// api's (issue 26 point 8).
 	{Flag: "internal-listen", Env: "BLOBPLANE_INTERNAL_LISTEN", Default: "", Usage: "host:port of a separate listener that alone serves the node-to-node endpoints (plain HTTP, signed requests; keep it on a private network). Every node of a cluster uses the same port: nodes and workers forward to a home at its public host and this port. Empty: they are served on --listen", For: servers,
@@ -356,7 +373,7 @@ var Settings = []Setting{
 		set: func(c *Config, v string) (err error) { c.AuthCacheTTL, err = cacheTTL(v); return err }},
 	{Flag: "existence-cache-ttl", Env: "BLOBPLANE_EXISTENCE_CACHE_TTL", Default: "30s", Usage: "how long the api serves a found blob (HEAD, and GET's existence check) from memory (emptied at once by any reference deletion or blob state change; at most 1m; 0 disables)", For: []string{API},
 		set: func(c *Config, v string) (err error) { c.ExistenceCacheTTL, err = cacheTTL(v); return err }},
-	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,
+	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to when no replication policy matches, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,
 		set: func(c *Config, v string) error {
 			if v == "" {
 				return nil
@@ -559,6 +576,71 @@ func listenAddr(v string) error {
 		return fmt.Errorf("%q: port must be 0-65535", v)
 	}
 	return nil
+}
+
+// advertiseEndpoint checks an advertise URL and returns the host:port it
+// names: http or https, a host that is not an unspecified address, no
+// user, path, query or fragment; without a port, the scheme's (80, 443).
+func advertiseEndpoint(v string) (string, error) {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil || u.Opaque != "":
+		return "", fmt.Errorf("%q is not a URL such as http://10.0.0.5:8080", v)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%q: must start with http:// or https://, such as http://10.0.0.5:8080", v)
+	case u.Hostname() == "":
+		return "", fmt.Errorf("%q: names no host", v)
+	case unspecifiedHost(u.Hostname()):
+		return "", fmt.Errorf("%q: %s is no address a peer can reach: name this node's own address or DNS name", v, u.Hostname())
+	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(u.Host, ":"):
+		return "", fmt.Errorf("%q: must be scheme://host[:port] only, without user, path, query or fragment", v)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("%q: port must be 1-65535", v)
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// unspecifiedHost reports whether a listen host binds every interface
+// (empty, 0.0.0.0, ::): an address that names no node to a peer.
+func unspecifiedHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// hostname is os.Hostname, replaced by tests.
+var hostname = os.Hostname
+
+// AdvertiseEndpoint is the host:port this api registers in the nodes table
+// and its leases, and so the one the partition map publishes for it: the
+// host and port of AdvertiseURL when set, else bound (the listener's
+// address). A listener bound to every interface (0.0.0.0, ::) names no
+// node to a peer (dialled, it reaches the peer itself), so then the
+// hostname is advertised with the bound port instead, and warning says so
+// and names BLOBPLANE_ADVERTISE_URL; it is "" otherwise.
+func (c *Config) AdvertiseEndpoint(bound string) (endpoint, warning string) {
+	if c.AdvertiseURL != "" {
+		if ep, err := advertiseEndpoint(c.AdvertiseURL); err == nil {
+			return ep, ""
+		}
+	}
+	host, port, err := net.SplitHostPort(bound)
+	if err != nil || !unspecifiedHost(host) {
+		return bound, ""
+	}
+	h, err := hostname()
+	if err != nil || h == "" {
+		return bound, fmt.Sprintf("listening on %s advertises an address no peer can reach, and the hostname is unknown (%v): set BLOBPLANE_ADVERTISE_URL to the URL other nodes reach this api at", bound, err)
+	}
+	ep := net.JoinHostPort(h, port)
+	return ep, fmt.Sprintf("listening on %s, which names no node to a peer: advertising %s (the hostname); set BLOBPLANE_ADVERTISE_URL to the URL other nodes reach this api at", bound, ep)
 }
 
 // CheckTLS refuses half a TLS configuration, and TLS without an internal

@@ -263,6 +263,8 @@ func adminRoutes(r chi.Router, d Deps) {
 			}
 			WriteJSON(w, http.StatusCreated, RepositoryJSON{Name: req.Name})
 		})
+		// Replication policies (policy.go, docs/replication.md).
+		policyRoutes(r, d)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -129,6 +130,9 @@ func mountInternal(r chi.Router, d Deps, h *ociHandler) {
 		call, _ := r.Context().Value(finalizeCallKey{}).(internalFinalizeCall)
 		return call.Repository
 	}
+	// Issue 28: a node of another datacenter copying a blob reads this
+	// datacenter's verified bytes here (jobs.RemoteSource).
+	r.With(RequireClusterSecret(h.ClusterSecret, h.logger)).Get("/internal/v1/blobs/{digest}", h.internalBlob)
 	r.With(RequireClusterSecret(h.ClusterSecret, h.logger), decode, a.RequireHome(key)).
 		Post("/internal/v1/finalize/{operation_id}", func(w http.ResponseWriter, r *http.Request) {
 			h.finalizeAtHome(w, r, a.NodeID, key(r), chi.URLParam(r, "operation_id"))
@@ -154,4 +158,27 @@ func (h *ociHandler) finalizeAtHome(w http.ResponseWriter, r *http.Request, node
 	default:
 		WriteJSON(w, http.StatusOK, o)
 	}
+}
+
+// internalBlob is GET /internal/v1/blobs/{digest}: the whole content of
+// a verified placement of digest in this datacenter, for a transfer into
+// another datacenter, which verifies what it receives as it writes it.
+// No repository is involved: the caller is a node, not a user.
+func (h *ociHandler) internalBlob(w http.ResponseWriter, r *http.Request) {
+	d, err := blobplane.ParseDigest(chi.URLParam(r, "digest"))
+	if err != nil {
+		WriteError(w, r, h.logger, err)
+		return
+	}
+	obj, err := h.openLocal(r.Context(), d, nil)
+	if err != nil {
+		WriteError(w, r, h.logger, err)
+		return
+	}
+	defer obj.Body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Docker-Content-Digest", string(d))
+	w.Header().Set("Content-Length", strconv.FormatInt(obj.Length, 10))
+	w.WriteHeader(http.StatusOK)
+	h.stream(w, r, d, obj)
 }

@@ -46,33 +46,9 @@ func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string
 		}
 		rng = &rr
 	}
-	ps, err := h.Store.Placements(ctx, d)
+	obj, err := h.openLocal(ctx, d, rng)
 	if err != nil {
 		h.fail(w, r, err, ociUnavailable)
-		return
-	}
-	var obj *backend.Object
-	for _, p := range ps {
-		be, ok := h.Backends[p.Backend]
-		if p.State != placement.Verified || p.Datacenter != h.Datacenter || !ok {
-			continue
-		}
-		obj, err = be.Read(ctx, d, backend.ReadOptions{Range: rng})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, backend.ErrNotFound) {
-			h.fail(w, r, err, ociUnavailable)
-			return
-		}
-		// A reference plus a backend not-found is a detected loss.
-		h.logger.ErrorContext(ctx, "verified placement lost its bytes", "digest", d, "backend", p.Backend)
-		if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), p.Key, placement.SourceUnavailable, p.Epoch); ferr != nil {
-			h.logger.WarnContext(ctx, "cannot record a lost placement", "digest", d, "err", ferr)
-		}
-	}
-	if obj == nil {
-		h.fail(w, r, blobplane.Errorf(blobplane.CodeUnavailable, "%s has no verified placement in datacenter %s; remote read-through is not available yet", d, h.Datacenter), ociUnavailable)
 		return
 	}
 	defer obj.Body.Close()
@@ -83,15 +59,49 @@ func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string
 		status = http.StatusPartialContent
 	}
 	w.WriteHeader(status)
-	// read(2)/write(2) through a pooled 256 KiB buffer. Hiding the
-	// writer's ReadFrom (struct{io.Writer}) keeps net/http from handing an
-	// identity file to sendfile(2), which measured slower here, for 1 GiB
-	// and for 4 KiB (docs/performance.md).
+	h.stream(w, r, d, obj)
+}
+
+// stream copies obj's body to w: read(2)/write(2) through a pooled 256
+// KiB buffer. Hiding the writer's ReadFrom (struct{io.Writer}) keeps
+// net/http from handing an identity file to sendfile(2), which measured
+// slower here, for 1 GiB and for 4 KiB (docs/performance.md).
+func (h *ociHandler) stream(w http.ResponseWriter, r *http.Request, d blobplane.Digest, obj *backend.Object) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	if _, err := io.CopyBuffer(struct{ io.Writer }{w}, obj.Body, *bp); err != nil && !errors.Is(err, context.Canceled) {
-		h.logger.WarnContext(ctx, "blob body failed mid-stream", "digest", d, "err", err)
+		h.logger.WarnContext(r.Context(), "blob body failed mid-stream", "digest", d, "err", err)
 	}
+}
+
+// openLocal opens d (rng of it, when set) from a verified placement in
+// this datacenter. A verified placement whose bytes are gone is a
+// detected loss: it is recorded failed (source_unavailable) and the next
+// one is tried. Errors: unavailable when none can be read here.
+func (h *ociHandler) openLocal(ctx context.Context, d blobplane.Digest, rng *backend.Range) (*backend.Object, error) {
+	ps, err := h.Store.Placements(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		be, ok := h.Backends[p.Backend]
+		if p.State != placement.Verified || p.Datacenter != h.Datacenter || !ok {
+			continue
+		}
+		obj, err := be.Read(ctx, d, backend.ReadOptions{Range: rng})
+		if err == nil {
+			return obj, nil
+		}
+		if !errors.Is(err, backend.ErrNotFound) {
+			return nil, err
+		}
+		// A verified placement plus a backend not-found is a detected loss.
+		h.logger.ErrorContext(ctx, "verified placement lost its bytes", "digest", d, "backend", p.Backend)
+		if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), p.Key, placement.SourceUnavailable, p.Epoch); ferr != nil {
+			h.logger.WarnContext(ctx, "cannot record a lost placement", "digest", d, "err", ferr)
+		}
+	}
+	return nil, blobplane.Errorf(blobplane.CodeUnavailable, "%s has no verified placement in datacenter %s; remote read-through is not available yet", d, h.Datacenter)
 }
 
 // copyBufs are getBlob's body buffers: large enough that a 1 GiB read is

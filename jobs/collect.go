@@ -21,13 +21,16 @@ import (
 
 // DeletionQueue is the River queue of byte deletions of placements in
 // datacenter: only that datacenter's workers hold its backends, so each
-// worker polls its own datacenter's queue (River queue names allow at most
-// 64 characters; a longer label is hashed).
-func DeletionQueue(datacenter string) string {
-	q := "delete_" + datacenter
+// worker polls its own datacenter's queue.
+func DeletionQueue(datacenter string) string { return datacenterQueue("delete_", datacenter) }
+
+// datacenterQueue is the queue named prefix + datacenter (River queue
+// names allow at most 64 characters; a longer label is hashed).
+func datacenterQueue(prefix, datacenter string) string {
+	q := prefix + datacenter
 	if len(q) > 64 {
 		sum := sha256.Sum256([]byte(datacenter))
-		q = "delete_" + hex.EncodeToString(sum[:16])
+		q = prefix + hex.EncodeToString(sum[:16])
 	}
 	return q
 }

@@ -48,6 +48,7 @@ var periodic = map[string]func() river.JobArgs{
 	SweepArgs{}.Kind():     func() river.JobArgs { return SweepArgs{} },
 	InventoryArgs{}.Kind(): func() river.JobArgs { return InventoryArgs{} },
 	CollectArgs{}.Kind():   func() river.JobArgs { return CollectArgs{} },
+	ScrubArgs{}.Kind():     func() river.JobArgs { return ScrubArgs{} },
 }
 
 // PeriodicJobNames lists the names BLOBPLANE_CRON accepts.

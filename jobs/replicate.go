@@ -2,33 +2,65 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/internal/nodeauth"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/replication"
+	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/upload"
 )
 
-// ReplicationQueue holds replication jobs. No worker polls it yet (the
-// transfer worker is a later issue), so jobs wait there as durable
-// replication records instead of failing as an unknown kind. Only
-// multi-datacenter deployments enqueue any.
-const ReplicationQueue = "replication"
+// ReplicationQueue is the River queue of copies into datacenter: its own
+// workers pull the bytes (they hold the target backends), so adding
+// workers there adds throughput (issue 28).
+func ReplicationQueue(datacenter string) string { return datacenterQueue("replicate_", datacenter) }
 
-// ReplicateArgs asks for a copy of a published blob's verified placement in
-// the source datacenter to TargetDatacenter. One job per (operation,
-// target); a retry of the operation never enqueues a second set (S4).
+// LegacyReplicationQueue is the one queue replication jobs went to before
+// issue 28, which no worker polled; migration 00020 moves what waited
+// there to the target datacenters' queues.
+const LegacyReplicationQueue = "replication"
+
+// ReplicateArgs asks for a verified copy of a published blob in
+// TargetDatacenter, preferably read from SourceDatacenter (the ingress).
+// Unique per digest and target among jobs not yet finished: two
+// publications of one digest (two repositories) make one copy, and a
+// repair after a finished copy gets a job of its own.
 type ReplicateArgs struct {
 	OperationID      string           `json:"operation_id"`
-	Digest           blobplane.Digest `json:"digest"`
+	Digest           blobplane.Digest `json:"digest" river:"unique"`
 	Size             int64            `json:"size"`
 	SourceDatacenter string           `json:"source_datacenter"`
-	TargetDatacenter string           `json:"target_datacenter"`
+	TargetDatacenter string           `json:"target_datacenter" river:"unique"`
 }
 
 func (ReplicateArgs) Kind() string { return "replicate" }
+
+// InsertOpts: the target's queue, unique per digest and target.
+func (a ReplicateArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: ReplicationQueue(a.TargetDatacenter), UniqueOpts: unfinished}
+}
+
+// unfinished is uniqueness by the args' unique fields among jobs not yet
+// finished.
+var unfinished = river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+	rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning, rivertype.JobStateScheduled,
+}}
 
 // Replication enqueues replication jobs inside finalization's transaction.
 type Replication struct {
@@ -38,18 +70,174 @@ type Replication struct {
 
 var _ upload.ReplicationEnqueuer = Replication{}
 
-// EnqueueReplicationTx inserts one ReplicateArgs job per target in tx,
-// unique by arguments so that even a duplicated call enqueues one set.
+// EnqueueReplicationTx inserts one ReplicateArgs job per target in tx.
 func (r Replication) EnqueueReplicationTx(ctx context.Context, tx pgx.Tx, rep upload.Replication) error {
 	params := make([]river.InsertManyParams, 0, len(rep.Targets))
 	for _, t := range rep.Targets {
-		params = append(params, river.InsertManyParams{
-			Args:       ReplicateArgs{OperationID: rep.OperationID, Digest: rep.Digest, Size: rep.Size, SourceDatacenter: rep.SourceDatacenter, TargetDatacenter: t},
-			InsertOpts: &river.InsertOpts{Queue: ReplicationQueue, UniqueOpts: river.UniqueOpts{ByArgs: true}},
-		})
+		params = append(params, river.InsertManyParams{Args: ReplicateArgs{
+			OperationID: rep.OperationID, Digest: rep.Digest, Size: rep.Size, SourceDatacenter: rep.SourceDatacenter, TargetDatacenter: t,
+		}})
 	}
 	if _, err := r.Client.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue replication of %s: %w", rep.Digest, err)
 	}
 	return nil
+}
+
+// ReplicateDeps are what the replicate worker needs: this datacenter's
+// ledger view and backends (the first in Order takes the copies), and the
+// cluster secret to read from other datacenters' nodes.
+type ReplicateDeps struct {
+	Store         *store.Store
+	Datacenter    string
+	Backends      map[string]backend.Backend
+	Backend       string // the backend copies are written to
+	ClusterSecret string
+	InternalPort  string
+	Logger        *slog.Logger
+}
+
+// AddReplicateWorker registers the replicate worker on w.
+func AddReplicateWorker(w *river.Workers, d ReplicateDeps) error {
+	be, ok := d.Backends[d.Backend]
+	if !ok {
+		return fmt.Errorf("replicate worker: backend %q is not configured", d.Backend)
+	}
+	river.AddWorker(w, &ReplicateWorker{Transfer: &replication.Transfer{
+		Ledger: d.Store, Datacenter: d.Datacenter, BackendName: d.Backend, Backend: be,
+		Local:  LocalSource{Backends: d.Backends},
+		Remote: &RemoteSource{Nodes: d.Store, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort), HTTP: &http.Client{}},
+		Logger: d.Logger,
+	}, Logger: d.Logger})
+	return nil
+}
+
+// ReplicateWorker runs ReplicateArgs in the target datacenter.
+type ReplicateWorker struct {
+	river.WorkerDefaults[ReplicateArgs]
+	Transfer *replication.Transfer
+	Logger   *slog.Logger
+}
+
+// Timeout bounds one attempt in proportion to the blob: a minute plus
+// the time to move it at 8 MiB/s. River's rescue of a stuck job comes
+// above it (RescueStuckJobsAfter); a retry takes the row over under a
+// newer epoch (S3).
+func (w *ReplicateWorker) Timeout(job *river.Job[ReplicateArgs]) time.Duration {
+	return time.Minute + time.Duration(job.Args.Size/(8<<20))*time.Second
+}
+
+// NextRetry is River's backoff (attempt^4 seconds) capped at
+// FinalizeMaxBackoff: a target datacenter back after an hour's outage
+// drains its backlog within minutes, with no operator.
+func (w *ReplicateWorker) NextRetry(job *river.Job[ReplicateArgs]) time.Time {
+	a := time.Duration(job.Attempt)
+	return time.Now().Add(min(a*a*a*a*time.Second, FinalizeMaxBackoff))
+}
+
+// Work copies the blob, or finds it copied. A job in another
+// datacenter's queue is refused (a misrouted insert), never worked here.
+func (w *ReplicateWorker) Work(ctx context.Context, job *river.Job[ReplicateArgs]) error {
+	a := job.Args
+	if a.TargetDatacenter != w.Transfer.Datacenter {
+		return river.JobCancel(fmt.Errorf("replicate %s: target %s is not this datacenter (%s)", a.Digest, a.TargetDatacenter, w.Transfer.Datacenter))
+	}
+	res, err := w.Transfer.Run(ctx, replication.Request{Digest: a.Digest, Size: a.Size, SourceDatacenter: a.SourceDatacenter, TakeOver: job.Attempt > 1})
+	if err != nil {
+		w.Logger.WarnContext(ctx, "transfer failed; it is retried", "digest", a.Digest, "target", a.TargetDatacenter, "attempt", job.Attempt, "reason", replication.Classify(err), "err", err)
+		return err
+	}
+	if !res.AlreadyVerified {
+		w.Logger.InfoContext(ctx, "transfer verified", "digest", a.Digest, "target", a.TargetDatacenter, "from", res.Source.Datacenter, "bytes", res.Bytes, "epoch", res.Placement.Epoch)
+	}
+	return nil
+}
+
+// LocalSource reads verified placements of this datacenter from its
+// backends.
+type LocalSource struct {
+	Backends map[string]backend.Backend
+}
+
+// Open implements replication.Source.
+func (s LocalSource) Open(ctx context.Context, p placement.Placement) (io.ReadCloser, error) {
+	be, ok := s.Backends[p.Backend]
+	if !ok {
+		return nil, fmt.Errorf("backend %q of %s is not configured here", p.Backend, p.Digest)
+	}
+	obj, err := be.Read(ctx, p.Digest, backend.ReadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.Body, nil
+}
+
+// InternalBlobPath is the internal endpoint a node serves its
+// datacenter's verified bytes at (signed node calls only).
+const InternalBlobPath = "/internal/v1/blobs/"
+
+// NodeLister lists the registered nodes (store.Store).
+type NodeLister interface {
+	ListNodes(ctx context.Context) ([]store.Node, error)
+}
+
+// RemoteSource reads a verified placement of another datacenter from an
+// api node there, through its internal endpoint, each request signed
+// with the cluster secret (internal/nodeauth).
+type RemoteSource struct {
+	Nodes    NodeLister
+	Secret   string
+	Internal func(base string) string
+	HTTP     *http.Client
+}
+
+// Open implements replication.Source: the first up api node of the
+// placement's datacenter that answers 200.
+func (s *RemoteSource) Open(ctx context.Context, p placement.Placement) (io.ReadCloser, error) {
+	nodes, err := s.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes = slices.DeleteFunc(nodes, func(n store.Node) bool {
+		return n.Role != config.API || n.State != "up" || n.Datacenter != p.Datacenter || n.Endpoint == ""
+	})
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("no api node of datacenter %s is up", p.Datacenter)
+	}
+	var errs []error
+	for _, n := range nodes {
+		body, err := s.open(ctx, n, p.Digest)
+		if err == nil {
+			return body, nil
+		}
+		errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Digest) (io.ReadCloser, error) {
+	base := n.Endpoint
+	if !strings.Contains(base, "://") {
+		base = "http://" + base // registered as host:port (controller.Endpoint)
+	}
+	if s.Internal != nil {
+		base = s.Internal(base)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+InternalBlobPath+url.PathEscape(string(d)), nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := nodeauth.SignRequest(req, []byte(s.Secret), nil, time.Now()); err != nil {
+		return nil, err
+	}
+	resp, err := s.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s answered %d: %s", base, resp.StatusCode, b)
+	}
+	return resp.Body, nil
 }

@@ -3,8 +3,12 @@
 # DATABASE_URL is unset), migrations, then api + worker for datacenter
 # `local` on the filesystem data dir. Ctrl-C stops both (and the Postgres this
 # run started), leaving no listener behind.
+#
+# BLOBPLANE_DATACENTERS=eu-1,us-1,... runs one api + worker per datacenter
+# instead: scripts/run-datacenters.sh (docs/multi-datacenter.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ -n ${BLOBPLANE_DATACENTERS:-} ]]; then exec scripts/run-datacenters.sh; fi
 export BLOBPLANE_DATA_DIR=${BLOBPLANE_DATA_DIR:-$PWD/.data}
 export BLOBPLANE_DATACENTER=${BLOBPLANE_DATACENTER:-local}
 export BLOBPLANE_LISTEN=${BLOBPLANE_LISTEN:-127.0.0.1:8080}

@@ -148,9 +148,11 @@ func (s *Store) commitFinalizeBatch(ctx context.Context, batch []*finalizeCall) 
 
 // mergeable reports whether batch's calls can share one statement per
 // kind: at least two; each verifies its placement on the common path
-// (pipelinable) of its own digest; all take the same replication targets
-// (an api's are its configuration's: BLOBPLANE_REPLICATE_TO, or the
-// default policy); no digest twice (a blob row's ON CONFLICT DO UPDATE cannot
+// (pipelinable) of its own digest; all take the same fallback targets
+// (FinalizeRequest.Targets: an api's are its configuration's,
+// BLOBPLANE_REPLICATE_TO, or nil; a call whose repository has a
+// replication policy takes the policy's, which PublishMany reads per
+// call); no digest twice (a blob row's ON CONFLICT DO UPDATE cannot
 // touch a row twice in one statement, and rows are matched by digest).
 // batch is in digest order (byFinalizeDigest).
 func mergeable(batch []*finalizeCall) bool {
@@ -168,8 +170,8 @@ func mergeable(batch []*finalizeCall) bool {
 	return true
 }
 
-// sameTargets reports whether two calls' replication targets are the
-// same: both the default policy (nil), or the same list.
+// sameTargets reports whether two calls' fallback replication targets
+// are the same: both nil (every registered datacenter), or the same list.
 func sameTargets(a, b []string) bool {
 	return (a == nil) == (b == nil) && slices.Equal(a, b)
 }

@@ -350,8 +350,8 @@ func TestFinalizeRetryReturnsStoredOutcome(t *testing.T) {
 		t.Fatalf("references: %d", n)
 	}
 	rivertest.RequireManyInserted(ctx, t, riverpgxv5.New(u.pool), []rivertest.ExpectedJob{
-		{Args: &jobs.ReplicateArgs{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "us-1"}, Opts: &rivertest.RequireInsertedOpts{Queue: jobs.ReplicationQueue}},
-		{Args: &jobs.ReplicateArgs{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "ap-1"}, Opts: &rivertest.RequireInsertedOpts{Queue: jobs.ReplicationQueue}},
+		{Args: &jobs.ReplicateArgs{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "us-1"}, Opts: &rivertest.RequireInsertedOpts{Queue: jobs.ReplicationQueue("us-1")}},
+		{Args: &jobs.ReplicateArgs{OperationID: req.OperationID, Digest: req.Digest, Size: req.Size, SourceDatacenter: upDC, TargetDatacenter: "ap-1"}, Opts: &rivertest.RequireInsertedOpts{Queue: jobs.ReplicationQueue("ap-1")}},
 	})
 }
 

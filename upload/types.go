@@ -153,8 +153,10 @@ type FinalizeRequest struct {
 	Partition string
 	Node      string
 	Epoch     uint64
-	// Targets overrides the replication policy; nil means every registered
-	// datacenter other than the ingress.
+	// Targets is the fallback replication targets: the replication policy
+	// of the repository's longest matching prefix wins (migration 00019,
+	// docs/replication.md); without one, Targets, and nil means every
+	// registered datacenter other than the ingress.
 	Targets []string
 	// Verify, when set, is the verification of the placement that holds
 	// the content, recorded by Finalize (see there) instead of by a

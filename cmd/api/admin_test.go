@@ -11,12 +11,14 @@ import (
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/internal/testbin"
+	"github.com/blobplane/blobplane/replication/policy"
 	"github.com/blobplane/blobplane/store"
 )
 
 // The access-management commands through the real binary against a real
 // database: tokens are printed once and work, revoke stops them, bootstrap
-// issues one admin token ever, repositories are created and listed.
+// issues one admin token ever, repositories are created and listed,
+// replication policies are set, listed and deleted.
 func TestAdminCommands(t *testing.T) {
 	api := filepath.Join(testbin.Build(t), "api")
 	d := pgtest.New(t)
@@ -93,6 +95,70 @@ func TestAdminCommands(t *testing.T) {
 		code, stdout, stderr := run(api, env, "repo", "list")
 		if got := strings.Fields(stdout); code != 0 || !slices.Equal(got, []string{"alpha", "team/app"}) {
 			t.Fatalf("list: exit %d %q %q", code, stdout, stderr)
+		}
+	})
+
+	// Flags before or after the prefix, --global, --dc none; bad
+	// invocations exit non-zero with one line and store nothing.
+	t.Run("policy set, list and delete", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"policy", "set", "team/", "--dc", "us-1", "--dc", "ap-1", "--min", "2", "--by", "lead"},
+			{"policy", "set", "--dc", "eu-1,us-1", "--global"},
+			{"policy", "set", "--dc", "none", "team/scratch"},
+		} {
+			if code, stdout, stderr := run(api, env, args...); code != 0 || !strings.Contains(stdout, "replication policy of") {
+				t.Fatalf("%v: exit %d %q %q", args, code, stdout, stderr)
+			}
+		}
+		p, err := st.PolicyFor(ctx, "team/app", policy.Policy{})
+		if err != nil || !p.Stored || p.Prefix != "team/" || !slices.Equal(p.Datacenters, []string{"ap-1", "us-1"}) || p.MinVerifiedCopies != 2 || p.SetBy != "lead" {
+			t.Fatalf("team/app's policy: %+v %v", p, err)
+		}
+		if p, err := st.PolicyFor(ctx, "other/app", policy.Policy{}); err != nil || p.Prefix != "" || !slices.Equal(p.Datacenters, []string{"eu-1", "us-1"}) {
+			t.Fatalf("the global policy: %+v %v", p, err)
+		}
+
+		code, stdout, stderr := run(api, env, "policy", "list")
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		if code != 0 || len(lines) != 3 ||
+			!strings.HasPrefix(lines[0], "(global)\teu-1,us-1\t1\t") ||
+			!strings.HasPrefix(lines[1], "team/\tap-1,us-1\t2\tlead\t") ||
+			!strings.HasPrefix(lines[2], "team/scratch\tnone\t1\t") {
+			t.Fatalf("list: exit %d %q %q", code, stdout, stderr)
+		}
+
+		for _, args := range [][]string{
+			{"policy"},
+			{"policy", "frob"},
+			{"policy", "set", "team/"},                             // no --dc
+			{"policy", "set", "", "--dc", "us-1"},                  // an empty prefix is not --global
+			{"policy", "set", "--dc", "us-1"},                      // no prefix
+			{"policy", "set", "team/", "--global", "--dc", "us-1"}, // both
+			{"policy", "set", "team/", "other/", "--dc", "us-1"},
+			{"policy", "set", "Team/", "--dc", "us-1"},
+			{"policy", "set", "team/", "--dc", "US-1"},
+			{"policy", "set", "team/", "--dc", "us-1", "--min", "2"},
+			{"policy", "set", "team/", "--dc", "none,us-1"},
+			{"policy", "list", "extra"},
+			{"policy", "delete"},
+			{"policy", "delete", "nobody/"},
+		} {
+			code, stdout, stderr := run(api, env, args...)
+			if code == 0 || stdout != "" || len(strings.Split(strings.TrimSpace(stderr), "\n")) > 2 || strings.Contains(stderr, "goroutine") {
+				t.Errorf("%v: exit %d stdout %q stderr %q", args, code, stdout, stderr)
+			}
+		}
+		if ps, err := st.Policies(ctx); err != nil || len(ps) != 3 {
+			t.Fatalf("bad invocations changed the policies: %+v %v", ps, err)
+		}
+
+		for _, args := range [][]string{{"policy", "delete", "team/"}, {"policy", "delete", "--global"}} {
+			if code, stdout, stderr := run(api, env, args...); code != 0 || !strings.Contains(stdout, "deleted") {
+				t.Fatalf("%v: exit %d %q %q", args, code, stdout, stderr)
+			}
+		}
+		if code, stdout, _ := run(api, env, "policy", "list"); code != 0 || !strings.HasPrefix(stdout, "team/scratch\tnone\t1\t") || strings.Count(stdout, "\n") != 1 {
+			t.Fatalf("list after deletes: exit %d %q", code, stdout)
 		}
 	})
 }

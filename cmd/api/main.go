@@ -11,6 +11,8 @@
 //	api [flags] token bootstrap [--principal admin]
 //	                      issue a *:admin token unless one exists (printed once)
 //	api [flags] repo create <name> | repo list
+//	api [flags] policy set <prefix>|--global --dc us-1 [--dc ap-1 ...] [--min N] | policy list | policy delete <prefix>|--global
+//	                      the replication policy (docs/replication.md)
 //
 // Run `api --help` for every setting and its environment variable.
 package main
@@ -75,11 +77,12 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		return nil
 	case "lease":
 		return lease(ctx, cfg, logger, args[1:], os.Stdout)
-	case "token", "repo":
-		// Access management (issue 6): tokens, grants, repositories.
+	case "token", "repo", "policy":
+		// Access management (issue 6): tokens, grants, repositories;
+		// replication policies (issue 28).
 		return admin.Main(ctx, cfg.DatabaseURL, logger, cmd, args[1:], os.Stdout, os.Stderr)
 	default:
-		return fmt.Errorf("unknown command %q (serve, migrate, lease, token, repo)", cmd)
+		return fmt.Errorf("unknown command %q (serve, migrate, lease, token, repo, policy)", cmd)
 	}
 }
 

@@ -270,6 +270,22 @@ type Placement struct {
 	VerifiedAt pgtype.Timestamptz
 }
 
+// The scrub's last check of each placement it re-read: when, and whether the bytes hashed to the digest (intact), to something else or short (digest_mismatch), or were gone (missing).
+type PlacementCheck struct {
+	// The checked placement's digest (with backend, datacenter and location: its key in placements).
+	Digest string
+	// The checked placement's backend label.
+	Backend string
+	// The checked placement's datacenter: the scrub of that datacenter's workers wrote this row.
+	Datacenter string
+	// The checked placement's object location.
+	Location string
+	// When the scrub last re-read and re-hashed the placement's bytes (database clock).
+	CheckedAt pgtype.Timestamptz
+	// What that check found: intact, digest_mismatch (other bytes, short, or undecodable) or missing (the object was gone).
+	Outcome string
+}
+
 // Placement counts by state per (digest, datacenter). Sum over datacenter for per-digest totals; a digest is serveable when its verified sum is > 0.
 type PlacementSummary struct {
 	// Content digest.
@@ -306,6 +322,22 @@ type PrincipalGrant struct {
 	GrantID int64
 	// The grant as pattern:permission, e.g. team/*:write.
 	GrantText string
+}
+
+// Replication policy per repository prefix (issue 28, docs/replication.md): the longest prefix matching a repository decides which datacenters must hold a verified copy of what it publishes. No matching row: the api's BLOBPLANE_REPLICATE_TO.
+type ReplicationPolicy struct {
+	// Repositories governed: '' every repository (the global default); a repository name followed by / (team/) every repository under it, at any depth; a repository name (team/app) that repository only. The longest matching prefix wins.
+	Prefix string
+	// Datacenters that must hold a verified copy, in ascending order, no duplicates; may be empty (no replication: the ingress copy only). A publication enqueues a replicate job for each of them but its ingress.
+	Datacenters []string
+	// Verified copies (in distinct datacenters, the ingress's counted) a digest needs at least to meet the policy: 1 to max(number of datacenters, 1).
+	MinVerifiedCopies int32
+	// Principal that last set the policy (the admin API's caller, or the CLI's --by).
+	SetBy string
+	// Database time the prefix first got a policy.
+	CreatedAt pgtype.Timestamptz
+	// Database time of the last change.
+	UpdatedAt pgtype.Timestamptz
 }
 
 // Named namespaces of references (team/app), the partition key of the authority runtime. Names follow the OCI distribution name grammar (checked here and in auth.ValidRepository).

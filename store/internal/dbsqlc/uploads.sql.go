@@ -1006,9 +1006,8 @@ INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, re
 SELECT a.operation_id, a.repository, $1::text, $2::bigint,
        $3::jsonb || jsonb_build_object(
            'repository', a.repository,
-           'replication_targets', to_jsonb(coalesce($4::text[], ARRAY(
-               SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
-           )::text[])),
+           'replication_targets', to_jsonb((
+               SELECT rt FROM replication_targets(a.repository, a.ingress_datacenter, $4::text[]) AS rt)),
            'new_reference', EXISTS (SELECT 1 FROM ref))
 FROM admitted a
 RETURNING result, published_at
@@ -1032,9 +1031,11 @@ type PublishRow struct {
 // pending and the blob row exists (EnsureBlobUnderLease made it, unless
 // the lease moved), the reference, the transition to admitted and the stored
 // outcome, into which go the repository, the replication targets
-// (@targets, or the default policy: every registered datacenter other
-// than the ingress, read by this statement, whose answer is what Finalize
-// enqueues) and whether the reference was new. No row back: the intent
+// (read by this statement, whose answer is what Finalize enqueues:
+// replication_targets, migration 00019: the datacenters of the
+// repository's replication policy other than the ingress; with no
+// policy @targets, or else every registered datacenter other than the
+// ingress) and whether the reference was new. No row back: the intent
 // was not pending or there is no blob row, and nothing was written. Finalize validates after it
 // and rolls the transaction back on a refusal.
 func (q *Queries) Publish(ctx context.Context, db DBTX, arg PublishParams) (PublishRow, error) {
@@ -1077,9 +1078,8 @@ INSERT INTO operation_outcomes (operation_id, repository, digest, size_bytes, re
 SELECT t.operation_id, t.repository, t.digest, t.size_bytes,
        t.result || jsonb_build_object(
            'repository', t.repository,
-           'replication_targets', to_jsonb(coalesce($1::text[], ARRAY(
-               SELECT DISTINCT n.datacenter FROM nodes n WHERE n.datacenter <> a.ingress_datacenter ORDER BY n.datacenter
-           )::text[])),
+           'replication_targets', to_jsonb((
+               SELECT rt FROM replication_targets(t.repository, a.ingress_datacenter, $1::text[]) AS rt)),
            'new_reference', EXISTS (SELECT 1 FROM ref WHERE ref.operation_id = t.operation_id))
 FROM admitted a JOIN intent t ON t.operation_id = a.operation_id
 RETURNING operation_id, result, published_at
@@ -1099,8 +1099,10 @@ type PublishManyRow struct {
 	PublishedAt pgtype.Timestamptz
 }
 
-// Publish of each call, all with the same replication targets: @targets,
-// or (NULL) the default policy, read per call. The intents
+// Publish of each call, all with the same fallback targets: each call's
+// replication_targets, its own repository's policy read per call, else
+// @targets, or (NULL) every registered datacenter other than the call's
+// ingress. The intents
 // are reached by key: a LATERAL lookup each, and the operation ids as an
 // array (= ANY) for the transition.
 func (q *Queries) PublishMany(ctx context.Context, db DBTX, arg PublishManyParams) ([]PublishManyRow, error) {

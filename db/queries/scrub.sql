@@ -1,0 +1,27 @@
+-- The scrub (issue 28): verified placements of one datacenter, the ones
+-- checked longest ago (or never) first.
+
+-- name: ScrubCandidates :many
+SELECT p.digest, p.backend, p.datacenter, p.location, p.size_bytes, p.epoch,
+       coalesce(c.checked_at, p.verified_at, p.created_at)::timestamptz AS last_checked
+FROM placements p
+LEFT JOIN placement_checks c
+  ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location
+WHERE coalesce(p.datacenter, '') = @datacenter::text AND coalesce(p.state, '') = 'verified'
+ORDER BY c.checked_at NULLS FIRST, p.verified_at, p.digest
+LIMIT @max_rows;
+
+-- name: RecordPlacementCheck :exec
+INSERT INTO placement_checks (digest, backend, datacenter, location, checked_at, outcome)
+VALUES (@digest, @backend, @datacenter, @location, now(), @outcome)
+ON CONFLICT (digest, backend, datacenter, location)
+DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome;
+
+-- name: OldestCheck :one
+-- The age of the least recently checked verified placement of a
+-- datacenter: how far behind the scrub is.
+SELECT coalesce(extract(epoch FROM now() - min(coalesce(c.checked_at, p.verified_at, p.created_at))), 0)::float8 AS age_seconds
+FROM placements p
+LEFT JOIN placement_checks c
+  ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location
+WHERE coalesce(p.datacenter, '') = @datacenter::text AND coalesce(p.state, '') = 'verified';

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// The scrub's records (issue 28, migration 00021): which verified
+// placements of a datacenter to re-read next, and what each check found.
+
+// ScrubCandidate is a verified placement due for a check.
+type ScrubCandidate struct {
+	Key         placement.Key
+	Size        int64
+	Epoch       int64
+	LastChecked time.Time // its last check, else its verification
+}
+
+// ScrubCandidates lists up to limit verified placements of datacenter,
+// never checked first, then the longest ago. No ledger yet: none.
+func (s *Store) ScrubCandidates(ctx context.Context, datacenter string, limit int) ([]ScrubCandidate, error) {
+	rows, err := s.q.ScrubCandidates(ctx, s.pool, dbsqlc.ScrubCandidatesParams{Datacenter: datacenter, MaxRows: int32(limit)})
+	if isUndefinedTable(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, dbErr("scrub candidates", err)
+	}
+	out := make([]ScrubCandidate, len(rows))
+	for i, r := range rows {
+		out[i] = ScrubCandidate{
+			Key:  placement.Key{Digest: blobplane.Digest(r.Digest), Backend: r.Backend, Datacenter: r.Datacenter, Location: r.Location},
+			Size: r.SizeBytes, Epoch: r.Epoch, LastChecked: r.LastChecked.Time,
+		}
+	}
+	return out, nil
+}
+
+// Check outcomes a scrub records.
+const (
+	CheckIntact   = "intact"
+	CheckMismatch = "digest_mismatch"
+	CheckMissing  = "missing"
+)
+
+// RecordPlacementCheck records that k was checked now, with outcome.
+func (s *Store) RecordPlacementCheck(ctx context.Context, k placement.Key, outcome string) error {
+	err := s.q.RecordPlacementCheck(ctx, s.pool, dbsqlc.RecordPlacementCheckParams{
+		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location, Outcome: outcome,
+	})
+	return dbErr("record placement check", err)
+}
+
+// OldestCheckAge is how long ago the least recently checked verified
+// placement of datacenter was checked (or verified): how far behind the
+// scrub is.
+func (s *Store) OldestCheckAge(ctx context.Context, datacenter string) (time.Duration, error) {
+	age, err := s.q.OldestCheck(ctx, s.pool, datacenter)
+	if isUndefinedTable(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, dbErr("oldest placement check", err)
+	}
+	return time.Duration(age * float64(time.Second)), nil
+}
