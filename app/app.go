@@ -485,7 +485,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	queues := workerQueues(cfg, backends)
 	// Homes serve node-to-node calls at the cluster's internal port when
 	// BLOBPLANE_INTERNAL_LISTEN is set (issue 26 point 8).
-	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort()})
+	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort(), ReplicateTo: cfg.ReplicateTo})
 	reaper := newReaper(cfg, st, backends, logger)
 	jobs.AddSweepWorker(workers, reaper)
 	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName}

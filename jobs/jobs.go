@@ -28,6 +28,10 @@ type Deps struct {
 	// InternalPort is the port of the homes' internal listeners
 	// (BLOBPLANE_INTERNAL_LISTEN); "" forwards to their public endpoints.
 	InternalPort string
+	// ReplicateTo is the replication targets of a repository no policy
+	// matches (BLOBPLANE_REPLICATE_TO, the api's too): the reconciler's
+	// fallback.
+	ReplicateTo []string
 }
 
 // Workers registers every worker Blobplane runs.
@@ -38,6 +42,7 @@ func Workers(d Deps) *river.Workers {
 	// maps from Postgres (and verifies them).
 	routing := client.New(client.Config{Maps: d.Store, HTTP: &http.Client{Timeout: 30 * time.Second}})
 	river.AddWorker(w, &FinalizeWorker{Home: HomeFinalizer{Routing: routing, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort)}, Logger: d.Logger})
+	river.AddWorker(w, &ReconcileWorker{Store: d.Store, Fallback: d.ReplicateTo, Logger: d.Logger})
 	return w
 }
 
@@ -49,6 +54,7 @@ var periodic = map[string]func() river.JobArgs{
 	InventoryArgs{}.Kind(): func() river.JobArgs { return InventoryArgs{} },
 	CollectArgs{}.Kind():   func() river.JobArgs { return CollectArgs{} },
 	ScrubArgs{}.Kind():     func() river.JobArgs { return ScrubArgs{} },
+	ReconcileArgs{}.Kind(): func() river.JobArgs { return ReconcileArgs{} },
 }
 
 // PeriodicJobNames lists the names BLOBPLANE_CRON accepts.

@@ -324,6 +324,16 @@ type PrincipalGrant struct {
 	GrantText string
 }
 
+// The single row saying where the next replication reconciler pass starts: live blobs are compared with their policy in digest order after after_digest, wrapping around.
+type ReplicationCursor struct {
+	// Always 1: there is one cursor.
+	ID int32
+	// The last digest the previous pass compared, or empty to start from the first digest.
+	AfterDigest string
+	// Database time the last pass saved it.
+	UpdatedAt pgtype.Timestamptz
+}
+
 // Replication policy per repository prefix (issue 28, docs/replication.md): the longest prefix matching a repository decides which datacenters must hold a verified copy of what it publishes. No matching row: the api's BLOBPLANE_REPLICATE_TO.
 type ReplicationPolicy struct {
 	// Repositories governed: '' every repository (the global default); a repository name followed by / (team/) every repository under it, at any depth; a repository name (team/app) that repository only. The longest matching prefix wins.
