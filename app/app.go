@@ -36,6 +36,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/node"
+	"github.com/blobplane/blobplane/replication"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
 	"github.com/blobplane/blobplane/upload"
@@ -489,10 +490,13 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	reaper := newReaper(cfg, st, backends, logger)
 	jobs.AddSweepWorker(workers, reaper)
 	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName}
+	var replMetrics *replication.Metrics
 	if cfg.WorkerMetrics != "" {
 		reg := prometheus.NewRegistry()
 		reaper.Metrics = sweep.NewMetrics(reg)
 		collectDeps.Metrics = sweep.NewCollectMetrics(reg)
+		replMetrics = replication.NewMetrics(reg)
+		reg.MustRegister(replication.NewBacklogCollector(jobs.ReplicationBacklog(st.Pool()), logger))
 		stop, err := serveMetrics(cfg.WorkerMetrics, reg, logger)
 		if err != nil {
 			return err
@@ -500,7 +504,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		defer stop()
 	}
 	jobs.AddCollectWorkers(workers, collectDeps)
-	if err := addReplicationWorkers(workers, cfg, st, backends, logger); err != nil {
+	if err := addReplicationWorkers(workers, cfg, st, backends, replMetrics, logger); err != nil {
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{
@@ -741,16 +745,16 @@ func workerQueues(cfg *config.Config, backends *Backends) map[string]river.Queue
 
 // addReplicationWorkers registers the transfer and scrub workers of a
 // worker with backends (issue 28).
-func addReplicationWorkers(w *river.Workers, cfg *config.Config, st *store.Store, backends *Backends, logger *slog.Logger) error {
+func addReplicationWorkers(w *river.Workers, cfg *config.Config, st *store.Store, backends *Backends, m *replication.Metrics, logger *slog.Logger) error {
 	if len(backends.Order) == 0 {
 		return nil
 	}
 	if err := jobs.AddReplicateWorker(w, jobs.ReplicateDeps{
 		Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName, Backend: backends.Order[0],
-		ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort(), Logger: logger,
+		ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort(), Metrics: m, Logger: logger,
 	}); err != nil {
 		return err
 	}
-	jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName, Logger: logger})
+	jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName, Metrics: m, Logger: logger})
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -76,6 +77,14 @@ func TestReconcilerEnqueuesWhatThePolicyMisses(t *testing.T) {
 	}
 	if count(ReplicationQueue("us-1")) != 1 || count(ReplicationQueue("ap-1")) != 1 || count(ReplicationQueue("eu-1")) != 0 {
 		t.Fatalf("jobs after the first pass: us-1 %d, ap-1 %d, eu-1 %d", count(ReplicationQueue("us-1")), count(ReplicationQueue("ap-1")), count(ReplicationQueue("eu-1")))
+	}
+	// The backlog the metrics export: one unfinished copy into each.
+	bl, err := ReplicationBacklog(d.Pool)(ctx)
+	if err != nil || len(bl) != 2 || bl[0].Datacenter != "ap-1" || bl[0].Jobs != 1 || bl[1].Datacenter != "us-1" || bl[1].Jobs != 1 || bl[0].OldestAge < 0 {
+		t.Fatalf("backlog: %+v, %v", bl, err)
+	}
+	if n := testutil.CollectAndCount(replication.NewBacklogCollector(ReplicationBacklog(d.Pool), slog.New(slog.DiscardHandler))); n != 4 {
+		t.Fatalf("backlog metrics: %d series, want depth and age for two datacenters", n)
 	}
 	// Again: the copies are in flight (unique among unfinished jobs).
 	if _, err := r.Run(ctx, 10); err != nil || count(ReplicationQueue("us-1")) != 1 || count(ReplicationQueue("ap-1")) != 1 {

@@ -94,6 +94,7 @@ type ReplicateDeps struct {
 	Backend       string // the backend copies are written to
 	ClusterSecret string
 	InternalPort  string
+	Metrics       *replication.Metrics // nil: none
 	Logger        *slog.Logger
 }
 
@@ -105,9 +106,9 @@ func AddReplicateWorker(w *river.Workers, d ReplicateDeps) error {
 	}
 	river.AddWorker(w, &ReplicateWorker{Transfer: &replication.Transfer{
 		Ledger: d.Store, Datacenter: d.Datacenter, BackendName: d.Backend, Backend: be,
-		Local:  LocalSource{Backends: d.Backends},
-		Remote: &RemoteSource{Nodes: d.Store, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort), HTTP: &http.Client{}},
-		Logger: d.Logger,
+		Local:   LocalSource{Backends: d.Backends},
+		Remote:  &RemoteSource{Nodes: d.Store, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort), HTTP: &http.Client{}},
+		Metrics: d.Metrics, Logger: d.Logger,
 	}, Logger: d.Logger})
 	return nil
 }
@@ -120,9 +121,12 @@ type ReplicateWorker struct {
 }
 
 // Timeout bounds one attempt in proportion to the blob: a minute plus
-// the time to move it at 8 MiB/s. River's rescue of a stuck job comes
-// above it (RescueStuckJobsAfter); a retry takes the row over under a
-// newer epoch (S3).
+// the time to move it at 8 MiB/s. River's rescue of stuck jobs is one
+// setting for every kind (RescueStuckJobsAfter, 2 minutes), so an
+// attempt allowed longer (a blob over about 480 MiB) may be rescued while
+// it still runs: the rescued attempt takes the row over under a newer
+// epoch and the first one's late verification is refused (S3). The cost
+// is a second transfer, never a wrong copy (docs/replication.md).
 func (w *ReplicateWorker) Timeout(job *river.Job[ReplicateArgs]) time.Duration {
 	return time.Minute + time.Duration(job.Args.Size/(8<<20))*time.Second
 }
@@ -240,4 +244,31 @@ func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Diges
 		return nil, fmt.Errorf("%s answered %d: %s", base, resp.StatusCode, b)
 	}
 	return resp.Body, nil
+}
+
+// ReplicationBacklog reads, per target datacenter, the unfinished
+// replicate jobs and the age of the oldest (replication.BacklogSource).
+func ReplicationBacklog(db Queryer) replication.BacklogSource {
+	return func(ctx context.Context) ([]replication.Backlog, error) {
+		rows, err := db.Query(ctx, `
+			SELECT args->>'target_datacenter', count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+			FROM river_job
+			WHERE kind = 'replicate' AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+			GROUP BY 1 ORDER BY 1`)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (replication.Backlog, error) {
+			var b replication.Backlog
+			var age float64
+			err := r.Scan(&b.Datacenter, &b.Jobs, &age)
+			b.OldestAge = time.Duration(age * float64(time.Second))
+			return b, err
+		})
+	}
+}
+
+// Queryer runs a query: a pool or a transaction.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }

@@ -89,9 +89,13 @@ type ScrubWorker struct {
 	Batch int
 }
 
-// Timeout: a pass stops after half an hour and keeps what it recorded;
-// the next pass goes on from the longest unchecked.
-func (w *ScrubWorker) Timeout(*river.Job[ScrubDatacenterArgs]) time.Duration { return 30 * time.Minute }
+// Timeout: a pass stops after 90 s and keeps what it recorded; the next
+// pass goes on from the longest unchecked. It stays below River's rescue
+// of stuck jobs (RescueStuckJobsAfter), so a pass is never run twice at
+// once.
+func (w *ScrubWorker) Timeout(*river.Job[ScrubDatacenterArgs]) time.Duration {
+	return 90 * time.Second
+}
 
 func (w *ScrubWorker) Work(ctx context.Context, job *river.Job[ScrubDatacenterArgs]) error {
 	if job.Args.Datacenter != w.Scrub.Datacenter {
@@ -125,6 +129,7 @@ type ScrubDeps struct {
 	Backends       map[string]backend.Backend
 	BytesPerSecond int64 // 0: DefaultScrubBytesPerSecond; < 0: no bound
 	Batch          int   // 0: DefaultScrubBatch
+	Metrics        *replication.Metrics
 	Logger         *slog.Logger
 }
 
@@ -143,6 +148,6 @@ func AddScrubWorkers(w *river.Workers, d ScrubDeps) {
 	}
 	river.AddWorker(w, &ScrubFanOutWorker{Nodes: d.Store})
 	river.AddWorker(w, &ScrubWorker{Scrub: &replication.Scrub{
-		Ledger: d.Store, Datacenter: d.Datacenter, Backends: d.Backends, Repair: RepairQueue{}, Limiter: lim, Logger: d.Logger,
+		Ledger: d.Store, Datacenter: d.Datacenter, Backends: d.Backends, Repair: RepairQueue{}, Limiter: lim, Metrics: d.Metrics, Logger: d.Logger,
 	}, Batch: d.Batch})
 }

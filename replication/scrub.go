@@ -42,6 +42,7 @@ type Scrub struct {
 	Repair     Repairer
 	// Limiter bounds the bytes read per second (nil: no bound).
 	Limiter *rate.Limiter
+	Metrics *Metrics
 	Logger  *slog.Logger
 }
 
@@ -54,8 +55,8 @@ type ScrubReport struct {
 // Run checks up to limit placements. A placement whose backend is not
 // configured here, or whose read fails for a reason that is not about
 // its bytes (the store unreachable), is skipped and stays first in line.
-func (s *Scrub) Run(ctx context.Context, limit int) (ScrubReport, error) {
-	var rep ScrubReport
+func (s *Scrub) Run(ctx context.Context, limit int) (rep ScrubReport, err error) {
+	defer func() { s.Metrics.scrubbed(s.Datacenter, rep) }()
 	cands, err := s.Ledger.ScrubCandidates(ctx, s.Datacenter, limit)
 	if err != nil {
 		return rep, err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/time/rate"
 
 	"github.com/blobplane/blobplane"
@@ -53,7 +54,7 @@ func setupScrub(t *testing.T) *scrubEnv {
 	r := &repairs{}
 	return &scrubEnv{env: e, dir: dir, repairs: r, scrub: &replication.Scrub{
 		Ledger: e.st, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}, Repair: r,
-		Limiter: rate.NewLimiter(rate.Limit(1<<30), 64<<10), Logger: slog.New(slog.DiscardHandler),
+		Limiter: rate.NewLimiter(rate.Limit(1<<30), 64<<10), Metrics: replication.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler),
 	}}
 }
 
@@ -106,6 +107,9 @@ func TestScrubFindsABitFlipAndTheRepairRestoresIt(t *testing.T) {
 	p := s.source(t)
 	if p.State != placement.Failed || p.Reason != placement.DigestMismatch || p.Epoch != epoch+1 {
 		t.Fatalf("flipped copy: %+v; want failed/digest_mismatch at epoch %d", p, epoch+1)
+	}
+	if got := testutil.ToFloat64(s.scrub.Metrics.Findings("eu-1", "digest_mismatch")); got != 1 {
+		t.Fatalf("mismatches counted: %v", got)
 	}
 	s.repair(t)
 }

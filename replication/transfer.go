@@ -40,6 +40,7 @@ type Transfer struct {
 	Backend     backend.Backend
 	// Local reads placements of this datacenter; Remote those of others.
 	Local, Remote Source
+	Metrics       *Metrics
 	Logger        *slog.Logger
 }
 
@@ -180,6 +181,7 @@ func (t *Transfer) verify(ctx context.Context, k placement.Key, req Request, epo
 		return res, err
 	}
 	res.Placement, res.Done = p, true
+	t.Metrics.copied(res.Source.Datacenter, t.Datacenter, res.Bytes)
 	return res, nil
 }
 
@@ -187,6 +189,7 @@ func (t *Transfer) verify(ctx context.Context, k placement.Key, req Request, epo
 // returns cause.
 func (t *Transfer) fail(ctx context.Context, k placement.Key, epoch int64, cause error) error {
 	reason := Classify(cause)
+	t.Metrics.failed(t.Datacenter, reason)
 	if _, err := t.Ledger.FailPlacement(context.WithoutCancel(ctx), k, reason, epoch); err != nil {
 		t.Logger.WarnContext(ctx, "cannot record a failed transfer", "digest", k.Digest, "reason", reason, "err", err)
 	}

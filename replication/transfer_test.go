@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
@@ -35,6 +38,7 @@ type env struct {
 	sourceKey  placement.Key
 	targetKey  placement.Key
 	sourceSize int64
+	metrics    *replication.Metrics
 }
 
 // switchSource reads eu-1's backend, or answers what a test asks.
@@ -95,8 +99,9 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.remote = &switchSource{be: src}
+	e.metrics = replication.NewMetrics(prometheus.NewRegistry())
 	e.transfer = &replication.Transfer{Ledger: st, Datacenter: "us-1", BackendName: "fs", Backend: dst,
-		Remote: e.remote, Logger: slog.New(slog.DiscardHandler)}
+		Remote: e.remote, Metrics: e.metrics, Logger: slog.New(slog.DiscardHandler)}
 	e.targetKey = e.transfer.Key(e.d)
 	return e
 }
@@ -139,6 +144,12 @@ func TestTransferCopiesAndVerifies(t *testing.T) {
 		t.Fatalf("target row: %+v", p)
 	}
 	e.requireCopied(t)
+	if got := testutil.ToFloat64(e.metrics.Copies("eu-1", "us-1")); got != 1 {
+		t.Fatalf("copies counted: %v", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Bytes("eu-1", "us-1")); got != float64(e.sourceSize) {
+		t.Fatalf("bytes counted: %v", got)
+	}
 	// A second run (a duplicate job, a repair that finds it done) copies
 	// nothing.
 	opens := e.remote.opens
@@ -161,6 +172,9 @@ func TestTransferMismatchInFlightFailsThenRetryVerifies(t *testing.T) {
 	}
 	if p := e.target(t); p.State != placement.Failed || p.Reason != placement.DigestMismatch {
 		t.Fatalf("target row after a mismatch: %+v", p)
+	}
+	if got := testutil.ToFloat64(e.metrics.Failures("us-1", placement.DigestMismatch)); got != 1 {
+		t.Fatalf("mismatches counted: %v", got)
 	}
 	if _, err := e.dst.Stat(context.Background(), e.d); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("target object after a mismatch: %v; want none (S2)", err)
