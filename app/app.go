@@ -755,6 +755,7 @@ func addReplicationWorkers(w *river.Workers, cfg *config.Config, st *store.Store
 	}); err != nil {
 		return err
 	}
-	jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName, Metrics: m, Logger: logger})
+	jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName,
+		BytesPerSecond: cfg.ScrubRate, Batch: cfg.ScrubBatch, Metrics: m, Logger: logger})
 	return nil
 }

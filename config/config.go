@@ -46,6 +46,10 @@ type Config struct {
 	RiverUI         bool
 	// SweepBatch bounds one step of a sweep pass (intents per transaction).
 	SweepBatch int
+	// ScrubRate bounds the bytes per second one worker's scrub reads (0:
+	// no bound); ScrubBatch the placements one pass checks.
+	ScrubRate  int64
+	ScrubBatch int
 	// WorkerMetrics is the worker's /metrics listen address; "" serves none.
 	WorkerMetrics string
 	// MaxBlobSize bounds one blob (413 past it).
@@ -177,6 +181,13 @@ const SweepJob = "sweep"
 const (
 	CollectJob   = "collect"
 	InventoryJob = "inventory"
+)
+
+// ReconcileJob and ScrubJob name the replication reconciler's and the
+// scrub's periodic jobs (jobs.ReconcileArgs, jobs.ScrubArgs; issue 28).
+const (
+	ReconcileJob = "reconcile"
+	ScrubJob     = "scrub"
 )
 
 // jobSchedule is a setting that schedules one periodic job: a cron
@@ -445,6 +456,26 @@ var Settings = []Setting{
 	jobSchedule("sweep-cron", "BLOBPLANE_SWEEP_CRON", SweepJob, "@every 1m", "the sweep job (reaper of expired uploads)"),
 	jobSchedule("collect-cron", "BLOBPLANE_COLLECT_CRON", CollectJob, "@every 1m", "the collect job (collector of unreferenced digests)"),
 	jobSchedule("inventory-cron", "BLOBPLANE_INVENTORY_CRON", InventoryJob, "@hourly", "the inventory job (lists every backend, deletes orphans)"),
+	jobSchedule("reconcile-cron", "BLOBPLANE_RECONCILE_CRON", ReconcileJob, "@every 1m", "the replication reconciler (enqueues every copy the replication policy misses)"),
+	jobSchedule("scrub-cron", "BLOBPLANE_SCRUB_CRON", ScrubJob, "@every 10m", "the scrub (re-hashes verified placements, repairs bad copies)"),
+	{Flag: "scrub-rate", Env: "BLOBPLANE_SCRUB_RATE", Default: "64MiB", Usage: "bytes per second one worker's scrub reads at most, bytes or with a KiB/MiB/GiB suffix (0: no bound); a full pass over N stored bytes takes N divided by it", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			n, err := parseBytes(v)
+			if err != nil {
+				return err
+			}
+			c.ScrubRate = n
+			return nil
+		}},
+	{Flag: "scrub-batch", Env: "BLOBPLANE_SCRUB_BATCH", Default: "1000", Usage: "most placements one scrub pass checks", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1_000_000 {
+				return fmt.Errorf("%q: must be an integer from 1 to 1000000", v)
+			}
+			c.ScrubBatch = n
+			return nil
+		}},
 	{Flag: "sweep-batch", Env: "BLOBPLANE_SWEEP_BATCH", Default: "1000", Usage: "most upload intents one sweep step reaps in one transaction (bounded batches)", For: []string{Worker},
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)

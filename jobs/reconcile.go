@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/replication"
 	"github.com/blobplane/blobplane/store"
 )
@@ -16,7 +17,7 @@ import (
 // replication policy, every missing copy enqueued (replication.Reconciler).
 type ReconcileArgs struct{}
 
-func (ReconcileArgs) Kind() string { return "reconcile" }
+func (ReconcileArgs) Kind() string { return config.ReconcileJob }
 
 // DefaultReconcileBatch is how many blobs one pass compares.
 const DefaultReconcileBatch = 1000

@@ -13,6 +13,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/replication"
 	"github.com/blobplane/blobplane/store"
 )
@@ -27,7 +28,7 @@ import (
 // ScrubArgs is the periodic fan-out.
 type ScrubArgs struct{}
 
-func (ScrubArgs) Kind() string { return "scrub" }
+func (ScrubArgs) Kind() string { return config.ScrubJob }
 
 // ScrubDatacenterArgs is one scrub pass over Datacenter's placements.
 // Unique per datacenter among unfinished jobs: a slow pass is never
@@ -43,13 +44,9 @@ func (a ScrubDatacenterArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: ReplicationQueue(a.Datacenter), UniqueOpts: unfinished}
 }
 
-// Scrub defaults.
-const (
-	// DefaultScrubBytesPerSecond bounds a scrub's reads per worker.
-	DefaultScrubBytesPerSecond = 64 << 20
-	// DefaultScrubBatch is how many placements one pass checks at most.
-	DefaultScrubBatch = 1000
-)
+// DefaultScrubBatch is how many placements one pass checks at most
+// (BLOBPLANE_SCRUB_BATCH's default).
+const DefaultScrubBatch = 1000
 
 // ScrubFanOutWorker runs ScrubArgs: one pass per datacenter that has
 // nodes registered.
@@ -127,7 +124,7 @@ type ScrubDeps struct {
 	Store          *store.Store
 	Datacenter     string
 	Backends       map[string]backend.Backend
-	BytesPerSecond int64 // 0: DefaultScrubBytesPerSecond; < 0: no bound
+	BytesPerSecond int64 // 0: no bound
 	Batch          int   // 0: DefaultScrubBatch
 	Metrics        *replication.Metrics
 	Logger         *slog.Logger
@@ -135,9 +132,6 @@ type ScrubDeps struct {
 
 // AddScrubWorkers registers the fan-out and the per-datacenter workers.
 func AddScrubWorkers(w *river.Workers, d ScrubDeps) {
-	if d.BytesPerSecond == 0 {
-		d.BytesPerSecond = DefaultScrubBytesPerSecond
-	}
 	if d.Batch <= 0 {
 		d.Batch = DefaultScrubBatch
 	}
