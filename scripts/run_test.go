@@ -205,6 +205,23 @@ func TestRunDatacenters(t *testing.T) {
 	if !found {
 		t.Errorf("the blob uploaded at us-1 is not under its backend %s", usRoot)
 	}
+	// And eu-1's worker copies it into eu-1 (issue 28): the ledger shows a
+	// verified copy there, and eu-1 serves the bytes from its own backend.
+	copied := time.Now().Add(60 * time.Second)
+	for {
+		var n int
+		err := d.Pool.QueryRow(context.Background(), `SELECT count(*) FROM placements WHERE digest = $1 AND datacenter = 'eu-1' AND state = 'verified'`, digest).Scan(&n)
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(copied) {
+			t.Fatalf("no verified copy in eu-1 of the blob uploaded at us-1 (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := get(t, eu+"/v2/team/dc/blobs/"+digest, token[1]); code != 200 || !bytes.Equal(body, content) {
+		t.Errorf("read in eu-1: %d %q", code, body)
+	}
 
 	// Ctrl-C: SIGINT to the script's process group, as a terminal sends
 	// it (the script keeps its processes in groups of their own and stops
@@ -350,4 +367,21 @@ func do(t *testing.T, method, url, token, contentType string, body []byte) int {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
+}
+
+// get sends an authenticated GET and returns the status and body.
+func get(t *testing.T, url, token string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }

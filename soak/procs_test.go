@@ -49,6 +49,7 @@ func runTool(bin string, env []string, args ...string) (string, error) {
 type proc struct {
 	name string
 	bin  string
+	args []string // the command line after bin (none for api and worker)
 	env  []string
 	logf *os.File
 
@@ -86,7 +87,7 @@ func (p *proc) start() error {
 	}
 	p.starts++
 	fmt.Fprintf(p.logf, "--- soak: start #%d at %s ---\n", p.starts, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(p.bin)
+	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = p.logf, p.logf
 	cmd.SysProcAttr = childproc.SysProcAttr()
