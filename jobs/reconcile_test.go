@@ -78,13 +78,15 @@ func TestReconcilerEnqueuesWhatThePolicyMisses(t *testing.T) {
 	if count(ReplicationQueue("us-1")) != 1 || count(ReplicationQueue("ap-1")) != 1 || count(ReplicationQueue("eu-1")) != 0 {
 		t.Fatalf("jobs after the first pass: us-1 %d, ap-1 %d, eu-1 %d", count(ReplicationQueue("us-1")), count(ReplicationQueue("ap-1")), count(ReplicationQueue("eu-1")))
 	}
-	// The backlog the metrics export: one unfinished copy into each.
+	// The backlog the metrics export: one unfinished copy into ap-1 and
+	// us-1 each, and 0 (not a missing series) for eu-1.
 	bl, err := ReplicationBacklog(d.Pool)(ctx)
-	if err != nil || len(bl) != 2 || bl[0].Datacenter != "ap-1" || bl[0].Jobs != 1 || bl[1].Datacenter != "us-1" || bl[1].Jobs != 1 || bl[0].OldestAge < 0 {
+	if err != nil || len(bl) != 3 || bl[0].Datacenter != "ap-1" || bl[0].Jobs != 1 || bl[1].Datacenter != "eu-1" || bl[1].Jobs != 0 || bl[1].OldestAge != 0 ||
+		bl[2].Datacenter != "us-1" || bl[2].Jobs != 1 || bl[0].OldestAge < 0 {
 		t.Fatalf("backlog: %+v, %v", bl, err)
 	}
-	if n := testutil.CollectAndCount(replication.NewBacklogCollector(ReplicationBacklog(d.Pool), slog.New(slog.DiscardHandler))); n != 4 {
-		t.Fatalf("backlog metrics: %d series, want depth and age for two datacenters", n)
+	if n := testutil.CollectAndCount(replication.NewBacklogCollector(ReplicationBacklog(d.Pool), slog.New(slog.DiscardHandler))); n != 6 {
+		t.Fatalf("backlog metrics: %d series, want depth and age for three datacenters", n)
 	}
 	// Again: the copies are in flight (unique among unfinished jobs).
 	if _, err := r.Run(ctx, 10); err != nil || count(ReplicationQueue("us-1")) != 1 || count(ReplicationQueue("ap-1")) != 1 {

@@ -246,15 +246,21 @@ func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Diges
 	return resp.Body, nil
 }
 
-// ReplicationBacklog reads, per target datacenter, the unfinished
-// replicate jobs and the age of the oldest (replication.BacklogSource).
+// ReplicationBacklog reads, per datacenter (every registered one, and
+// any a job targets), the unfinished replicate jobs into it and the age
+// of the oldest (replication.BacklogSource).
 func ReplicationBacklog(db Queryer) replication.BacklogSource {
 	return func(ctx context.Context) ([]replication.Backlog, error) {
+		// Every registered datacenter, with 0 when nothing waits: a
+		// drained backlog reads 0, not a missing series.
 		rows, err := db.Query(ctx, `
-			SELECT args->>'target_datacenter', count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
-			FROM river_job
-			WHERE kind = 'replicate' AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-			GROUP BY 1 ORDER BY 1`)
+			WITH waiting AS (
+				SELECT args->>'target_datacenter' AS dc, created_at FROM river_job
+				WHERE kind = 'replicate' AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+			SELECT d.dc, count(w.created_at), coalesce(extract(epoch FROM now() - min(w.created_at)), 0)::float8
+			FROM (SELECT datacenter::text AS dc FROM nodes UNION SELECT dc FROM waiting) AS d
+			LEFT JOIN waiting AS w ON w.dc = d.dc
+			GROUP BY d.dc ORDER BY d.dc`)
 		if err != nil {
 			return nil, err
 		}

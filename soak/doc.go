@@ -1,10 +1,18 @@
-// Package soak holds Blobplane's crash soak (issue 27, "Acknowledged means
-// kept"): real api and worker processes for two datacenters on a private
-// Postgres cluster take concurrent uploads while the test kills them with
-// SIGKILL, restarts them with the same node ids, and crash-restarts
-// Postgres; at the end every upload that was answered 201 or 202 must read
-// back with its exact bytes. The package has no code of its own: the soak
-// is soak_test.go, its helpers the other _test.go files. `make test` runs
-// it; `go test -short` skips it. See docs/uploads.md, "Acknowledged means
-// kept".
+// Package soak holds Blobplane's fault tests with real processes on a
+// private Postgres cluster. The package has no code of its own: the tests
+// are its _test.go files. `make test` runs them; `go test -short` skips
+// them.
+//
+//   - The crash soak (issue 27, "Acknowledged means kept", soak_test.go):
+//     api and worker processes for two datacenters take concurrent
+//     uploads while the test kills them with SIGKILL, restarts them with
+//     the same node ids, and crash-restarts Postgres; at the end every
+//     upload answered 201 or 202 must read back with its exact bytes
+//     (docs/uploads.md).
+//   - The replication faults (issue 28, replication_test.go): three
+//     datacenters, one on MinIO; a blob reaches all three; a worker
+//     SIGKILLed mid-transfer of 512 MiB leaves no half object and its
+//     restart completes the copy under a newer epoch; a MinIO outage makes
+//     the copy wait (failed/backend_refused, backlog metrics up) and it
+//     completes by its own retry once MinIO is back (docs/replication.md).
 package soak
