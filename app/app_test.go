@@ -20,7 +20,7 @@ import (
 	"github.com/blobplane/blobplane/store"
 )
 
-func testConfig(t *testing.T, url string) *config.Config {
+func testConfig(t testing.TB, url string) *config.Config {
 	t.Helper()
 	spec, err := backend.ParseSpec("fs=filesystem:" + t.TempDir())
 	if err != nil {
@@ -35,7 +35,7 @@ func testConfig(t *testing.T, url string) *config.Config {
 	}
 }
 
-func get(t *testing.T, url string) (int, string) {
+func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestWorkerRefusesUnknownCronJob(t *testing.T) {
 }
 
 // waitFor polls cond until it holds or a deadline passes (no bare sleeps).
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {

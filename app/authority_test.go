@@ -32,7 +32,7 @@ type cluster struct {
 	repos [2]string
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t testing.TB) *cluster {
 	t.Helper()
 	d := pgtest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -71,7 +71,7 @@ func startCluster(t *testing.T) *cluster {
 
 // publishTwoPartitionMap signs and publishes map 1 giving one partition to
 // each node, and picks a repository homed on each (c.repos).
-func (c *cluster) publishTwoPartitionMap(t *testing.T) {
+func (c *cluster) publishTwoPartitionMap(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	pub, priv, _ := ed25519.GenerateKey(nil)
@@ -114,7 +114,7 @@ func (c *cluster) publishTwoPartitionMap(t *testing.T) {
 	}
 }
 
-func (c *cluster) do(t *testing.T, a *app.API, repo string, hdr map[string]string) (int, http.Header, string) {
+func (c *cluster) do(t testing.TB, a *app.API, repo string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, a.URL()+"/v1/home/"+repo, nil)
 	for k, v := range hdr {
@@ -129,7 +129,7 @@ func (c *cluster) do(t *testing.T, a *app.API, repo string, hdr map[string]strin
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-func envelope(t *testing.T, body string) *authority.Envelope {
+func envelope(t testing.TB, body string) *authority.Envelope {
 	t.Helper()
 	env, err := authority.ParseEnvelope([]byte(body))
 	if err != nil {
@@ -358,7 +358,7 @@ func TestClientFollowsSignedDeltaAndCountsMisrouted(t *testing.T) {
 	}
 }
 
-func getMetrics(t *testing.T, a *app.API) (int, http.Header, string) {
+func getMetrics(t testing.TB, a *app.API) (int, http.Header, string) {
 	t.Helper()
 	resp, err := http.Get(a.URL() + "/metrics")
 	if err != nil {

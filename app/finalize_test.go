@@ -42,7 +42,7 @@ type homeCluster struct {
 
 // startHomeCluster starts the two nodes, each config passed through opts
 // first.
-func startHomeCluster(t *testing.T, opts ...func(i int, cfg *config.Config)) *homeCluster {
+func startHomeCluster(t testing.TB, opts ...func(i int, cfg *config.Config)) *homeCluster {
 	t.Helper()
 	d := pgtest.New(t)
 	c := &homeCluster{cluster: &cluster{st: store.New(d.Pool, nil)}, d: d}
@@ -83,7 +83,7 @@ func startHomeCluster(t *testing.T, opts ...func(i int, cfg *config.Config)) *ho
 }
 
 // start runs node i (again, on its previous address once it has one).
-func (c *homeCluster) start(t *testing.T, i int) {
+func (c *homeCluster) start(t testing.TB, i int) {
 	t.Helper()
 	if c.nodes[i] != nil {
 		c.cfgs[i].Listen = c.nodes[i].Addr()
@@ -107,7 +107,7 @@ func (c *homeCluster) stop(i int) {
 }
 
 // waitHome waits until node i serves its repository as the home.
-func (c *homeCluster) waitHome(t *testing.T, i int) {
+func (c *homeCluster) waitHome(t testing.TB, i int) {
 	t.Helper()
 	waitFor(t, func() bool {
 		code, _, _ := c.do(t, c.nodes[i], c.repos[i], nil)
@@ -115,7 +115,7 @@ func (c *homeCluster) waitHome(t *testing.T, i int) {
 	})
 }
 
-func (c *homeCluster) send(t *testing.T, method, url, body string, hdr map[string]string) (*http.Response, string) {
+func (c *homeCluster) send(t testing.TB, method, url, body string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.SetBasicAuth("ci", c.token)
@@ -131,7 +131,7 @@ func (c *homeCluster) send(t *testing.T, method, url, body string, hdr map[strin
 	return resp, string(b)
 }
 
-func (c *homeCluster) count(t *testing.T, query string, args ...any) int {
+func (c *homeCluster) count(t testing.TB, query string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := c.d.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
@@ -140,7 +140,7 @@ func (c *homeCluster) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
-func (c *homeCluster) opOf(t *testing.T, repo string) string {
+func (c *homeCluster) opOf(t testing.TB, repo string) string {
 	t.Helper()
 	var op string
 	if err := c.d.Pool.QueryRow(context.Background(), `SELECT operation_id::text FROM intents WHERE repository = $1`, repo).Scan(&op); err != nil {
@@ -159,7 +159,7 @@ type operationView struct {
 	Outcome upload.Outcome `json:"outcome"`
 }
 
-func (c *homeCluster) operation(t *testing.T, node int, op string) operationView {
+func (c *homeCluster) operation(t testing.TB, node int, op string) operationView {
 	t.Helper()
 	resp, body := c.send(t, "GET", c.nodes[node].URL()+"/v1/operations/"+op, "", nil)
 	var v operationView
@@ -170,7 +170,7 @@ func (c *homeCluster) operation(t *testing.T, node int, op string) operationView
 }
 
 // homeOf is the partition and epoch node i serves its repository under.
-func (c *homeCluster) homeOf(t *testing.T, i int) (string, uint64) {
+func (c *homeCluster) homeOf(t testing.TB, i int) (string, uint64) {
 	t.Helper()
 	code, _, body := c.do(t, c.nodes[i], c.repos[i], nil)
 	var h struct {
@@ -312,7 +312,7 @@ const signedCall = "signed"
 // internalFinalize posts to node i's internal endpoint (its internal
 // listener when it has one) without routing headers (served at the home,
 // MOVED elsewhere), with authz as Authorization, or signed (signedCall).
-func (c *homeCluster) internalFinalize(t *testing.T, i int, authz, op, repo string) *http.Response {
+func (c *homeCluster) internalFinalize(t testing.TB, i int, authz, op, repo string) *http.Response {
 	t.Helper()
 	base := c.nodes[i].InternalURL()
 	if base == "" {
