@@ -2,12 +2,20 @@ package app_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/app"
+	"github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/config"
 )
 
@@ -64,4 +72,83 @@ func BenchmarkReplicationLag1000x4KiB(b *testing.B) {
 		b.ReportMetric(p99*1000, "lag-p99-ms")
 		b.Logf("%d blobs: published in %s, all verified in us-1 after %s", n, published.Round(time.Millisecond), all.Round(time.Millisecond))
 	}
+}
+
+// One 256 MiB blob copied from eu-1 into us-1 over the internal endpoint
+// (the whole remote path: the us-1 worker's signed GET to eu-1's api,
+// which reads its backend; us-1's verifying write; the ledger), beside
+// the raw pipeline over the same bytes (read the eu-1 object file, sha256
+// while writing a new file under the us-1 root, fsync, rename, fsync the
+// directory), in the same run. x-raw is the copy's GB/s ÷ the raw GB/s.
+//
+//	go test ./app -run '^$' -bench ReplicationCopy256MiB -benchtime 3x
+func BenchmarkReplicationCopy256MiB(b *testing.B) {
+	const size = 256 << 20
+	dcs := [2]string{"eu-1", "us-1"}
+	c := startHomeCluster(b, func(i int, cfg *config.Config) { cfg.Datacenter = dcs[i] })
+	wcfg := testConfig(b, c.d.URL)
+	wcfg.NodeID, wcfg.Datacenter, wcfg.Backends = "worker-us-1", "us-1", c.cfgs[1].Backends
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.RunWorker(ctx, wcfg, slog.New(slog.DiscardHandler)) }()
+	b.Cleanup(func() { cancel(); <-done })
+	euRoot, usRoot := c.cfgs[0].Backends[0].Path, c.cfgs[1].Backends[0].Path
+	repo := c.repos[0]
+	block := make([]byte, 4<<20)
+	rand.Read(block)
+	var copyTime, rawTime time.Duration
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		h := sha256.New()
+		if _, err := io.Copy(h, newPatternReader(block, size, i)); err != nil {
+			b.Fatal(err)
+		}
+		d := "sha256:" + hex.EncodeToString(h.Sum(nil))
+		req, err := http.NewRequest("POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/?digest="+d, newPatternReader(block, size, i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.ContentLength = size
+		req.SetBasicAuth("ci", c.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			b.Fatalf("upload: %d", resp.StatusCode)
+		}
+		// The copy's time: from the publication to the verification, on
+		// the ledger's clock.
+		waitFor(b, func() bool {
+			return c.count(b, `SELECT count(*) FROM placements WHERE digest = $1 AND datacenter = 'us-1' AND state = 'verified'`, d) == 1
+		})
+		var secs float64
+		if err := c.d.Pool.QueryRow(context.Background(), `
+			SELECT extract(epoch FROM p.verified_at - o.published_at) FROM operation_outcomes o
+			JOIN placements p ON p.digest = o.digest AND p.datacenter = 'us-1' WHERE o.digest = $1`, d).Scan(&secs); err != nil {
+			b.Fatal(err)
+		}
+		copyTime += time.Duration(secs * float64(time.Second))
+		f, err := os.Open(filepath.Join(euRoot, fs.ObjectPath(blobplane.Digest(d))))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.Seek(64, io.SeekStart); err != nil { // the representation header (ADR 0001)
+			b.Fatal(err)
+		}
+		elapsed, got, err := rawPipeline(usRoot, f)
+		f.Close()
+		if err != nil || got != d {
+			b.Fatalf("raw pipeline: %s, %v", got, err)
+		}
+		rawTime += elapsed
+		i++
+		b.StartTimer()
+	}
+	gb := float64(i) * size / 1e9
+	b.ReportMetric(gb/copyTime.Seconds(), "copy-GB/s")
+	b.ReportMetric(gb/rawTime.Seconds(), "raw-GB/s")
+	b.ReportMetric(rawTime.Seconds()/copyTime.Seconds(), "x-raw")
 }
