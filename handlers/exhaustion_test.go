@@ -218,16 +218,19 @@ func TestAttackStalledBodyBeforeAuthentication(t *testing.T) {
 // all: only a stall longer than the idle timeout is.
 func TestSlowButSteadyUploadIsNotCut(t *testing.T) {
 	t.Parallel()
-	const idle = 500 * time.Millisecond
+	// Each gap leaves 1.6 s of slack under the idle timeout: a CI run
+	// hashing a 512 MiB copy on both cores beside this test stalled a
+	// 100 ms gap past a 500 ms timeout.
+	const idle = 2 * time.Second
 	e := exhaustSetup(t, handlers.Deps{BodyIdleTimeout: idle})
 	content := strings.Repeat("steady", 1000)
 	pr, pw := io.Pipe()
 	go func() {
 		// Pacing the client, not waiting for the server: 12 pieces,
-		// 100 ms apart, 1.2 s in all, more than twice the idle timeout.
+		// 400 ms apart, 4.8 s in all, more than twice the idle timeout.
 		piece := len(content) / 12
 		for i := 0; i < len(content); i += piece {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond)
 			if _, err := pw.Write([]byte(content[i:min(i+piece, len(content))])); err != nil {
 				return
 			}
