@@ -14,5 +14,7 @@
 //     SIGKILLed mid-transfer of 512 MiB leaves no half object and its
 //     restart completes the copy under a newer epoch; a MinIO outage makes
 //     the copy wait (failed/backend_refused, backlog metrics up) and it
-//     completes by its own retry once MinIO is back (docs/replication.md).
+//     completes by its own retry once MinIO is back; a datacenter added to
+//     a repository's policy gets its copy from the reconciler
+//     (docs/replication.md).
 package soak

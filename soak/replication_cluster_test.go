@@ -154,6 +154,9 @@ func newRepCluster(t *testing.T) *repCluster {
 			"BLOBPLANE_ADVERTISE_URL=http://"+c.links[dc].addr(),
 			"BLOBPLANE_RIVERUI=false")
 		workerEnv := append(env[:len(env):len(env)],
+			// A policy changed later converges within seconds here,
+			// not the default minute (TestReplicationPolicyChangeConverges).
+			"BLOBPLANE_RECONCILE_CRON=@every 2s",
 			"BLOBPLANE_NODE_ID=worker-"+dc,
 			"BLOBPLANE_WORKER_METRICS=127.0.0.1:"+strconv.Itoa(metricsPort))
 		c.apis[dc] = newProc(t, "api-"+dc, api, apiEnv)
@@ -726,4 +729,24 @@ func (l *link) close() {
 		conn.Close()
 	}
 	l.wg.Wait()
+}
+
+// setPolicy sets the replication policy of prefix (the admin API).
+func (c *repCluster) setPolicy(t *testing.T, ctx context.Context, prefix, body string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.urls[eu1]+"/v1/admin/replication-policies/"+prefix, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("replication soak: PUT policy of %s: %d %s", prefix, resp.StatusCode, b)
+	}
 }

@@ -341,3 +341,49 @@ func describe(ps map[string]ledgerRow) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// TestReplicationPolicyChangeConverges: a repository whose policy keeps
+// its blobs in eu-1 only publishes without a copy anywhere else (no
+// replicate job at all); once its policy adds ap-1, the reconciler asks
+// for the copy and ap-1's worker makes it, with nobody re-running
+// anything, while us-1, still outside the policy, gets none.
+func TestReplicationPolicyChangeConverges(t *testing.T) {
+	skipShortReplication(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newRepCluster(t)
+	repo := c.repoHomedAt(t, ctx, eu1)
+	c.setPolicy(t, ctx, repo, `{"datacenters": ["eu-1"]}`)
+
+	b := newBlob(t, 1<<20)
+	if err := c.upload(ctx, eu1, repo, b); err != nil {
+		t.Fatal(err)
+	}
+	jobs := func(target string) int {
+		var n int
+		if err := c.db.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'replicate' AND args->>'digest' = $1 AND args->>'target_datacenter' = $2`, b.digest, target).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := jobs(us1) + jobs(ap1); n != 0 {
+		t.Fatalf("replicate jobs for a blob the policy keeps in eu-1: %d", n)
+	}
+
+	c.setPolicy(t, ctx, repo, `{"datacenters": ["ap-1", "eu-1"], "min_verified_copies": 2}`)
+	took := eventually(t, ctx, repBound, "a verified copy of "+b.String()+" in ap-1 after the policy added it", func() (bool, string) {
+		ps, err := c.placements(ctx, b.digest)
+		if err != nil {
+			return false, err.Error()
+		}
+		p, ok := ps[ap1]
+		return ok && p.state == "verified" && p.size == b.size, describe(ps)
+	})
+	t.Logf("replication soak: the policy change reached ap-1 %s after it was set", took.Round(time.Millisecond))
+	if err := c.readBack(ctx, ap1, repo, b); err != nil {
+		t.Error(err)
+	}
+	if n := jobs(us1); n != 0 {
+		t.Errorf("replicate jobs into us-1, outside the policy: %d", n)
+	}
+}
