@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,14 +13,12 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/backend/fs"
-	"github.com/blobplane/blobplane/config"
 )
 
 // Time from publication to a verified copy in the other datacenter
 // (issue 28): N small blobs published through eu-1's api as fast as one
-// client can, copied into us-1 by one us-1 worker (4 copies at a time)
+// client can, copied into us-1 by one us-1 worker (16 copies at a time)
 // that reads them from eu-1 over the internal endpoint. Reported: the
 // time until every copy was verified, copies/s, and the p50/p99 of each
 // blob's lag, taken from the ledger's own clock (its outcome's
@@ -30,14 +27,7 @@ import (
 //	go test ./app -run '^$' -bench ReplicationLag -benchtime 1x
 func BenchmarkReplicationLag1000x4KiB(b *testing.B) {
 	const n = 1000
-	dcs := [2]string{"eu-1", "us-1"}
-	c := startHomeCluster(b, func(i int, cfg *config.Config) { cfg.Datacenter = dcs[i] })
-	wcfg := testConfig(b, c.d.URL)
-	wcfg.NodeID, wcfg.Datacenter, wcfg.Backends = "worker-us-1", "us-1", c.cfgs[1].Backends
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.RunWorker(ctx, wcfg, slog.New(slog.DiscardHandler)) }()
-	b.Cleanup(func() { cancel(); <-done })
+	c := startTwoDatacenters(b)
 	repo := c.repos[0]
 	rounds := 0
 	for b.Loop() {
@@ -84,14 +74,7 @@ func BenchmarkReplicationLag1000x4KiB(b *testing.B) {
 //	go test ./app -run '^$' -bench ReplicationCopy256MiB -benchtime 3x
 func BenchmarkReplicationCopy256MiB(b *testing.B) {
 	const size = 256 << 20
-	dcs := [2]string{"eu-1", "us-1"}
-	c := startHomeCluster(b, func(i int, cfg *config.Config) { cfg.Datacenter = dcs[i] })
-	wcfg := testConfig(b, c.d.URL)
-	wcfg.NodeID, wcfg.Datacenter, wcfg.Backends = "worker-us-1", "us-1", c.cfgs[1].Backends
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.RunWorker(ctx, wcfg, slog.New(slog.DiscardHandler)) }()
-	b.Cleanup(func() { cancel(); <-done })
+	c := startTwoDatacenters(b)
 	euRoot, usRoot := c.cfgs[0].Backends[0].Path, c.cfgs[1].Backends[0].Path
 	repo := c.repos[0]
 	block := make([]byte, 4<<20)

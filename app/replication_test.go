@@ -17,21 +17,7 @@ import (
 // internal endpoint and verifies it on arrival; the ledger shows the
 // verified copy, and us-1 serves the blob from its own backend.
 func TestReplicationAcrossDatacenters(t *testing.T) {
-	dcs := [2]string{"eu-1", "us-1"}
-	c := startHomeCluster(t, func(i int, cfg *config.Config) { cfg.Datacenter = dcs[i] })
-	// A us-1 worker on the us-1 api's backends: every node of a
-	// datacenter sees the same backends.
-	wcfg := testConfig(t, c.d.URL)
-	wcfg.NodeID, wcfg.Datacenter, wcfg.Backends = "worker-us-1", "us-1", c.cfgs[1].Backends
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.RunWorker(ctx, wcfg, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	c := startTwoDatacenters(t)
 
 	repo, content := c.repos[0], "a layer that must live in two datacenters"
 	d := digestOf(content)
@@ -70,6 +56,27 @@ func TestReplicationAcrossDatacenters(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || body != content {
 		t.Fatalf("read in us-1: %d %q", resp.StatusCode, body)
 	}
+}
+
+// startTwoDatacenters is startHomeCluster with node-0 in eu-1 and node-1
+// in us-1, and a us-1 worker on the us-1 api's backends (every node of a
+// datacenter sees the same backends), stopped at cleanup.
+func startTwoDatacenters(t testing.TB) *homeCluster {
+	t.Helper()
+	dcs := [2]string{"eu-1", "us-1"}
+	c := startHomeCluster(t, func(i int, cfg *config.Config) { cfg.Datacenter = dcs[i] })
+	wcfg := testConfig(t, c.d.URL)
+	wcfg.NodeID, wcfg.Datacenter, wcfg.Backends = "worker-us-1", "us-1", c.cfgs[1].Backends
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.RunWorker(ctx, wcfg, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	return c
 }
 
 // The internal blob endpoint answers only signed node calls: a user's

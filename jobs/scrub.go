@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,21 +51,16 @@ const DefaultScrubBatch = 1000
 // nodes registered.
 type ScrubFanOutWorker struct {
 	river.WorkerDefaults[ScrubArgs]
-	Nodes NodeLister
+	Datacenters interface {
+		RegisteredDatacenters(ctx context.Context) ([]string, error)
+	}
 }
 
 func (w *ScrubFanOutWorker) Work(ctx context.Context, job *river.Job[ScrubArgs]) error {
-	nodes, err := w.Nodes.ListNodes(ctx)
+	dcs, err := w.Datacenters.RegisteredDatacenters(ctx)
 	if err != nil {
 		return err
 	}
-	var dcs []string
-	for _, n := range nodes {
-		if !slices.Contains(dcs, n.Datacenter) {
-			dcs = append(dcs, n.Datacenter)
-		}
-	}
-	slices.Sort(dcs)
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil {
 		return err
@@ -140,7 +134,7 @@ func AddScrubWorkers(w *river.Workers, d ScrubDeps) {
 		burst := int(min(d.BytesPerSecond, 256<<10))
 		lim = rate.NewLimiter(rate.Limit(d.BytesPerSecond), burst)
 	}
-	river.AddWorker(w, &ScrubFanOutWorker{Nodes: d.Store})
+	river.AddWorker(w, &ScrubFanOutWorker{Datacenters: d.Store})
 	river.AddWorker(w, &ScrubWorker{Scrub: &replication.Scrub{
 		Ledger: d.Store, Datacenter: d.Datacenter, Backends: d.Backends, Repair: RepairQueue{}, Limiter: lim, Metrics: d.Metrics, Logger: d.Logger,
 	}, Batch: d.Batch})

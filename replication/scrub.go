@@ -137,17 +137,22 @@ func (s *Scrub) check(ctx context.Context, be backend.Backend, c store.ScrubCand
 	return store.CheckIntact, n, nil
 }
 
-// copy hashes r into h at no more than the limiter's rate.
+// copy hashes r into h at no more than the limiter's rate: each read
+// asks for at most one burst, and waits for its tokens first.
 func (s *Scrub) copy(ctx context.Context, h hash.Hash, r io.Reader) (int64, error) {
-	buf := make([]byte, 256<<10)
+	chunk := 256 << 10
+	if s.Limiter != nil {
+		chunk = min(chunk, s.Limiter.Burst())
+	}
+	buf := make([]byte, chunk)
 	var n int64
 	for {
 		if s.Limiter != nil {
-			if err := s.Limiter.WaitN(ctx, min(len(buf), s.Limiter.Burst())); err != nil {
+			if err := s.Limiter.WaitN(ctx, chunk); err != nil {
 				return n, err
 			}
 		}
-		k, err := r.Read(buf[:min(len(buf), s.burst())])
+		k, err := r.Read(buf)
 		h.Write(buf[:k])
 		n += int64(k)
 		if err == io.EOF {
@@ -157,11 +162,4 @@ func (s *Scrub) copy(ctx context.Context, h hash.Hash, r io.Reader) (int64, erro
 			return n, err
 		}
 	}
-}
-
-func (s *Scrub) burst() int {
-	if s.Limiter == nil {
-		return 256 << 10
-	}
-	return s.Limiter.Burst()
 }

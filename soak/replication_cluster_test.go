@@ -28,7 +28,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
 	bpminio "github.com/blobplane/blobplane/internal/minio"
@@ -280,25 +279,7 @@ func (c *repCluster) startMinIOProc(ctx context.Context) error {
 // dc's api, and waits until that api serves it.
 func (c *repCluster) repoHomedAt(t *testing.T, ctx context.Context, dc string) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[dc]+"/v1/map", nil)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("replication soak: GET /v1/map: %d %v %s", resp.StatusCode, err, doc)
-	}
-	m, err := authority.ParseMap(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := authority.NewIndex(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix, doc := mapIndex(t, ctx, c.hc, c.urls[dc], c.token)
 	for i := range 1000 {
 		name := fmt.Sprintf("repl/r%03d", i)
 		res, err := ix.ResolveKey(name)

@@ -222,25 +222,7 @@ func (c *cluster) startAPI(ctx context.Context, dc string) error {
 // the published map) and returns them by datacenter.
 func (c *cluster) chooseRepos(t *testing.T, n int) map[string][]string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, c.urls["dc-a"]+"/v1/map", nil)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("soak: GET /v1/map: %d %v %s", resp.StatusCode, err, doc)
-	}
-	m, err := authority.ParseMap(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := authority.NewIndex(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix, doc := mapIndex(t, context.Background(), c.hc, c.urls["dc-a"], c.token)
 	repos := map[string][]string{}
 	for i := 0; len(repos["dc-a"]) < n || len(repos["dc-b"]) < n; i++ {
 		if i > 1000 {
@@ -640,4 +622,30 @@ func summarize(t *testing.T, all []*upload, c *cluster, took time.Duration) {
 	}
 	t.Logf("soak: %d uploads attempted, %d acknowledged (%d answered 201, %d answered 202; %d of them repeated content; %.1f MiB), %s; answers %v; by mode (acknowledged/attempted) %v; %s; postgres crash-restarts %d; %s in all",
 		len(all), acked, acked-accepted, accepted, dups, float64(bytes)/(1<<20), checked, byStatus, byMode, strings.Join(restarts, ", "), c.pg.crashes, took.Round(time.Second))
+}
+
+// mapIndex reads the published partition map from the api at base and
+// returns its index (which node homes a key) and the document.
+func mapIndex(t *testing.T, ctx context.Context, hc *http.Client, base, token string) (*authority.Index, []byte) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/map", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("soak: GET /v1/map: %d %v %s", resp.StatusCode, err, doc)
+	}
+	m, err := authority.ParseMap(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := authority.NewIndex(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix, doc
 }
