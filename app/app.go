@@ -763,7 +763,6 @@ func addReplicationWorkers(w *river.Workers, cfg *config.Config, st *store.Store
 	}); err != nil {
 		return err
 	}
-	jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName,
-		BytesPerSecond: cfg.ScrubRate, Batch: cfg.ScrubBatch, Metrics: m, Logger: logger})
-	return nil
+	return jobs.AddScrubWorkers(w, jobs.ScrubDeps{Store: st, Datacenter: cfg.Datacenter, Backends: backends.ByName,
+		Period: cfg.ScrubPeriod, Schedule: cfg.Cron[config.ScrubJob], MaxRate: cfg.ScrubRate, Batch: cfg.ScrubBatch, Metrics: m, Logger: logger})
 }

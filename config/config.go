@@ -46,10 +46,13 @@ type Config struct {
 	RiverUI         bool
 	// SweepBatch bounds one step of a sweep pass (intents per transaction).
 	SweepBatch int
-	// ScrubRate bounds the bytes per second one worker's scrub reads (0:
-	// no bound); ScrubBatch the placements one pass checks.
-	ScrubRate  int64
-	ScrubBatch int
+	// ScrubPeriod: every verified placement is re-hashed at least once
+	// per period; ScrubRate caps the bytes per second one worker's scrub
+	// reads (0: no cap); ScrubBatch is the placements one ledger read of
+	// a pass lists.
+	ScrubPeriod time.Duration
+	ScrubRate   int64
+	ScrubBatch  int
 	// WorkerMetrics is the worker's /metrics listen address; "" serves none.
 	WorkerMetrics string
 	// MaxBlobSize bounds one blob (413 past it).
@@ -458,7 +461,16 @@ var Settings = []Setting{
 	jobSchedule("inventory-cron", "BLOBPLANE_INVENTORY_CRON", InventoryJob, "@hourly", "the inventory job (lists every backend, deletes orphans)"),
 	jobSchedule("reconcile-cron", "BLOBPLANE_RECONCILE_CRON", ReconcileJob, "@every 1m", "the replication reconciler (enqueues every copy the replication policy misses)"),
 	jobSchedule("scrub-cron", "BLOBPLANE_SCRUB_CRON", ScrubJob, "@every 10m", "the scrub (re-hashes verified placements, repairs bad copies)"),
-	{Flag: "scrub-rate", Env: "BLOBPLANE_SCRUB_RATE", Default: "64MiB", Usage: "bytes per second one worker's scrub reads at most, bytes or with a KiB/MiB/GiB suffix (0: no bound); a full pass over N stored bytes takes N divided by it", For: []string{Worker},
+	{Flag: "scrub-period", Env: "BLOBPLANE_SCRUB_PERIOD", Default: "7d", Usage: "every stored byte is re-hashed at least once per period (a Go duration, or days as 7d): each scrub pass reads its share of the datacenter's bytes, and whatever would otherwise go unchecked for longer", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			d, err := parseDays(v)
+			if err != nil || d < time.Minute {
+				return fmt.Errorf("%q: must be a duration of at least 1m (e.g. 168h or 7d)", v)
+			}
+			c.ScrubPeriod = d
+			return nil
+		}},
+	{Flag: "scrub-rate", Env: "BLOBPLANE_SCRUB_RATE", Default: "64MiB", Usage: "most bytes per second one worker's scrub reads, bytes or with a KiB/MiB/GiB suffix (0: no cap); a pass reads at the rate its share of the period needs, and warns when that is above this cap", For: []string{Worker},
 		set: func(c *Config, v string) error {
 			n, err := parseBytes(v)
 			if err != nil {
@@ -467,7 +479,7 @@ var Settings = []Setting{
 			c.ScrubRate = n
 			return nil
 		}},
-	{Flag: "scrub-batch", Env: "BLOBPLANE_SCRUB_BATCH", Default: "1000", Usage: "most placements one scrub pass checks", For: []string{Worker},
+	{Flag: "scrub-batch", Env: "BLOBPLANE_SCRUB_BATCH", Default: "1000", Usage: "placements one ledger read of a scrub pass lists (a pass reads as many as its share needs)", For: []string{Worker},
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 1_000_000 {
@@ -804,6 +816,18 @@ func redactErr(err error) string {
 }
 
 // parseBytes reads a size: plain bytes or a KiB/MiB/GiB/TiB suffix.
+// parseDays parses a Go duration, or a whole number of days as "7d".
+func parseDays(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 || days > 3650 {
+			return 0, fmt.Errorf("%q: bad number of days", v)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(v)
+}
+
 func parseBytes(v string) (int64, error) {
 	mult := int64(1)
 	for _, u := range []struct {

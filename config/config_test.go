@@ -30,6 +30,21 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+// BLOBPLANE_SCRUB_PERIOD takes days or a Go duration; a week by default.
+func TestScrubPeriod(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]time.Duration{"": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour, "36h": 36 * time.Hour} {
+		m := map[string]string{"DATABASE_URL": goodURL}
+		if v != "" {
+			m["BLOBPLANE_SCRUB_PERIOD"] = v
+		}
+		c, _, err := Load(Worker, nil, env(m), nil)
+		if err != nil || c.ScrubPeriod != want {
+			t.Errorf("%q: %v, %v; want %v", v, c.ScrubPeriod, err, want)
+		}
+	}
+}
+
 func TestFlagBeatsEnvBeatsDefault(t *testing.T) {
 	t.Parallel()
 	e := env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATACENTER": "eu-1", "BLOBPLANE_LISTEN": "127.0.0.1:9000"})
@@ -79,6 +94,9 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{"bad timeout", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_SHUTDOWN_TIMEOUT": "-1s"}, nil, "BLOBPLANE_SHUTDOWN_TIMEOUT"},
 		{"bad queues", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_QUEUES": "default=0"}, nil, "BLOBPLANE_QUEUES"},
 		{"bad cron", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_CRON": "node_prune=every minute"}, nil, "BLOBPLANE_CRON"},
+		{"bad scrub period", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_SCRUB_PERIOD": "weekly"}, nil, "BLOBPLANE_SCRUB_PERIOD"},
+		{"scrub period too short", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_SCRUB_PERIOD": "10s"}, nil, "BLOBPLANE_SCRUB_PERIOD"},
+		{"scrub period in bad days", Worker, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_SCRUB_PERIOD": "1.5d"}, nil, "BLOBPLANE_SCRUB_PERIOD"},
 		{"unknown flag", API, map[string]string{"DATABASE_URL": goodURL}, []string{"--nope"}, "--nope"},
 		{"worker has no listen", Worker, map[string]string{"DATABASE_URL": goodURL}, []string{"--listen", "x"}, "--listen"},
 	}

@@ -121,12 +121,12 @@ type ReplicateWorker struct {
 }
 
 // Timeout bounds one attempt in proportion to the blob: a minute plus
-// the time to move it at 8 MiB/s. River's rescue of stuck jobs is one
-// setting for every kind (RescueStuckJobsAfter, 2 minutes), so an
-// attempt allowed longer (a blob over about 480 MiB) may be rescued while
-// it still runs: the rescued attempt takes the row over under a newer
-// epoch and the first one's late verification is refused (S3). The cost
-// is a second transfer, never a wrong copy (docs/replication.md).
+// the time to move it at 8 MiB/s. River's rescuer leaves a running
+// attempt alone until both RescueStuckJobsAfter and this timeout have
+// passed (river#350; TestRescueWaitsForAJobsOwnTimeout), so a large copy
+// is rescued only once it is truly stuck; a rescued attempt takes the
+// row over under a newer epoch and a late verification by the first is
+// refused (S3).
 func (w *ReplicateWorker) Timeout(job *river.Job[ReplicateArgs]) time.Duration {
 	return time.Minute + time.Duration(job.Args.Size/(8<<20))*time.Second
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"golang.org/x/time/rate"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
@@ -43,9 +43,13 @@ func (a ScrubDatacenterArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: ReplicationQueue(a.Datacenter), UniqueOpts: unfinished}
 }
 
-// DefaultScrubBatch is how many placements one pass checks at most
-// (BLOBPLANE_SCRUB_BATCH's default).
+// DefaultScrubBatch is how many placements one ledger read of a pass
+// lists (BLOBPLANE_SCRUB_BATCH's default).
 const DefaultScrubBatch = 1000
+
+// DefaultScrubPeriod is the coverage period (BLOBPLANE_SCRUB_PERIOD's
+// default): every stored byte is re-hashed at least once a week.
+const DefaultScrubPeriod = 7 * 24 * time.Hour
 
 // ScrubFanOutWorker runs ScrubArgs: one pass per datacenter that has
 // nodes registered.
@@ -77,24 +81,30 @@ func (w *ScrubFanOutWorker) Work(ctx context.Context, job *river.Job[ScrubArgs])
 type ScrubWorker struct {
 	river.WorkerDefaults[ScrubDatacenterArgs]
 	Scrub *replication.Scrub
-	Batch int
 }
 
-// Timeout: a pass stops after 90 s and keeps what it recorded; the next
-// pass goes on from the longest unchecked. It stays below River's rescue
-// of stuck jobs (RescueStuckJobsAfter), so a pass is never run twice at
-// once.
+// Timeout: a pass reads for its budget (three quarters of the time
+// between passes, at most an hour) and keeps what it recorded; a minute
+// more covers the check under way. River's rescuer leaves a running job
+// alone until its own timeout has passed (river#350), so a long pass is
+// never rescued, hence never run twice at once.
 func (w *ScrubWorker) Timeout(*river.Job[ScrubDatacenterArgs]) time.Duration {
-	return 90 * time.Second
+	return w.Scrub.Budget + time.Minute
 }
 
 func (w *ScrubWorker) Work(ctx context.Context, job *river.Job[ScrubDatacenterArgs]) error {
 	if job.Args.Datacenter != w.Scrub.Datacenter {
 		return river.JobCancel(fmt.Errorf("scrub of %s on a worker of %s", job.Args.Datacenter, w.Scrub.Datacenter))
 	}
-	rep, err := w.Scrub.Run(ctx, w.Batch)
+	pass, cancel := context.WithTimeout(ctx, w.Scrub.Budget)
+	defer cancel()
+	rep, err := w.Scrub.Run(pass)
 	w.Scrub.Logger.InfoContext(ctx, "scrub pass", "datacenter", w.Scrub.Datacenter, "checked", rep.Checked, "intact", rep.Intact,
-		"mismatched", rep.Mismatched, "missing", rep.Missing, "skipped", rep.Skipped, "bytes", rep.Bytes)
+		"mismatched", rep.Mismatched, "missing", rep.Missing, "skipped", rep.Skipped, "bytes", rep.Bytes,
+		"target_bytes", rep.Pace.Target, "bytes_per_second", int64(rep.Pace.Rate))
+	if err != nil && pass.Err() != nil && ctx.Err() == nil {
+		return nil // the budget ran out: the next pass goes on from the longest unchecked
+	}
 	return err
 }
 
@@ -115,27 +125,49 @@ func (RepairQueue) EnqueueRepair(ctx context.Context, d blobplane.Digest, size i
 
 // ScrubDeps are what the scrub workers need.
 type ScrubDeps struct {
-	Store          *store.Store
-	Datacenter     string
-	Backends       map[string]backend.Backend
-	BytesPerSecond int64 // 0: no bound
-	Batch          int   // 0: DefaultScrubBatch
-	Metrics        *replication.Metrics
-	Logger         *slog.Logger
+	Store      *store.Store
+	Datacenter string
+	Backends   map[string]backend.Backend
+	// Period is the coverage period (0: DefaultScrubPeriod); Schedule the
+	// scrub's cron schedule (its passes' spacing; "": every 10 minutes).
+	Period   time.Duration
+	Schedule string
+	MaxRate  int64 // bytes/s, 0: no cap
+	Batch    int   // 0: DefaultScrubBatch
+	Metrics  *replication.Metrics
+	Logger   *slog.Logger
 }
 
 // AddScrubWorkers registers the fan-out and the per-datacenter workers.
-func AddScrubWorkers(w *river.Workers, d ScrubDeps) {
-	if d.Batch <= 0 {
-		d.Batch = DefaultScrubBatch
-	}
-	var lim *rate.Limiter
-	if d.BytesPerSecond > 0 {
-		burst := int(min(d.BytesPerSecond, 256<<10))
-		lim = rate.NewLimiter(rate.Limit(d.BytesPerSecond), burst)
+func AddScrubWorkers(w *river.Workers, d ScrubDeps) error {
+	interval, err := ScrubInterval(d.Schedule)
+	if err != nil {
+		return err
 	}
 	river.AddWorker(w, &ScrubFanOutWorker{Datacenters: d.Store})
 	river.AddWorker(w, &ScrubWorker{Scrub: &replication.Scrub{
-		Ledger: d.Store, Datacenter: d.Datacenter, Backends: d.Backends, Repair: RepairQueue{}, Limiter: lim, Metrics: d.Metrics, Logger: d.Logger,
-	}, Batch: d.Batch})
+		Ledger: d.Store, Datacenter: d.Datacenter, Backends: d.Backends, Repair: RepairQueue{},
+		Period: cmp.Or(d.Period, DefaultScrubPeriod), Interval: interval, Budget: ScrubBudget(interval),
+		MaxRate: d.MaxRate, Batch: cmp.Or(d.Batch, DefaultScrubBatch), Metrics: d.Metrics, Logger: d.Logger,
+	}})
+	return nil
+}
+
+// ScrubInterval is the time between two scrub passes under schedule
+// ("": the default, every 10 minutes).
+func ScrubInterval(schedule string) (time.Duration, error) {
+	if schedule == "" {
+		return 10 * time.Minute, nil
+	}
+	s, err := config.CronParser.Parse(schedule)
+	if err != nil {
+		return 0, fmt.Errorf("scrub schedule %q: %w", schedule, err)
+	}
+	return schedulePeriod(s, time.Now()), nil
+}
+
+// ScrubBudget is how long a pass may read: three quarters of the time
+// between passes, at most an hour.
+func ScrubBudget(interval time.Duration) time.Duration {
+	return min(interval*3/4, time.Hour)
 }

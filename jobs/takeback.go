@@ -17,8 +17,10 @@ import (
 // crash soak, soak/: "jobcompleter.BatchCompleter: Too many errors;
 // giving up" across an immediate restart). A finalize job stuck so would
 // leave an upload answered 202 unpublished for that long (issue 27). Every
-// attempt's context ends at its timeout (a minute for every Blobplane
-// job), so one still running at twice that is abandoned, not slow.
+// attempt's context ends at its timeout (a minute for most Blobplane
+// jobs), so one still running at twice that is abandoned, not slow. A
+// kind whose timeout is longer (a copy, in proportion to its blob; a
+// scrub pass) is rescued only past its own timeout (river#350).
 const RescueStuckJobsAfter = 2 * time.Minute
 
 // Execer runs one statement: a pool, a connection or a transaction.

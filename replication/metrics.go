@@ -18,6 +18,7 @@ type Metrics struct {
 	failures   *prometheus.CounterVec
 	scrubBytes *prometheus.CounterVec
 	findings   *prometheus.CounterVec
+	lag        *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil:
@@ -39,9 +40,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "blobplane_scrub_checks_total", Help: "Placements the scrub checked, by datacenter and finding (intact, digest_mismatch, missing).",
 		}, []string{"datacenter", "finding"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "blobplane_scrub_oldest_check_age_seconds", Help: "Age of the least recently checked verified placement of a datacenter at the start of its last scrub pass; above BLOBPLANE_SCRUB_PERIOD the scrub is behind.",
+		}, []string{"datacenter"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.copies, m.bytes, m.failures, m.scrubBytes, m.findings)
+		reg.MustRegister(m.copies, m.bytes, m.failures, m.scrubBytes, m.findings, m.lag)
 	}
 	return m
 }
@@ -56,6 +60,12 @@ func (m *Metrics) copied(source, target string, n int64) {
 func (m *Metrics) failed(target string, reason placement.Reason) {
 	if m != nil {
 		m.failures.WithLabelValues(target, string(reason)).Inc()
+	}
+}
+
+func (m *Metrics) scrubLag(datacenter string, age time.Duration) {
+	if m != nil {
+		m.lag.WithLabelValues(datacenter).Set(age.Seconds())
 	}
 }
 
@@ -133,4 +143,8 @@ func (m *Metrics) Failures(target string, reason placement.Reason) prometheus.Co
 
 func (m *Metrics) Findings(datacenter, finding string) prometheus.Counter {
 	return m.findings.WithLabelValues(datacenter, finding)
+}
+
+func (m *Metrics) ScrubLag(datacenter string) prometheus.Gauge {
+	return m.lag.WithLabelValues(datacenter)
 }

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -20,6 +21,7 @@ import (
 
 // ScrubLedger is what a scrub needs of the ledger (store.Store).
 type ScrubLedger interface {
+	ScrubLoad(ctx context.Context, datacenter string, dueIn time.Duration) (store.ScrubLoad, error)
 	ScrubCandidates(ctx context.Context, datacenter string, limit int) ([]store.ScrubCandidate, error)
 	RecordPlacementCheck(ctx context.Context, k placement.Key, outcome string) error
 	FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error)
@@ -35,13 +37,25 @@ type Repairer interface {
 // unchecked first, and re-hashes their bytes. A missing object fails its
 // placement (source_unavailable), an altered or short one too
 // (digest_mismatch), each under a new epoch, and a repair is enqueued.
+//
+// Each pass paces itself (PlanPass) so that every stored byte is checked
+// at least once per Period: it reads its share of the datacenter's bytes,
+// and more when placements would otherwise go unchecked past the period,
+// at the rate that fits that into the pass's budget.
 type Scrub struct {
 	Ledger     ScrubLedger
 	Datacenter string
 	Backends   map[string]backend.Backend
 	Repair     Repairer
-	// Limiter bounds the bytes read per second (nil: no bound).
-	Limiter *rate.Limiter
+	// Period: every verified placement is checked at least once per
+	// Period (BLOBPLANE_SCRUB_PERIOD). Interval is the time between two
+	// passes (the scrub's schedule); Budget how long a pass may read.
+	Period, Interval, Budget time.Duration
+	// MaxRate caps the bytes read per second (0: no cap); a pass that
+	// needs more says so and reads at the cap.
+	MaxRate int64
+	// Batch is how many placements one ledger read lists.
+	Batch   int
 	Metrics *Metrics
 	Logger  *slog.Logger
 }
@@ -50,39 +64,122 @@ type Scrub struct {
 type ScrubReport struct {
 	Checked, Intact, Mismatched, Missing, Skipped int
 	Bytes                                         int64
+	Pace                                          Pace
 }
 
-// Run checks up to limit placements. A placement whose backend is not
-// configured here, or whose read fails for a reason that is not about
-// its bytes (the store unreachable), is skipped and stays first in line.
-func (s *Scrub) Run(ctx context.Context, limit int) (rep ScrubReport, err error) {
+// Pace is one pass's plan.
+type Pace struct {
+	// Target is the bytes the pass reads: its share of the datacenter's
+	// bytes (total × interval / period), or all that falls due before the
+	// next pass if that is more.
+	Target int64
+	// Rate is the bytes per second it reads at: the target over the
+	// budget, at least MinScrubRate, at most the cap.
+	Rate float64
+	// Short: the cap is too low to cover the period; the pass reads at
+	// the cap and the scrub falls behind (its oldest check ages past the
+	// period).
+	Short bool
+}
+
+// MinScrubRate is the slowest a pass reads (bytes/s): a small target is
+// read quickly, not spread thinly over the whole budget.
+const MinScrubRate = 1 << 20
+
+// PlanPass plans a pass over load: interval is the time to the next pass,
+// period the coverage period, budget the time the pass may read, maxRate
+// the cap (0: none).
+func PlanPass(load store.ScrubLoad, interval, period, budget time.Duration, maxRate int64) Pace {
+	share := load.TotalBytes
+	if period > interval {
+		share = int64(float64(load.TotalBytes) * (float64(interval) / float64(period)))
+	}
+	p := Pace{Target: max(share, load.DueBytes)}
+	p.Rate = max(float64(p.Target)/max(budget.Seconds(), 1e-3), MinScrubRate)
+	if maxRate > 0 && p.Rate > float64(maxRate) {
+		p.Short = float64(p.Target)/max(budget.Seconds(), 1e-3) > float64(maxRate)
+		p.Rate = float64(maxRate)
+	}
+	return p
+}
+
+// Run runs one pass: it plans from the ledger, then checks placements,
+// the longest unchecked first, until it has read its target (or found
+// nothing more to check). A placement whose backend is not configured
+// here, or whose read fails for a reason that is not about its bytes
+// (the store unreachable), is skipped and stays first in line for the
+// next pass.
+func (s *Scrub) Run(ctx context.Context) (rep ScrubReport, err error) {
 	defer func() { s.Metrics.scrubbed(s.Datacenter, rep) }()
-	cands, err := s.Ledger.ScrubCandidates(ctx, s.Datacenter, limit)
+	load, err := s.Ledger.ScrubLoad(ctx, s.Datacenter, s.Interval-s.Period)
 	if err != nil {
 		return rep, err
 	}
-	for _, c := range cands {
-		if err := ctx.Err(); err != nil {
+	start := load.Now
+	s.Metrics.scrubLag(s.Datacenter, load.OldestAge)
+	rep.Pace = PlanPass(load, s.Interval, s.Period, s.Budget, s.MaxRate)
+	if rep.Pace.Short {
+		s.Logger.WarnContext(ctx, "the scrub cannot cover its period at its rate cap; raise BLOBPLANE_SCRUB_RATE or BLOBPLANE_SCRUB_PERIOD",
+			"datacenter", s.Datacenter, "stored_bytes", load.TotalBytes, "period", s.Period, "cap_bytes_per_second", s.MaxRate,
+			"needed_bytes_per_second", int64(float64(rep.Pace.Target)/max(s.Budget.Seconds(), 1e-3)))
+	}
+	lim := rate.NewLimiter(rate.Limit(rep.Pace.Rate), int(min(rep.Pace.Rate, 256<<10)))
+	for rep.Bytes < rep.Pace.Target {
+		cands, err := s.Ledger.ScrubCandidates(ctx, s.Datacenter, s.batch())
+		if err != nil {
 			return rep, err
+		}
+		progress, err := s.checkAll(ctx, lim, cands, start, &rep)
+		if err != nil || !progress {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func (s *Scrub) batch() int {
+	if s.Batch <= 0 {
+		return 1000
+	}
+	return s.Batch
+}
+
+// checkAll checks cands in order until the target is read. progress is
+// false when there was nothing new to check: none left, or every one
+// already checked in this pass (since start) or skipped.
+func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, cands []store.ScrubCandidate, start time.Time, rep *ScrubReport) (progress bool, err error) {
+	for _, c := range cands {
+		if rep.Bytes >= rep.Pace.Target {
+			return true, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return progress, err
+		}
+		if !c.LastChecked.Before(start) {
+			return progress, nil // round the whole datacenter in one pass
 		}
 		be, ok := s.Backends[c.Key.Backend]
 		if !ok {
 			rep.Skipped++
 			continue
 		}
-		outcome, n, err := s.check(ctx, be, c)
+		outcome, n, err := s.check(ctx, lim, be, c)
 		rep.Bytes += n
+		if err != nil && ctx.Err() != nil {
+			return progress, ctx.Err() // the pass's budget ran out mid-read
+		}
 		if err != nil {
 			rep.Skipped++
 			s.Logger.WarnContext(ctx, "scrub could not read a placement; it is checked next time", "digest", c.Key.Digest, "backend", c.Key.Backend, "err", err)
 			continue
 		}
 		rep.Checked++
-		if err := s.record(ctx, c, outcome, &rep); err != nil {
-			return rep, err
+		progress = true
+		if err := s.record(ctx, c, outcome, rep); err != nil {
+			return progress, err
 		}
 	}
-	return rep, nil
+	return progress, nil
 }
 
 // record writes a check's outcome; a bad copy is failed under a new epoch
@@ -112,7 +209,7 @@ func (s *Scrub) record(ctx context.Context, c store.ScrubCandidate, outcome stri
 // check reads c's object whole and hashes it: intact, digest_mismatch
 // (other bytes, short or long, or a representation that does not
 // decode) or missing. err: the read failed for another reason.
-func (s *Scrub) check(ctx context.Context, be backend.Backend, c store.ScrubCandidate) (outcome string, n int64, err error) {
+func (s *Scrub) check(ctx context.Context, lim *rate.Limiter, be backend.Backend, c store.ScrubCandidate) (outcome string, n int64, err error) {
 	obj, err := be.Read(ctx, c.Key.Digest, backend.ReadOptions{})
 	switch {
 	case errors.Is(err, backend.ErrNotFound):
@@ -124,7 +221,7 @@ func (s *Scrub) check(ctx context.Context, be backend.Backend, c store.ScrubCand
 	}
 	defer obj.Body.Close()
 	h := sha256.New()
-	n, err = s.copy(ctx, h, obj.Body)
+	n, err = scrubCopy(ctx, lim, h, obj.Body)
 	switch {
 	case errors.Is(err, backend.ErrCorrupt):
 		return store.CheckMismatch, n, nil
@@ -137,20 +234,14 @@ func (s *Scrub) check(ctx context.Context, be backend.Backend, c store.ScrubCand
 	return store.CheckIntact, n, nil
 }
 
-// copy hashes r into h at no more than the limiter's rate: each read
-// asks for at most one burst, and waits for its tokens first.
-func (s *Scrub) copy(ctx context.Context, h hash.Hash, r io.Reader) (int64, error) {
-	chunk := 256 << 10
-	if s.Limiter != nil {
-		chunk = min(chunk, s.Limiter.Burst())
-	}
-	buf := make([]byte, chunk)
+// scrubCopy hashes r into h at no more than lim's rate: each read asks
+// for at most one burst, and waits for its tokens first.
+func scrubCopy(ctx context.Context, lim *rate.Limiter, h hash.Hash, r io.Reader) (int64, error) {
+	buf := make([]byte, min(256<<10, lim.Burst()))
 	var n int64
 	for {
-		if s.Limiter != nil {
-			if err := s.Limiter.WaitN(ctx, chunk); err != nil {
-				return n, err
-			}
+		if err := lim.WaitN(ctx, len(buf)); err != nil {
+			return n, err
 		}
 		k, err := r.Read(buf)
 		h.Write(buf[:k])

@@ -1,20 +1,26 @@
 package replication_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/time/rate"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/backend/fs"
+	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/replication"
+	"github.com/blobplane/blobplane/store"
 )
 
 // repairs records what a scrub asked to repair.
@@ -54,7 +60,8 @@ func setupScrub(t *testing.T) *scrubEnv {
 	r := &repairs{}
 	return &scrubEnv{env: e, dir: dir, repairs: r, scrub: &replication.Scrub{
 		Ledger: e.st, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}, Repair: r,
-		Limiter: rate.NewLimiter(rate.Limit(1<<30), 64<<10), Metrics: replication.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler),
+		// Every pass covers everything: a period shorter than a pass.
+		Period: time.Nanosecond, Budget: time.Minute, Batch: 10, Metrics: replication.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler),
 	}}
 }
 
@@ -71,7 +78,7 @@ func (s *scrubEnv) source(t *testing.T) placement.Placement {
 func TestScrubRecordsIntactCopies(t *testing.T) {
 	t.Parallel()
 	s := setupScrub(t)
-	rep, err := s.scrub.Run(context.Background(), 10)
+	rep, err := s.scrub.Run(context.Background())
 	if err != nil || rep.Checked != 1 || rep.Intact != 1 || rep.Bytes != s.sourceSize || len(*s.repairs) != 0 {
 		t.Fatalf("scrub: %+v, %v, repairs %v", rep, err, *s.repairs)
 	}
@@ -100,7 +107,7 @@ func TestScrubFindsABitFlipAndTheRepairRestoresIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	epoch := s.source(t).Epoch
-	rep, err := s.scrub.Run(context.Background(), 10)
+	rep, err := s.scrub.Run(context.Background())
 	if err != nil || rep.Mismatched != 1 || len(*s.repairs) != 1 || (*s.repairs)[0] != s.d {
 		t.Fatalf("scrub: %+v, %v, repairs %v", rep, err, *s.repairs)
 	}
@@ -121,7 +128,7 @@ func TestScrubFindsAMissingFileAndTheRepairRestoresIt(t *testing.T) {
 	if err := os.Remove(filepath.Join(s.dir, fs.ObjectPath(s.d))); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := s.scrub.Run(context.Background(), 10)
+	rep, err := s.scrub.Run(context.Background())
 	if err != nil || rep.Missing != 1 || len(*s.repairs) != 1 {
 		t.Fatalf("scrub: %+v, %v", rep, err)
 	}
@@ -143,8 +150,121 @@ func (s *scrubEnv) repair(t *testing.T) {
 	if p := s.source(t); p.State != placement.Verified {
 		t.Fatalf("repaired copy: %+v", p)
 	}
-	rep, err := s.scrub.Run(context.Background(), 10)
+	rep, err := s.scrub.Run(context.Background())
 	if err != nil || rep.Intact != 1 {
 		t.Fatalf("scrub after the repair: %+v, %v", rep, err)
+	}
+}
+
+// The coverage period (BLOBPLANE_SCRUB_PERIOD): with passes an hour
+// apart and a four-hour period, each pass reads a quarter of the stored
+// bytes, the longest unchecked first, so four passes check each of four
+// equal blobs once; placements whose last check is older than the period
+// are all due, and the next pass reads every one of them.
+func TestScrubPacesItselfToCoverThePeriod(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgtest.New(t)
+	st := store.New(d.Pool, nil)
+	be, err := fs.Open(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	var digests []blobplane.Digest
+	for i := range 4 {
+		content := bytes.Repeat([]byte{byte('a' + i)}, 64<<10)
+		sum := sha256.Sum256(content)
+		dg := blobplane.Digest("sha256:" + hex.EncodeToString(sum[:]))
+		if _, err := be.Write(ctx, backend.WriteRequest{Digest: dg, Size: int64(len(content)), Body: bytes.NewReader(content)}); err != nil {
+			t.Fatal(err)
+		}
+		k := placement.Key{Digest: dg, Backend: "fs", Datacenter: "eu-1", Location: placement.ObjectLocation(dg)}
+		if _, err := st.StagePlacement(ctx, k, int64(len(content)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.VerifyPlacement(ctx, k, dg, int64(len(content)), 0); err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, dg)
+	}
+	m := replication.NewMetrics(prometheus.NewRegistry())
+	s := &replication.Scrub{Ledger: st, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}, Repair: &repairs{},
+		Period: 4 * time.Hour, Interval: time.Hour, Budget: 45 * time.Minute, Batch: 2, Metrics: m, Logger: slog.New(slog.DiscardHandler)}
+	checks := func() map[blobplane.Digest]int {
+		t.Helper()
+		rows, err := d.Pool.Query(ctx, `SELECT digest FROM placement_checks WHERE datacenter = 'eu-1' AND outcome = 'intact'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[blobplane.Digest]int{}
+		for rows.Next() {
+			var dg string
+			if err := rows.Scan(&dg); err != nil {
+				t.Fatal(err)
+			}
+			got[blobplane.Digest(dg)]++
+		}
+		return got
+	}
+	for pass := 1; pass <= 4; pass++ {
+		rep, err := s.Run(ctx)
+		if err != nil || rep.Checked != 1 || rep.Pace.Target != 64<<10 || rep.Pace.Short {
+			t.Fatalf("pass %d: %+v, %v; want one blob of four (a quarter of the bytes)", pass, rep, err)
+		}
+		// The longest unchecked first: verification order.
+		if got := checks(); len(got) != pass || got[digests[pass-1]] != 1 {
+			t.Fatalf("after pass %d: checked %v", pass, got)
+		}
+	}
+	// Every check now older than the period: all due at once.
+	if _, err := d.Pool.Exec(ctx, `UPDATE placement_checks SET checked_at = checked_at - interval '5 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Run(ctx)
+	if err != nil || rep.Checked != 4 || rep.Pace.Target != 4*64<<10 {
+		t.Fatalf("overdue pass: %+v, %v; want all four", rep, err)
+	}
+	if lag := testutil.ToFloat64(m.ScrubLag("eu-1")); lag < 5*3600 {
+		t.Fatalf("oldest check age at the overdue pass: %v s, want over 5 h", lag)
+	}
+	// A cap below what the period needs: read at the cap, and say so.
+	if _, err := d.Pool.Exec(ctx, `UPDATE placement_checks SET checked_at = checked_at - interval '5 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	s.MaxRate, s.Budget = 1<<20, time.Millisecond
+	if rep, err := s.Run(ctx); err != nil || !rep.Pace.Short || rep.Pace.Rate != 1<<20 {
+		t.Fatalf("capped pass: %+v, %v", rep, err)
+	}
+}
+
+// PlanPass's arithmetic: share, due, floor and cap.
+func TestPlanPass(t *testing.T) {
+	t.Parallel()
+	const GiB = 1 << 30
+	week, tenMin := 7*24*time.Hour, 10*time.Minute
+	for _, c := range []struct {
+		name                 string
+		load                 store.ScrubLoad
+		interval, period, bu time.Duration
+		cap                  int64
+		want                 replication.Pace
+	}{
+		{"share of a week", store.ScrubLoad{TotalBytes: 1008 * GiB}, tenMin, week, 500 * time.Second, 0,
+			replication.Pace{Target: 1 * GiB, Rate: GiB / 500.0}},
+		{"due beats share", store.ScrubLoad{TotalBytes: 1008 * GiB, DueBytes: 5 * GiB}, tenMin, week, 500 * time.Second, 0,
+			replication.Pace{Target: 5 * GiB, Rate: 5 * GiB / 500.0}},
+		{"small: the floor", store.ScrubLoad{TotalBytes: GiB}, tenMin, week, 500 * time.Second, 0,
+			replication.Pace{Target: GiB / 1008, Rate: replication.MinScrubRate}},
+		{"over the cap", store.ScrubLoad{TotalBytes: 1008 * GiB}, tenMin, week, 500 * time.Second, 1 << 20,
+			replication.Pace{Target: 1 * GiB, Rate: 1 << 20, Short: true}},
+		{"period under the interval: all", store.ScrubLoad{TotalBytes: GiB}, time.Hour, time.Minute, 1000 * time.Second, 0,
+			replication.Pace{Target: GiB, Rate: GiB / 1000.0}},
+		{"nothing stored", store.ScrubLoad{}, tenMin, week, 500 * time.Second, 64 << 20,
+			replication.Pace{Rate: replication.MinScrubRate}},
+	} {
+		if got := replication.PlanPass(c.load, c.interval, c.period, c.bu, c.cap); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }

@@ -55,16 +55,24 @@ func (s *Store) RecordPlacementCheck(ctx context.Context, k placement.Key, outco
 	return dbErr("record placement check", err)
 }
 
-// OldestCheckAge is how long ago the least recently checked verified
-// placement of datacenter was checked (or verified): how far behind the
-// scrub is.
-func (s *Store) OldestCheckAge(ctx context.Context, datacenter string) (time.Duration, error) {
-	age, err := s.q.OldestCheck(ctx, s.pool, datacenter)
+// ScrubLoad is what one datacenter's scrub has to cover.
+type ScrubLoad struct {
+	Now        time.Time // the database's clock, which check times are on
+	TotalBytes int64     // of its verified placements
+	DueBytes   int64     // of those last checked (or verified) before Now + dueIn
+	OldestAge  time.Duration
+}
+
+// ScrubLoad reads datacenter's scrub load; due counts the placements last
+// checked before now + dueIn (negative: in the past). No ledger yet:
+// nothing to cover.
+func (s *Store) ScrubLoad(ctx context.Context, datacenter string, dueIn time.Duration) (ScrubLoad, error) {
+	r, err := s.q.ScrubLoad(ctx, s.pool, dbsqlc.ScrubLoadParams{Datacenter: datacenter, DueInSeconds: dueIn.Seconds()})
 	if isUndefinedTable(err) {
-		return 0, nil
+		return ScrubLoad{}, nil
 	}
 	if err != nil {
-		return 0, dbErr("oldest placement check", err)
+		return ScrubLoad{}, dbErr("scrub load", err)
 	}
-	return time.Duration(age * float64(time.Second)), nil
+	return ScrubLoad{Now: r.DbNow.Time, TotalBytes: r.TotalBytes, DueBytes: r.DueBytes, OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}, nil
 }

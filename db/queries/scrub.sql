@@ -17,10 +17,17 @@ VALUES (@digest, @backend, @datacenter, @location, now(), @outcome)
 ON CONFLICT (digest, backend, datacenter, location)
 DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome;
 
--- name: OldestCheck :one
--- The age of the least recently checked verified placement of a
--- datacenter: how far behind the scrub is.
-SELECT coalesce(extract(epoch FROM now() - min(coalesce(c.checked_at, p.verified_at, p.created_at))), 0)::float8 AS age_seconds
+-- name: ScrubLoad :one
+-- What a scrub pass plans from (replication.PlanPass): the bytes of a
+-- datacenter's verified placements, those last checked (or verified)
+-- before now() + @due_in_seconds (due before the next pass; negative: in
+-- the past), the age of the least recently checked one (how far behind
+-- the scrub is), and the database's clock, which every check time is on.
+SELECT now()::timestamptz AS db_now,
+       coalesce(sum(p.size_bytes), 0)::bigint AS total_bytes,
+       coalesce(sum(p.size_bytes) FILTER (
+         WHERE coalesce(c.checked_at, p.verified_at, p.created_at) < now() + make_interval(secs => @due_in_seconds::float8)), 0)::bigint AS due_bytes,
+       coalesce(extract(epoch FROM now() - min(coalesce(c.checked_at, p.verified_at, p.created_at))), 0)::float8 AS oldest_age_seconds
 FROM placements p
 LEFT JOIN placement_checks c
   ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location

@@ -11,23 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const oldestCheck = `-- name: OldestCheck :one
-SELECT coalesce(extract(epoch FROM now() - min(coalesce(c.checked_at, p.verified_at, p.created_at))), 0)::float8 AS age_seconds
-FROM placements p
-LEFT JOIN placement_checks c
-  ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location
-WHERE coalesce(p.datacenter, '') = $1::text AND coalesce(p.state, '') = 'verified'
-`
-
-// The age of the least recently checked verified placement of a
-// datacenter: how far behind the scrub is.
-func (q *Queries) OldestCheck(ctx context.Context, db DBTX, datacenter string) (float64, error) {
-	row := db.QueryRow(ctx, oldestCheck, datacenter)
-	var age_seconds float64
-	err := row.Scan(&age_seconds)
-	return age_seconds, err
-}
-
 const recordPlacementCheck = `-- name: RecordPlacementCheck :exec
 INSERT INTO placement_checks (digest, backend, datacenter, location, checked_at, outcome)
 VALUES ($1, $2, $3, $4, now(), $5)
@@ -109,4 +92,45 @@ func (q *Queries) ScrubCandidates(ctx context.Context, db DBTX, arg ScrubCandida
 		return nil, err
 	}
 	return items, nil
+}
+
+const scrubLoad = `-- name: ScrubLoad :one
+SELECT now()::timestamptz AS db_now,
+       coalesce(sum(p.size_bytes), 0)::bigint AS total_bytes,
+       coalesce(sum(p.size_bytes) FILTER (
+         WHERE coalesce(c.checked_at, p.verified_at, p.created_at) < now() + make_interval(secs => $1::float8)), 0)::bigint AS due_bytes,
+       coalesce(extract(epoch FROM now() - min(coalesce(c.checked_at, p.verified_at, p.created_at))), 0)::float8 AS oldest_age_seconds
+FROM placements p
+LEFT JOIN placement_checks c
+  ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location
+WHERE coalesce(p.datacenter, '') = $2::text AND coalesce(p.state, '') = 'verified'
+`
+
+type ScrubLoadParams struct {
+	DueInSeconds float64
+	Datacenter   string
+}
+
+type ScrubLoadRow struct {
+	DbNow            pgtype.Timestamptz
+	TotalBytes       int64
+	DueBytes         int64
+	OldestAgeSeconds float64
+}
+
+// What a scrub pass plans from (replication.PlanPass): the bytes of a
+// datacenter's verified placements, those last checked (or verified)
+// before now() + @due_in_seconds (due before the next pass; negative: in
+// the past), the age of the least recently checked one (how far behind
+// the scrub is), and the database's clock, which every check time is on.
+func (q *Queries) ScrubLoad(ctx context.Context, db DBTX, arg ScrubLoadParams) (ScrubLoadRow, error) {
+	row := db.QueryRow(ctx, scrubLoad, arg.DueInSeconds, arg.Datacenter)
+	var i ScrubLoadRow
+	err := row.Scan(
+		&i.DbNow,
+		&i.TotalBytes,
+		&i.DueBytes,
+		&i.OldestAgeSeconds,
+	)
+	return i, err
 }
