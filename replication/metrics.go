@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "blobplane_scrub_bytes_total", Help: "Stored content bytes the scrub re-read and re-hashed, by datacenter.",
 		}, []string{"datacenter"}),
 		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "blobplane_scrub_checks_total", Help: "Placements the scrub checked, by datacenter and finding (intact, digest_mismatch, missing).",
+			Name: "blobplane_scrub_checks_total", Help: "Placements the scrub checked, by datacenter and finding (intact, digest_mismatch, missing), and those it could not (too_large: no pass can read them whole at BLOBPLANE_SCRUB_RATE).",
 		}, []string{"datacenter", "finding"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "blobplane_scrub_oldest_check_age_seconds", Help: "Age of the least recently checked verified placement of a datacenter at the start of its last scrub pass; above BLOBPLANE_SCRUB_PERIOD the scrub is behind.",
@@ -74,7 +74,7 @@ func (m *Metrics) scrubbed(datacenter string, rep ScrubReport) {
 		return
 	}
 	m.scrubBytes.WithLabelValues(datacenter).Add(float64(rep.Bytes))
-	for finding, n := range map[string]int{"intact": rep.Intact, "digest_mismatch": rep.Mismatched, "missing": rep.Missing} {
+	for finding, n := range map[string]int{"intact": rep.Intact, "digest_mismatch": rep.Mismatched, "missing": rep.Missing, "too_large": rep.TooLarge} {
 		m.findings.WithLabelValues(datacenter, finding).Add(float64(n))
 	}
 }

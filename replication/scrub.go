@@ -22,7 +22,7 @@ import (
 // ScrubLedger is what a scrub needs of the ledger (store.Store).
 type ScrubLedger interface {
 	ScrubLoad(ctx context.Context, datacenter string, dueIn time.Duration) (store.ScrubLoad, error)
-	ScrubCandidates(ctx context.Context, datacenter string, limit int) ([]store.ScrubCandidate, error)
+	ScrubCandidates(ctx context.Context, datacenter string, skip, limit int) ([]store.ScrubCandidate, error)
 	RecordPlacementCheck(ctx context.Context, k placement.Key, outcome string) error
 	FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error)
 }
@@ -63,8 +63,11 @@ type Scrub struct {
 // ScrubReport is what one pass found.
 type ScrubReport struct {
 	Checked, Intact, Mismatched, Missing, Skipped int
-	Bytes                                         int64
-	Pace                                          Pace
+	// TooLarge counts placements skipped because no pass can read them
+	// whole at the rate cap (among Skipped).
+	TooLarge int
+	Bytes    int64
+	Pace     Pace
 }
 
 // Pace is one pass's plan.
@@ -123,14 +126,19 @@ func (s *Scrub) Run(ctx context.Context) (rep ScrubReport, err error) {
 			"datacenter", s.Datacenter, "stored_bytes", load.TotalBytes, "period", s.Period, "cap_bytes_per_second", s.MaxRate,
 			"needed_bytes_per_second", int64(float64(rep.Pace.Target)/max(s.Budget.Seconds(), 1e-3)))
 	}
-	lim := rate.NewLimiter(rate.Limit(rep.Pace.Rate), int(min(rep.Pace.Rate, 256<<10)))
+	lim := rate.NewLimiter(rate.Limit(rep.Pace.Rate), 256<<10)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.Budget)
+	}
 	for rep.Bytes < rep.Pace.Target {
-		cands, err := s.Ledger.ScrubCandidates(ctx, s.Datacenter, s.batch())
+		// Skipped placements stay in front; checked ones go to the back.
+		cands, err := s.Ledger.ScrubCandidates(ctx, s.Datacenter, rep.Skipped, s.batch())
 		if err != nil {
 			return rep, err
 		}
-		progress, err := s.checkAll(ctx, lim, cands, start, &rep)
-		if err != nil || !progress {
+		more, err := s.checkAll(ctx, lim, deadline, cands, start, &rep)
+		if err != nil || !more || len(cands) < s.batch() {
 			return rep, err
 		}
 	}
@@ -144,29 +152,32 @@ func (s *Scrub) batch() int {
 	return s.Batch
 }
 
-// checkAll checks cands in order until the target is read. progress is
-// false when there was nothing new to check: none left, or every one
-// already checked in this pass (since start) or skipped.
-func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, cands []store.ScrubCandidate, start time.Time, rep *ScrubReport) (progress bool, err error) {
+// checkAll checks cands in order until the target is read. more is
+// false once the pass has come round to a placement it checked itself
+// (since start): the whole datacenter is done.
+func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, deadline time.Time, cands []store.ScrubCandidate, start time.Time, rep *ScrubReport) (more bool, err error) {
 	for _, c := range cands {
 		if rep.Bytes >= rep.Pace.Target {
-			return true, nil
+			return false, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return progress, err
+			return false, err
 		}
 		if !c.LastChecked.Before(start) {
-			return progress, nil // round the whole datacenter in one pass
+			return false, nil
 		}
 		be, ok := s.Backends[c.Key.Backend]
 		if !ok {
 			rep.Skipped++
 			continue
 		}
+		if !s.fits(ctx, lim, deadline, c, rep) {
+			continue
+		}
 		outcome, n, err := s.check(ctx, lim, be, c)
 		rep.Bytes += n
 		if err != nil && ctx.Err() != nil {
-			return progress, ctx.Err() // the pass's budget ran out mid-read
+			return false, ctx.Err() // the pass's budget ran out mid-read
 		}
 		if err != nil {
 			rep.Skipped++
@@ -174,12 +185,34 @@ func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, cands []store.S
 			continue
 		}
 		rep.Checked++
-		progress = true
 		if err := s.record(ctx, c, outcome, rep); err != nil {
-			return progress, err
+			return false, err
 		}
 	}
-	return progress, nil
+	return true, nil
+}
+
+// fits sets lim's rate for reading c: the pace, or faster when c would
+// not otherwise be read whole before the deadline. A placement that
+// cannot be read whole in time even at MaxRate is skipped (it stays
+// first in line: a later pass, with its whole budget ahead, reads it
+// first), so one large blob never holds up the rest. One that cannot be
+// read within a whole budget at MaxRate is never checked: that is logged
+// and counted (finding too_large) at every pass, and
+// blobplane_scrub_oldest_check_age_seconds climbs past the period.
+func (s *Scrub) fits(ctx context.Context, lim *rate.Limiter, deadline time.Time, c store.ScrubCandidate, rep *ScrubReport) bool {
+	need := float64(c.Size) / max(time.Until(deadline).Seconds(), 1e-3)
+	if s.MaxRate > 0 && need > float64(s.MaxRate) {
+		rep.Skipped++
+		if float64(c.Size)/max(s.Budget.Seconds(), 1e-3) > float64(s.MaxRate) {
+			rep.TooLarge++
+			s.Logger.ErrorContext(ctx, "a placement is too large to be scrubbed within one pass at the rate cap; raise BLOBPLANE_SCRUB_RATE or space the passes further apart (BLOBPLANE_SCRUB_CRON)",
+				"digest", c.Key.Digest, "backend", c.Key.Backend, "size", c.Size, "budget", s.Budget, "cap_bytes_per_second", s.MaxRate)
+		}
+		return false
+	}
+	lim.SetLimit(rate.Limit(max(rep.Pace.Rate, need)))
+	return true
 }
 
 // record writes a check's outcome; a bad copy is failed under a new epoch

@@ -82,7 +82,7 @@ func TestScrubRecordsIntactCopies(t *testing.T) {
 	if err != nil || rep.Checked != 1 || rep.Intact != 1 || rep.Bytes != s.sourceSize || len(*s.repairs) != 0 {
 		t.Fatalf("scrub: %+v, %v, repairs %v", rep, err, *s.repairs)
 	}
-	cands, err := s.st.ScrubCandidates(context.Background(), "eu-1", 10)
+	cands, err := s.st.ScrubCandidates(context.Background(), "eu-1", 0, 10)
 	if err != nil || len(cands) != 1 || cands[0].LastChecked.IsZero() {
 		t.Fatalf("candidates after a check: %+v, %v", cands, err)
 	}
@@ -166,28 +166,7 @@ func TestScrubPacesItselfToCoverThePeriod(t *testing.T) {
 	ctx := context.Background()
 	d := pgtest.New(t)
 	st := store.New(d.Pool, nil)
-	be, err := fs.Open(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	var digests []blobplane.Digest
-	for i := range 4 {
-		content := bytes.Repeat([]byte{byte('a' + i)}, 64<<10)
-		sum := sha256.Sum256(content)
-		dg := blobplane.Digest("sha256:" + hex.EncodeToString(sum[:]))
-		if _, err := be.Write(ctx, backend.WriteRequest{Digest: dg, Size: int64(len(content)), Body: bytes.NewReader(content)}); err != nil {
-			t.Fatal(err)
-		}
-		k := placement.Key{Digest: dg, Backend: "fs", Datacenter: "eu-1", Location: placement.ObjectLocation(dg)}
-		if _, err := st.StagePlacement(ctx, k, int64(len(content)), 0); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.VerifyPlacement(ctx, k, dg, int64(len(content)), 0); err != nil {
-			t.Fatal(err)
-		}
-		digests = append(digests, dg)
-	}
+	be, digests := verifiedBlobs(t, st, 64<<10, 64<<10, 64<<10, 64<<10)
 	m := replication.NewMetrics(prometheus.NewRegistry())
 	s := &replication.Scrub{Ledger: st, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}, Repair: &repairs{},
 		Period: 4 * time.Hour, Interval: time.Hour, Budget: 45 * time.Minute, Batch: 2, Metrics: m, Logger: slog.New(slog.DiscardHandler)}
@@ -233,9 +212,64 @@ func TestScrubPacesItselfToCoverThePeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.MaxRate, s.Budget = 1<<20, time.Millisecond
-	if rep, err := s.Run(ctx); err != nil || !rep.Pace.Short || rep.Pace.Rate != 1<<20 {
+	if rep, err := s.Run(ctx); err != nil || !rep.Pace.Short || rep.Pace.Rate != 1<<20 || rep.TooLarge != 4 || rep.Checked != 0 {
 		t.Fatalf("capped pass: %+v, %v", rep, err)
 	}
+	if n := testutil.ToFloat64(m.Findings("eu-1", "too_large")); n != 4 {
+		t.Fatalf("too_large counted: %v", n)
+	}
+}
+
+// A placement that cannot be read whole within a pass at the rate cap is
+// skipped, and the ones after it are still checked: a large blob first
+// in line never holds up the rest.
+func TestScrubSkipsWhatCannotFitAndChecksTheRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := pgtest.NewStore(t)
+	// 4 MiB first (verified first), then three of 64 KiB; at 1 MiB/s a
+	// two-second pass can read the small ones, never the large one.
+	be, digests := verifiedBlobs(t, st, 4<<20, 64<<10, 64<<10, 64<<10)
+	s := &replication.Scrub{Ledger: st, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}, Repair: &repairs{},
+		Period: time.Nanosecond, Budget: 2 * time.Second, MaxRate: 1 << 20, Batch: 10, Metrics: replication.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler)}
+	rep, err := s.Run(ctx)
+	if err != nil || rep.TooLarge != 1 || rep.Checked != 3 || rep.Intact != 3 {
+		t.Fatalf("pass: %+v, %v; want the large one skipped, the three small ones intact", rep, err)
+	}
+	cands, err := st.ScrubCandidates(ctx, "eu-1", 0, 1)
+	if err != nil || len(cands) != 1 || cands[0].Key.Digest != digests[0] {
+		t.Fatalf("first in line after the pass: %+v, %v; want the unchecked large blob", cands, err)
+	}
+}
+
+// verifiedBlobs writes blobs of the given sizes to a new filesystem
+// backend and verifies an eu-1 placement of each, in order.
+func verifiedBlobs(t *testing.T, st *store.Store, sizes ...int) (*fs.Backend, []blobplane.Digest) {
+	t.Helper()
+	ctx := context.Background()
+	be, err := fs.Open(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	var digests []blobplane.Digest
+	for i, size := range sizes {
+		content := bytes.Repeat([]byte{byte('a' + i)}, size)
+		sum := sha256.Sum256(content)
+		dg := blobplane.Digest("sha256:" + hex.EncodeToString(sum[:]))
+		if _, err := be.Write(ctx, backend.WriteRequest{Digest: dg, Size: int64(len(content)), Body: bytes.NewReader(content)}); err != nil {
+			t.Fatal(err)
+		}
+		k := placement.Key{Digest: dg, Backend: "fs", Datacenter: "eu-1", Location: placement.ObjectLocation(dg)}
+		if _, err := st.StagePlacement(ctx, k, int64(len(content)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.VerifyPlacement(ctx, k, dg, int64(len(content)), 0); err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, dg)
+	}
+	return be, digests
 }
 
 // PlanPass's arithmetic: share, due, floor and cap.

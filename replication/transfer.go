@@ -133,9 +133,11 @@ func (t *Transfer) Run(ctx context.Context, req Request) (Result, error) {
 		if err == nil {
 			return t.verify(ctx, k, req, epoch, res)
 		}
-		lastErr = err
-		if errors.Is(err, backend.ErrMismatch) {
-			break // the bytes, not the path: fail the row, retry later
+		// Another verified copy may be intact where this one (or its
+		// path) was not: try each. A mismatch is what the row fails with
+		// if no source delivers (S2: never verified).
+		if lastErr == nil || !errors.Is(lastErr, backend.ErrMismatch) {
+			lastErr = err
 		}
 		t.Logger.WarnContext(ctx, "transfer source failed; trying the next", "digest", req.Digest, "source_datacenter", src.Datacenter, "source_backend", src.Backend, "err", err)
 	}

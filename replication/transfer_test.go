@@ -47,6 +47,8 @@ type switchSource struct {
 	opens   int
 	failing error
 	alter   bool
+	// alterFrom alters only reads of that datacenter's copy.
+	alterFrom string
 }
 
 func (s *switchSource) Open(ctx context.Context, p placement.Placement) (io.ReadCloser, error) {
@@ -58,7 +60,7 @@ func (s *switchSource) Open(ctx context.Context, p placement.Placement) (io.Read
 	if err != nil {
 		return nil, err
 	}
-	if !s.alter {
+	if !s.alter && p.Datacenter != s.alterFrom {
 		return obj.Body, nil
 	}
 	b, err := io.ReadAll(obj.Body)
@@ -185,6 +187,32 @@ func TestTransferMismatchInFlightFailsThenRetryVerifies(t *testing.T) {
 		t.Fatalf("retry: %+v, %v", res, err)
 	}
 	e.requireCopied(t)
+}
+
+// A source whose bytes do not hash to the digest does not end the
+// attempt: the next verified copy is tried, and the copy verifies from it.
+func TestTransferMismatchFromOneSourceTriesTheNext(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := e.transfer.Run(ctx, e.request(false)); err != nil { // us-1 now holds a verified copy too
+		t.Fatal(err)
+	}
+	ap, err := fs.Open(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	e.remote.alterFrom = "eu-1" // the ingress copy is bad
+	into := &replication.Transfer{Ledger: e.st, Datacenter: "ap-1", BackendName: "fs", Backend: ap,
+		Remote: e.remote, Metrics: e.metrics, Logger: slog.New(slog.DiscardHandler)}
+	res, err := into.Run(ctx, e.request(false))
+	if err != nil || !res.Done || res.Source.Datacenter != "us-1" {
+		t.Fatalf("copy into ap-1: %+v, %v; want verified from us-1", res, err)
+	}
+	if got := testutil.ToFloat64(e.metrics.Copies("us-1", "ap-1")); got != 1 {
+		t.Fatalf("copies from us-1 counted: %v", got)
+	}
 }
 
 // S3: a stale transfer's late verification changes nothing. Transfer 1

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,10 +73,22 @@ type repCluster struct {
 	big   *http.Client  // blob bodies: bounded by the request's context
 }
 
+// repOpts varies the cluster of one test.
+type repOpts struct {
+	// late datacenters are prepared but not started: join starts them.
+	late []string
+	// workerEnv is added to every worker's environment.
+	workerEnv []string
+}
+
 // newRepCluster starts Postgres and MinIO, migrates, issues a token,
 // starts the three apis, publishes one partition map over them and starts
 // the three workers, each serving its metrics.
-func newRepCluster(t *testing.T) *repCluster {
+func newRepCluster(t *testing.T) *repCluster { return newRepClusterWith(t, repOpts{}) }
+
+// newRepClusterWith is newRepCluster with opts: the map covers the apis
+// started at first (not the late ones).
+func newRepClusterWith(t *testing.T, opts repOpts) *repCluster {
 	t.Helper()
 	minioBin, err := bpminio.Binary()
 	if err != nil {
@@ -158,6 +171,7 @@ func newRepCluster(t *testing.T) *repCluster {
 			"BLOBPLANE_RECONCILE_CRON=@every 2s",
 			"BLOBPLANE_NODE_ID=worker-"+dc,
 			"BLOBPLANE_WORKER_METRICS=127.0.0.1:"+strconv.Itoa(metricsPort))
+		workerEnv = append(workerEnv, opts.workerEnv...)
 		c.apis[dc] = newProc(t, "api-"+dc, api, apiEnv)
 		c.workers[dc] = newProc(t, "worker-"+dc, filepath.Join(c.bins, "worker"), workerEnv)
 		c.urls[dc] = "http://127.0.0.1:" + strconv.Itoa(apiPort)
@@ -169,12 +183,13 @@ func newRepCluster(t *testing.T) *repCluster {
 			c.dumpLogs(t)
 		}
 	})
-	for _, dc := range repDCs {
+	first := slices.DeleteFunc(slices.Clone(repDCs), func(dc string) bool { return slices.Contains(opts.late, dc) })
+	for _, dc := range first {
 		if err := c.apis[dc].start(); err != nil {
 			t.Fatalf("replication soak: %v", err)
 		}
 	}
-	for _, dc := range repDCs {
+	for _, dc := range first {
 		if err := waitHTTP(ctx, c.apis[dc], c.hc, c.urls[dc]+"/readyz", "", repBound); err != nil {
 			t.Fatalf("replication soak: %v", err)
 		}
@@ -189,12 +204,12 @@ func newRepCluster(t *testing.T) *repCluster {
 	if _, err := runTool(ctl, ctlEnv, "publish"); err != nil {
 		t.Fatalf("replication soak: %v", err)
 	}
-	for _, dc := range repDCs {
+	for _, dc := range first {
 		if err := c.workers[dc].start(); err != nil {
 			t.Fatalf("replication soak: %v", err)
 		}
 	}
-	for _, dc := range repDCs {
+	for _, dc := range first {
 		if err := c.waitWorker(ctx, dc); err != nil {
 			t.Fatalf("replication soak: %v", err)
 		}
@@ -204,6 +219,24 @@ func newRepCluster(t *testing.T) *repCluster {
 	}
 	t.Cleanup(c.db.Close)
 	return c
+}
+
+// join starts a late datacenter's api and worker (repOpts.late) and waits
+// until both serve: the datacenter joins the running cluster.
+func (c *repCluster) join(t *testing.T, ctx context.Context, dc string) {
+	t.Helper()
+	if err := c.apis[dc].start(); err != nil {
+		t.Fatalf("replication soak: %v", err)
+	}
+	if err := waitHTTP(ctx, c.apis[dc], c.hc, c.urls[dc]+"/readyz", "", repBound); err != nil {
+		t.Fatalf("replication soak: %v", err)
+	}
+	if err := c.workers[dc].start(); err != nil {
+		t.Fatalf("replication soak: %v", err)
+	}
+	if err := c.waitWorker(ctx, dc); err != nil {
+		t.Fatalf("replication soak: %v", err)
+	}
 }
 
 // waitWorker waits until dc's worker serves its metrics: it has opened

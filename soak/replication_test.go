@@ -387,3 +387,136 @@ func TestReplicationPolicyChangeConverges(t *testing.T) {
 		t.Errorf("replicate jobs into us-1, outside the policy: %d", n)
 	}
 }
+
+// verifiedIn waits until b has a verified copy, at its size, in each of
+// dcs, and returns how long that took.
+func (c *repCluster) verifiedIn(t *testing.T, ctx context.Context, b blob, dcs ...string) time.Duration {
+	t.Helper()
+	return eventually(t, ctx, repBound, "verified copies of "+b.String()+" in "+strings.Join(dcs, ", "), func() (bool, string) {
+		ps, err := c.placements(ctx, b.digest)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, dc := range dcs {
+			if p, ok := ps[dc]; !ok || p.state != "verified" || p.size != b.size {
+				return false, describe(ps)
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestDatacenterJoinsARunningCluster: ap-1 is not running when a blob is
+// published through eu-1, so the default policy (every registered
+// datacenter) copies it into us-1 only. Then ap-1's api and worker start:
+// without anyone re-running anything, the reconciler (every 2 s here)
+// sees the new datacenter and its worker copies the blob in; a blob
+// published through ap-1 reaches the other two.
+func TestDatacenterJoinsARunningCluster(t *testing.T) {
+	skipShortReplication(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newRepClusterWith(t, repOpts{late: []string{ap1}})
+	repo := c.repoHomedAt(t, ctx, eu1)
+
+	before := newBlob(t, 4<<20)
+	if err := c.upload(ctx, eu1, repo, before); err != nil {
+		t.Fatal(err)
+	}
+	c.verifiedIn(t, ctx, before, eu1, us1)
+	if ps, err := c.placements(ctx, before.digest); err != nil || len(ps) != 2 {
+		t.Fatalf("before ap-1 joined: %s, %v; want copies in eu-1 and us-1 only", describe(ps), err)
+	}
+
+	joined := time.Now()
+	c.join(t, ctx, ap1)
+	took := c.verifiedIn(t, ctx, before, ap1)
+	t.Logf("replication soak: ap-1 held a verified copy of the earlier blob %s after it joined (%s after its worker served)",
+		time.Since(joined).Round(time.Millisecond), took.Round(time.Millisecond))
+	if err := c.readBack(ctx, ap1, repo, before); err != nil {
+		t.Error(err)
+	}
+
+	after := newBlob(t, 1<<20)
+	if err := c.upload(ctx, ap1, repo, after); err != nil {
+		t.Fatal(err)
+	}
+	c.verifiedIn(t, ctx, after, eu1, us1, ap1)
+	for _, dc := range []string{eu1, us1} {
+		if err := c.readBack(ctx, dc, repo, after); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestScrubRepairsAcrossProcesses: the scrub runs every 2 s with a
+// one-minute coverage period. A byte flipped in us-1's copy and eu-1's
+// copy deleted, behind Blobplane's back: each datacenter's scrub finds
+// its bad copy (counted by finding), fails it under a new epoch, and the
+// repair copies the blob back from a verified copy elsewhere; both files
+// then hold the exact bytes and both rows are verified under an epoch
+// two above the one they had (failed, then restaged).
+func TestScrubRepairsAcrossProcesses(t *testing.T) {
+	skipShortReplication(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newRepClusterWith(t, repOpts{workerEnv: []string{"BLOBPLANE_SCRUB_CRON=@every 2s", "BLOBPLANE_SCRUB_PERIOD=1m"}})
+	repo := c.repoHomedAt(t, ctx, eu1)
+	b := newBlob(t, 4<<20)
+	if err := c.upload(ctx, eu1, repo, b); err != nil {
+		t.Fatal(err)
+	}
+	c.verifiedIn(t, ctx, b, repDCs...)
+	was, err := c.placements(ctx, b.digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	flip := c.objectPath(us1, b)
+	content, err := os.ReadFile(flip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content[len(content)/2] ^= 0x40
+	// Through a new file renamed over the object: the object file is
+	// read-only, and a rename is what a bad disk cannot do, but the
+	// scrub only sees the bytes.
+	if err := os.WriteFile(flip+".soak", content, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(flip+".soak", flip); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(c.objectPath(eu1, b)); err != nil {
+		t.Fatal(err)
+	}
+
+	took := eventually(t, ctx, repBound, "eu-1's and us-1's copies of "+b.String()+" repaired", func() (bool, string) {
+		ps, err := c.placements(ctx, b.digest)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, dc := range []string{eu1, us1} {
+			if p := ps[dc]; p.state != "verified" || p.epoch < was[dc].epoch+2 {
+				return false, describe(ps)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("replication soak: both bad copies found and repaired %s after the damage", took.Round(time.Millisecond))
+	for _, dc := range []string{eu1, us1} {
+		n, got, err := c.storedCopy(ctx, dc, b)
+		if err != nil || n != b.size || got != b.digest {
+			t.Errorf("%s's stored copy after the repair: %d bytes hashing to %s (%v)", dc, n, got, err)
+		}
+	}
+	for dc, finding := range map[string]string{us1: "digest_mismatch", eu1: "missing"} {
+		m, err := c.scrape(ctx, dc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := m[`blobplane_scrub_checks_total{datacenter="`+dc+`",finding="`+finding+`"}`]; n < 1 {
+			t.Errorf("worker-%s counted %v %s findings, want 1 or more", dc, n, finding)
+		}
+	}
+}

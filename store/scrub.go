@@ -21,9 +21,10 @@ type ScrubCandidate struct {
 }
 
 // ScrubCandidates lists up to limit verified placements of datacenter,
-// never checked first, then the longest ago. No ledger yet: none.
-func (s *Store) ScrubCandidates(ctx context.Context, datacenter string, limit int) ([]ScrubCandidate, error) {
-	rows, err := s.q.ScrubCandidates(ctx, s.pool, dbsqlc.ScrubCandidatesParams{Datacenter: datacenter, MaxRows: int32(limit)})
+// never checked first, then the longest ago, after the first skip of
+// them. No ledger yet: none.
+func (s *Store) ScrubCandidates(ctx context.Context, datacenter string, skip, limit int) ([]ScrubCandidate, error) {
+	rows, err := s.q.ScrubCandidates(ctx, s.pool, dbsqlc.ScrubCandidatesParams{Datacenter: datacenter, Skip: int32(skip), MaxRows: int32(limit)})
 	if isUndefinedTable(err) {
 		return nil, nil
 	}

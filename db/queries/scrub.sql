@@ -1,5 +1,6 @@
 -- The scrub (issue 28): verified placements of one datacenter, the ones
--- checked longest ago (or never) first.
+-- checked longest ago (or never) first, after the first @skip of them (a
+-- pass's own skipped placements, which stay in front).
 
 -- name: ScrubCandidates :many
 SELECT p.digest, p.backend, p.datacenter, p.location, p.size_bytes, p.epoch,
@@ -9,7 +10,7 @@ LEFT JOIN placement_checks c
   ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location
 WHERE coalesce(p.datacenter, '') = @datacenter::text AND coalesce(p.state, '') = 'verified'
 ORDER BY c.checked_at NULLS FIRST, p.verified_at, p.digest
-LIMIT @max_rows;
+OFFSET @skip LIMIT @max_rows;
 
 -- name: RecordPlacementCheck :exec
 INSERT INTO placement_checks (digest, backend, datacenter, location, checked_at, outcome)

@@ -46,11 +46,12 @@ LEFT JOIN placement_checks c
   ON c.digest = p.digest AND c.backend = p.backend AND c.datacenter = p.datacenter AND c.location = p.location
 WHERE coalesce(p.datacenter, '') = $1::text AND coalesce(p.state, '') = 'verified'
 ORDER BY c.checked_at NULLS FIRST, p.verified_at, p.digest
-LIMIT $2
+OFFSET $2 LIMIT $3
 `
 
 type ScrubCandidatesParams struct {
 	Datacenter string
+	Skip       int32
 	MaxRows    int32
 }
 
@@ -65,9 +66,10 @@ type ScrubCandidatesRow struct {
 }
 
 // The scrub (issue 28): verified placements of one datacenter, the ones
-// checked longest ago (or never) first.
+// checked longest ago (or never) first, after the first @skip of them (a
+// pass's own skipped placements, which stay in front).
 func (q *Queries) ScrubCandidates(ctx context.Context, db DBTX, arg ScrubCandidatesParams) ([]ScrubCandidatesRow, error) {
-	rows, err := db.Query(ctx, scrubCandidates, arg.Datacenter, arg.MaxRows)
+	rows, err := db.Query(ctx, scrubCandidates, arg.Datacenter, arg.Skip, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
