@@ -201,7 +201,8 @@ func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, deadline time.T
 // and counted (finding too_large) at every pass, and
 // blobplane_scrub_oldest_check_age_seconds climbs past the period.
 func (s *Scrub) fits(ctx context.Context, lim *rate.Limiter, deadline time.Time, c store.ScrubCandidate, rep *ScrubReport) bool {
-	need := float64(c.Size) / max(time.Until(deadline).Seconds(), 1e-3)
+	// A tenth of the time left is kept for the ledger writes and slack.
+	need := float64(c.Size) / max(0.9*time.Until(deadline).Seconds(), 1e-3)
 	if s.MaxRate > 0 && need > float64(s.MaxRate) {
 		rep.Skipped++
 		if float64(c.Size)/max(s.Budget.Seconds(), 1e-3) > float64(s.MaxRate) {
@@ -268,14 +269,12 @@ func (s *Scrub) check(ctx context.Context, lim *rate.Limiter, be backend.Backend
 }
 
 // scrubCopy hashes r into h at no more than lim's rate: each read asks
-// for at most one burst, and waits for its tokens first.
+// for at most one burst and is paid for once read, so the read that
+// meets the end costs nothing.
 func scrubCopy(ctx context.Context, lim *rate.Limiter, h hash.Hash, r io.Reader) (int64, error) {
 	buf := make([]byte, min(256<<10, lim.Burst()))
 	var n int64
 	for {
-		if err := lim.WaitN(ctx, len(buf)); err != nil {
-			return n, err
-		}
 		k, err := r.Read(buf)
 		h.Write(buf[:k])
 		n += int64(k)
@@ -284,6 +283,9 @@ func scrubCopy(ctx context.Context, lim *rate.Limiter, h hash.Hash, r io.Reader)
 		}
 		if err != nil {
 			return n, err
+		}
+		if werr := lim.WaitN(ctx, k); werr != nil {
+			return n, werr
 		}
 	}
 }

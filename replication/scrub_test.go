@@ -302,3 +302,25 @@ func TestPlanPass(t *testing.T) {
 		}
 	}
 }
+
+// A placement that fits the pass's budget is read whole within it: its
+// rate is raised to finish before the deadline, and the read that meets
+// the end waits for nothing (found by the soak: the last wait ran past a
+// 1.5 s pass's deadline, so a 4 MiB blob was never checked).
+func TestScrubFinishesAPlacementWithinTheDeadline(t *testing.T) {
+	t.Parallel()
+	st := pgtest.NewStore(t)
+	be, _ := verifiedBlobs(t, st, 4<<20)
+	s := &replication.Scrub{Ledger: st, Datacenter: "eu-1", Backends: map[string]backend.Backend{"fs": be}, Repair: &repairs{},
+		Period: time.Minute, Interval: 2 * time.Second, Budget: 1500 * time.Millisecond, MaxRate: 64 << 20, Batch: 10,
+		Metrics: replication.NewMetrics(nil), Logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), s.Budget)
+	defer cancel()
+	// Due: verified longer ago than the period.
+	if _, err := st.Pool().Exec(ctx, `UPDATE placements SET verified_at = now() - interval '2 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := s.Run(ctx); err != nil || rep.Intact != 1 || rep.Skipped != 0 {
+		t.Fatalf("pass: %+v, %v; want the 4 MiB placement checked within 1.5 s", rep, err)
+	}
+}
