@@ -36,6 +36,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/node"
+	"github.com/blobplane/blobplane/read"
 	"github.com/blobplane/blobplane/replication"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/sweep"
@@ -202,7 +203,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	metrics.RegisterBatches("finalize", st.FinalizeBatchStats)
 	metrics.RegisterBatches("claim", st.ClaimBatchStats)
 	metrics.RegisterChainedCloses(st.ChainedCloses)
-	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort())
+	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), logger)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,
@@ -239,18 +240,19 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		TLSConfig:         a.tls,
 	}
 	if a.internal != nil {
-		ih, err := handlers.NewInternalRouter(handlers.Deps{Logger: logger, Metrics: metrics, Authority: routing, OCI: oci})
+		ih, err := handlers.NewInternalRouter(handlers.Deps{Logger: logger, Metrics: metrics, Authority: routing, OCI: oci, BodyIdleTimeout: cfg.BodyIdleTimeout})
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("invalid BLOBPLANE_INTERNAL_LISTEN: %w", err)
 		}
-		// Node-to-node bodies are small JSON (nodeauth.MaxBody): whole
-		// request and answer deadlines cost nothing here.
+		// Requests are small JSON (nodeauth.MaxBody), but answers may be
+		// whole blobs (a copy or a remote read, issues 28 and 29): a
+		// request has a whole deadline, an answer only the router's idle
+		// ones, like the public listener's.
 		a.internalServer = &http.Server{
 			Handler:           ih,
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      time.Minute,
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -304,7 +306,7 @@ func dbTimeouts(cfg *config.Config) store.Timeouts {
 // backend and publish when this node's keeper holds the repository's
 // partition, or are forwarded to the home (a finalize job when it cannot
 // be reached). Without a backend there is no blob API.
-func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx], internalPort string) *handlers.OCI {
+func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx], internalPort string, reads *read.Metrics, logger *slog.Logger) *handlers.OCI {
 	if len(b.Order) == 0 {
 		return nil
 	}
@@ -327,7 +329,27 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 			})},
 			Later: jobs.FinalizeQueue{Client: rc},
 		},
+		Reads: &read.Reader{
+			Datacenter: cfg.Datacenter, Backends: b.ByName, Ledger: st,
+			Remote:      &jobs.RemoteSource{Nodes: st, Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), HTTP: &http.Client{}},
+			Repair:      jobs.RepairQueue{Client: rc},
+			Unverified:  set(cfg.UnverifiedBackends),
+			Preference:  cfg.ReadPreference,
+			ReadThrough: cfg.ReadThrough,
+			PendingWait: cfg.ReadPendingWait,
+			Metrics:     reads,
+			Logger:      logger,
+		},
 	}
+}
+
+// set is names as a set.
+func set(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }
 
 // Keeper is this node's lease keeper.

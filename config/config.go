@@ -95,6 +95,14 @@ type Config struct {
 	// wins, docs/replication.md); nil means every registered datacenter
 	// other than the ingress.
 	ReplicateTo []string
+	// Reads (issue 29, docs/reads.md): other datacenters tried for a
+	// read, nearest first; whether a remote read enqueues a local copy;
+	// how long a read of a blob with only pending copies waits; backends
+	// whose whole reads are not hashed here.
+	ReadPreference     []string
+	ReadThrough        bool
+	ReadPendingWait    time.Duration
+	UnverifiedBackends []string
 	// ClusterSecret authenticates node-to-node calls (finalization
 	// forwarded to a repository's home).
 	ClusterSecret string
@@ -147,6 +155,8 @@ var (
 	nodeID   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 	queueRe  = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	cronName = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+	// backendName is backend.Spec's name rule.
+	backendName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 )
 
 // cacheTTL parses an api cache's TTL: 0 (the cache off) up to a minute.
@@ -387,6 +397,36 @@ var Settings = []Setting{
 		set: func(c *Config, v string) (err error) { c.AuthCacheTTL, err = cacheTTL(v); return err }},
 	{Flag: "existence-cache-ttl", Env: "BLOBPLANE_EXISTENCE_CACHE_TTL", Default: "30s", Usage: "how long the api serves a found blob (HEAD, and GET's existence check) from memory (emptied at once by any reference deletion or blob state change; at most 1m; 0 disables)", For: []string{API},
 		set: func(c *Config, v string) (err error) { c.ExistenceCacheTTL, err = cacheTTL(v); return err }},
+	{Flag: "read-preference", Env: "BLOBPLANE_READ_PREFERENCE", Default: "", Usage: "other datacenters a read is served from when this one holds no verified copy, nearest first, comma-separated (those not named come after, by name; among equals, the one that failed longest ago)", For: []string{API},
+		set: func(c *Config, v string) error {
+			var err error
+			c.ReadPreference, err = labels(v, dcLabel, "a datacenter label")
+			return err
+		}},
+	{Flag: "read-through", Env: "BLOBPLANE_READ_THROUGH", Default: "false", Usage: "a read served from another datacenter's copy also enqueues a copy into this one, so the next read is local (true or false)", For: []string{API},
+		set: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q: must be true or false", v)
+			}
+			c.ReadThrough = b
+			return nil
+		}},
+	{Flag: "read-pending-wait", Env: "BLOBPLANE_READ_PENDING_WAIT", Default: "0s", Usage: "how long a read of a blob whose only copies are still being made waits for one to verify before answering 503 with Retry-After (0s to 30s)", For: []string{API},
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > 30*time.Second {
+				return fmt.Errorf("%q: must be a duration from 0s to 30s", v)
+			}
+			c.ReadPendingWait = d
+			return nil
+		}},
+	{Flag: "read-unverified-backends", Env: "BLOBPLANE_READ_UNVERIFIED_BACKENDS", Default: "", Usage: "backends (by name) whose whole reads are served without hashing them, for stores that verify checksums themselves; comma-separated (default: every read is verified; see docs/reads.md for the cost)", For: []string{API},
+		set: func(c *Config, v string) error {
+			var err error
+			c.UnverifiedBackends, err = labels(v, backendName, "a backend name")
+			return err
+		}},
 	{Flag: "replicate-to", Env: "BLOBPLANE_REPLICATE_TO", Default: "", Usage: "datacenters published blobs are copied to when no replication policy matches, comma-separated (default: every registered datacenter other than the ingress; \"none\" for none)", For: servers,
 		set: func(c *Config, v string) error {
 			if v == "" {
@@ -592,6 +632,11 @@ func Load(binary string, args []string, getenv func(string) string, out io.Write
 		}
 		c.Backends = []backend.Spec{spec}
 	}
+	for _, name := range c.UnverifiedBackends {
+		if !slices.ContainsFunc(c.Backends, func(s backend.Spec) bool { return s.Name == name }) {
+			return nil, nil, fmt.Errorf("invalid BLOBPLANE_READ_UNVERIFIED_BACKENDS: %q is not a configured backend (BLOBPLANE_BACKENDS)", name)
+		}
+	}
 	if _, ok := values["node-id"]; ok && c.NodeID == "" {
 		listen := c.Listen
 		if listen == "" {
@@ -603,6 +648,26 @@ func Load(binary string, args []string, getenv func(string) string, out io.Write
 		return nil, nil, err
 	}
 	return c, fs.Args(), nil
+}
+
+// labels parses a comma-separated list of names that each match re ("":
+// none), refusing duplicates.
+func labels(v string, re *regexp.Regexp, what string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, l := range strings.Split(v, ",") {
+		l = strings.TrimSpace(l)
+		if !re.MatchString(l) {
+			return nil, fmt.Errorf("%q: %q is not %s", v, l, what)
+		}
+		if slices.Contains(out, l) {
+			return nil, fmt.Errorf("%q: %q is named twice", v, l)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // listenAddr checks a listen address: host:port with an IP address,

@@ -14,7 +14,9 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/internal/nodeauth"
+	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/upload"
 )
 
@@ -93,8 +95,14 @@ func NewInternalRouter(d Deps) (http.Handler, error) {
 		}
 		a.register(d.Metrics.Registry)
 	}
+	if d.BodyIdleTimeout <= 0 {
+		d.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
 	h := newOCIHandler(d.OCI, d.Logger)
 	r := chi.NewRouter()
+	// Blob bodies cross here (issue 28, 29): each read and write has an
+	// idle deadline, the whole exchange none.
+	r.Use(idleDeadlines(d.BodyIdleTimeout))
 	r.Use(middleware.RequestID)
 	r.Use(requestIDHeader)
 	r.Use(accessLog(d.Logger))
@@ -160,25 +168,55 @@ func (h *ociHandler) finalizeAtHome(w http.ResponseWriter, r *http.Request, node
 	}
 }
 
-// internalBlob is GET /internal/v1/blobs/{digest}: the whole content of
-// a verified placement of digest in this datacenter, for a transfer into
-// another datacenter, which verifies what it receives as it writes it.
-// No repository is involved: the caller is a node, not a user.
+// internalBlob is GET /internal/v1/blobs/{digest}: a verified copy of
+// digest in this datacenter, whole (200) or a single range of it (206),
+// for a transfer into another datacenter or a read served there (issue
+// 29). Whole reads are verified here as they stream, and the reader
+// verifies again what it receives. No repository is involved: the caller
+// is a node, not a user.
 func (h *ociHandler) internalBlob(w http.ResponseWriter, r *http.Request) {
 	d, err := blobplane.ParseDigest(chi.URLParam(r, "digest"))
 	if err != nil {
 		WriteError(w, r, h.logger, err)
 		return
 	}
-	obj, err := h.openLocal(r.Context(), d, nil)
+	var rng *backend.Range
+	if hv := r.Header.Get("Range"); hv != "" {
+		size, err := h.localSize(r.Context(), d)
+		if err != nil {
+			WriteError(w, r, h.logger, err)
+			return
+		}
+		rr, err := ParseByteRange(hv, size)
+		if err != nil {
+			w.Header().Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+			WriteError(w, r, h.logger, err)
+			return
+		}
+		rng = &rr
+	}
+	b, err := h.Reads.OpenLocal(r.Context(), d, rng)
 	if err != nil {
 		WriteError(w, r, h.logger, err)
 		return
 	}
-	defer obj.Body.Close()
+	defer b.Body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Docker-Content-Digest", string(d))
-	w.Header().Set("Content-Length", strconv.FormatInt(obj.Length, 10))
-	w.WriteHeader(http.StatusOK)
-	h.stream(w, r, d, obj)
+	h.send(w, r, d, b, rng, b.From.Size)
+}
+
+// localSize is the size of d as this datacenter's verified copies record
+// it. Errors: unavailable when there is none here.
+func (h *ociHandler) localSize(ctx context.Context, d blobplane.Digest) (int64, error) {
+	ps, err := h.Store.Placements(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range ps {
+		if p.State == placement.Verified && p.Datacenter == h.Datacenter {
+			return p.Size, nil
+		}
+	}
+	return 0, blobplane.Errorf(blobplane.CodeUnavailable, "%s has no verified copy in datacenter %s", d, h.Datacenter)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/read"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/upload"
 )
@@ -75,6 +76,9 @@ type OCI struct {
 	// ClusterSecret admits node-to-node calls to the internal finalize
 	// endpoint (mounted only with it and an Authority).
 	ClusterSecret string
+	// Reads serves GET's bytes (issue 29); nil: this datacenter's
+	// verified copies only, verified, no repairs (tests).
+	Reads *read.Reader
 }
 
 type ociHandler struct {
@@ -93,6 +97,9 @@ func newOCIHandler(o *OCI, logger *slog.Logger) *ociHandler {
 	cfg := o.Config
 	cfg.Logger = h.logger
 	h.flow = upload.NewFlow(o.Store, cfg)
+	if h.Reads == nil {
+		h.Reads = &read.Reader{Datacenter: o.Datacenter, Backends: o.Backends, Ledger: o.Store, Logger: h.logger}
+	}
 	return h
 }
 

@@ -15,12 +15,15 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/backend"
-	"github.com/blobplane/blobplane/placement"
+	"github.com/blobplane/blobplane/read"
 	"github.com/blobplane/blobplane/upload"
 )
 
 // getBlob is HEAD and GET /v2/<name>/blobs/<digest>. Existence comes from
 // Postgres (through the existence cache); HEAD makes no backend request.
+// GET's bytes come from the nearest verified copy (read.Reader): this
+// datacenter's, else another's through one of its nodes; a whole read is
+// verified as it streams (issue 29).
 func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string, d blobplane.Digest) {
 	ctx := r.Context()
 	size, err := h.Store.ReferencedBlob(ctx, name, d)
@@ -31,6 +34,13 @@ func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string
 	w.Header().Set("Docker-Content-Digest", string(d))
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Accept-Ranges", "bytes")
+	// The content never changes under its digest: the digest is a
+	// strong validator (RFC 9110 §8.8.3).
+	w.Header().Set("ETag", `"`+string(d)+`"`)
+	if notModified(r, d) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
 	if r.Method == http.MethodHead {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
@@ -46,62 +56,57 @@ func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string
 		}
 		rng = &rr
 	}
-	obj, err := h.openLocal(ctx, d, rng)
+	b, err := h.Reads.Open(ctx, d, size, rng)
 	if err != nil {
-		h.fail(w, r, err, ociUnavailable)
+		h.fail(w, r, err, ociBlobUnknown)
 		return
 	}
-	defer obj.Body.Close()
-	w.Header().Set("Content-Length", strconv.FormatInt(obj.Length, 10))
+	defer b.Body.Close()
+	h.send(w, r, d, b, rng, size)
+}
+
+// notModified reports whether r's If-None-Match names d (or is "*"): the
+// client holds the content already.
+func notModified(r *http.Request, d blobplane.Digest) bool {
+	for _, tag := range strings.Split(r.Header.Get("If-None-Match"), ",") {
+		tag = strings.TrimPrefix(strings.TrimSpace(tag), "W/")
+		if tag == "*" || tag == `"`+string(d)+`"` {
+			return true
+		}
+	}
+	return false
+}
+
+// send answers 200 with b's body, or 206 with rng of a size-byte blob.
+func (h *ociHandler) send(w http.ResponseWriter, r *http.Request, d blobplane.Digest, b *read.Blob, rng *backend.Range, size int64) {
+	w.Header().Set("Content-Length", strconv.FormatInt(b.Length, 10))
 	status := http.StatusOK
 	if rng != nil {
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", rng.Offset, rng.Offset+rng.Length-1, size))
 		status = http.StatusPartialContent
 	}
 	w.WriteHeader(status)
-	h.stream(w, r, d, obj)
+	h.stream(w, r, d, b.Body)
 }
 
-// stream copies obj's body to w: read(2)/write(2) through a pooled 256
-// KiB buffer. Hiding the writer's ReadFrom (struct{io.Writer}) keeps
+// stream copies body to w: read(2)/write(2) through a pooled 256 KiB
+// buffer. Hiding the writer's ReadFrom (struct{io.Writer}) keeps
 // net/http from handing an identity file to sendfile(2), which measured
-// slower here, for 1 GiB and for 4 KiB (docs/performance.md).
-func (h *ociHandler) stream(w http.ResponseWriter, r *http.Request, d blobplane.Digest, obj *backend.Object) {
+// slower here, for 1 GiB and for 4 KiB (docs/performance.md). A body that
+// fails mid-stream (corrupt, lost, or its source gone) aborts the
+// response: the client sees the connection cut short of Content-Length,
+// never a complete body (S2; read.ErrCorrupt).
+func (h *ociHandler) stream(w http.ResponseWriter, r *http.Request, d blobplane.Digest, body io.Reader) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
-	if _, err := io.CopyBuffer(struct{ io.Writer }{w}, obj.Body, *bp); err != nil && !errors.Is(err, context.Canceled) {
-		h.logger.WarnContext(r.Context(), "blob body failed mid-stream", "digest", d, "err", err)
+	_, err := io.CopyBuffer(struct{ io.Writer }{w}, body, *bp)
+	if err == nil {
+		return
 	}
-}
-
-// openLocal opens d (rng of it, when set) from a verified placement in
-// this datacenter. A verified placement whose bytes are gone is a
-// detected loss: it is recorded failed (source_unavailable) and the next
-// one is tried. Errors: unavailable when none can be read here.
-func (h *ociHandler) openLocal(ctx context.Context, d blobplane.Digest, rng *backend.Range) (*backend.Object, error) {
-	ps, err := h.Store.Placements(ctx, d)
-	if err != nil {
-		return nil, err
+	if !errors.Is(err, context.Canceled) {
+		h.logger.WarnContext(r.Context(), "blob body failed mid-stream; the response is aborted", "digest", d, "err", err)
 	}
-	for _, p := range ps {
-		be, ok := h.Backends[p.Backend]
-		if p.State != placement.Verified || p.Datacenter != h.Datacenter || !ok {
-			continue
-		}
-		obj, err := be.Read(ctx, d, backend.ReadOptions{Range: rng})
-		if err == nil {
-			return obj, nil
-		}
-		if !errors.Is(err, backend.ErrNotFound) {
-			return nil, err
-		}
-		// A verified placement plus a backend not-found is a detected loss.
-		h.logger.ErrorContext(ctx, "verified placement lost its bytes", "digest", d, "backend", p.Backend)
-		if _, ferr := h.Store.FailPlacement(context.WithoutCancel(ctx), p.Key, placement.SourceUnavailable, p.Epoch); ferr != nil {
-			h.logger.WarnContext(ctx, "cannot record a lost placement", "digest", d, "err", ferr)
-		}
-	}
-	return nil, blobplane.Errorf(blobplane.CodeUnavailable, "%s has no verified placement in datacenter %s; remote read-through is not available yet", d, h.Datacenter)
+	panic(http.ErrAbortHandler)
 }
 
 // copyBufs are getBlob's body buffers: large enough that a 1 GiB read is

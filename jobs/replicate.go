@@ -195,31 +195,42 @@ type RemoteSource struct {
 	HTTP     *http.Client
 }
 
-// Open implements replication.Source: the first up api node of the
-// placement's datacenter that answers 200.
+// Open implements replication.Source: the whole of p from the first up
+// api node of its datacenter that answers 200.
 func (s *RemoteSource) Open(ctx context.Context, p placement.Placement) (io.ReadCloser, error) {
+	obj, err := s.OpenBlob(ctx, p.Datacenter, p.Digest, nil)
+	if err != nil {
+		return nil, err
+	}
+	return obj.Body, nil
+}
+
+// OpenBlob implements read.Remote: d (rng of it; nil, whole) from the
+// first up api node of datacenter dc that answers 200 (206 for a range).
+// Nodes are tried in the node list's order until one answers.
+func (s *RemoteSource) OpenBlob(ctx context.Context, dc string, d blobplane.Digest, rng *backend.Range) (*backend.Object, error) {
 	nodes, err := s.Nodes.ListNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
 	nodes = slices.DeleteFunc(nodes, func(n store.Node) bool {
-		return n.Role != config.API || n.State != "up" || n.Datacenter != p.Datacenter || n.Endpoint == ""
+		return n.Role != config.API || n.State != "up" || n.Datacenter != dc || n.Endpoint == ""
 	})
 	if len(nodes) == 0 {
-		return nil, fmt.Errorf("no api node of datacenter %s is up", p.Datacenter)
+		return nil, fmt.Errorf("no api node of datacenter %s is up", dc)
 	}
 	var errs []error
 	for _, n := range nodes {
-		body, err := s.open(ctx, n, p.Digest)
+		obj, err := s.open(ctx, n, d, rng)
 		if err == nil {
-			return body, nil
+			return obj, nil
 		}
 		errs = append(errs, fmt.Errorf("node %s: %w", n.ID, err))
 	}
 	return nil, errors.Join(errs...)
 }
 
-func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Digest) (io.ReadCloser, error) {
+func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Digest, rng *backend.Range) (*backend.Object, error) {
 	base := n.Endpoint
 	if !strings.Contains(base, "://") {
 		base = "http://" + base // registered as host:port (controller.Endpoint)
@@ -231,6 +242,11 @@ func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Diges
 	if err != nil {
 		return nil, err
 	}
+	want := http.StatusOK
+	if rng != nil {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", rng.Offset, rng.Offset+rng.Length-1))
+		want = http.StatusPartialContent
+	}
 	if err := nodeauth.SignRequest(req, []byte(s.Secret), nil, time.Now()); err != nil {
 		return nil, err
 	}
@@ -238,12 +254,16 @@ func (s *RemoteSource) open(ctx context.Context, n store.Node, d blobplane.Diges
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != want {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
 		return nil, fmt.Errorf("%s answered %d: %s", base, resp.StatusCode, b)
 	}
-	return resp.Body, nil
+	if rng != nil && resp.ContentLength != rng.Length {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s answered %d bytes for a range of %d", base, resp.ContentLength, rng.Length)
+	}
+	return &backend.Object{Body: resp.Body, Length: resp.ContentLength}, nil
 }
 
 // ReplicationBacklog reads, per datacenter (every registered one, and

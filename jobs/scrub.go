@@ -109,17 +109,22 @@ func (w *ScrubWorker) Work(ctx context.Context, job *river.Job[ScrubDatacenterAr
 }
 
 // RepairQueue enqueues repairs as replicate jobs into the datacenter's
-// own queue (replication.Repairer).
-type RepairQueue struct{}
+// own queue (replication.Repairer, read.Repairer), through Client, or,
+// when nil, the River client of the running job (ctx).
+type RepairQueue struct {
+	Client *river.Client[pgx.Tx]
+}
 
-// EnqueueRepair implements replication.Repairer with the River client of
-// the running job (ctx).
-func (RepairQueue) EnqueueRepair(ctx context.Context, d blobplane.Digest, size int64, datacenter string) error {
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-	if err != nil {
-		return err
+// EnqueueRepair implements replication.Repairer and read.Repairer.
+func (q RepairQueue) EnqueueRepair(ctx context.Context, d blobplane.Digest, size int64, datacenter string) error {
+	client := q.Client
+	if client == nil {
+		var err error
+		if client, err = river.ClientFromContextSafely[pgx.Tx](ctx); err != nil {
+			return err
+		}
 	}
-	_, err = client.Insert(ctx, ReplicateArgs{Digest: d, Size: size, TargetDatacenter: datacenter}, nil)
+	_, err := client.Insert(ctx, ReplicateArgs{Digest: d, Size: size, TargetDatacenter: datacenter}, nil)
 	return err
 }
 

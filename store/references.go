@@ -8,8 +8,8 @@ import (
 )
 
 // ReferencedBlob answers existence for HEAD from Postgres alone: the size
-// of d when repository references it and it is live. Errors: not_found
-// otherwise.
+// of d when repository references it, it is live, and a verified copy of
+// it exists somewhere or one is being made. Errors: not_found otherwise.
 //
 // With the existence cache running (StartCaches; the API does), a found
 // answer is cached and served without a query until a committed reference
@@ -21,6 +21,11 @@ func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobpla
 	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifycache.Cache
 	if hit {
 		return size, nil
+	}
+	// The query asks the ledger for a copy: it must exist (a no-op
+	// after this Store's first placement write).
+	if err := s.ensurePlacements(ctx); err != nil {
+		return 0, err
 	}
 	row, err := s.q.GetReferencedBlob(ctx, s.pool, dbsqlc.GetReferencedBlobParams{Repository: repository, Digest: string(d)})
 	if err != nil {

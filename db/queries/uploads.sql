@@ -250,9 +250,13 @@ ON CONFLICT (repository, digest) DO NOTHING;
 
 -- name: GetReferencedBlob :one
 -- Existence for HEAD, from Postgres alone: a reference in repository to a
--- blob that is not obliterated.
+-- live blob that has a verified copy somewhere, or one being made. A blob
+-- whose every copy is lost or corrupt answers not found, so clients push
+-- it again (issue 29; the trigger placements_refs_notify keeps the API
+-- caches in step).
 SELECT b.digest, b.size_bytes FROM blob_references r JOIN blobs b ON b.digest = r.digest
-WHERE r.repository = @repository AND r.digest = @digest AND b.state = 'live';
+WHERE r.repository = @repository AND r.digest = @digest AND b.state = 'live'
+  AND EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state IN ('verified', 'pending'));
 
 -- name: DeleteReference :execrows
 DELETE FROM blob_references WHERE repository = @repository AND digest = @digest;

@@ -74,3 +74,16 @@ COMMENT ON COLUMN placement_summary.failed IS 'Placements in state failed.';
 COMMENT ON COLUMN placement_summary.revoked IS 'Placements in state revoked.';
 COMMENT ON COLUMN placement_summary.total IS 'All placements of the digest in the datacenter.';
 COMMENT ON COLUMN placement_summary.last_updated_at IS 'Latest updated_at among those placements.';
+
+-- A copy leaving the serving states (issue 29): when it was a blob's
+-- last verified or pending copy, HEAD answers 404 from then on
+-- (GetReferencedBlob asks for one), so every API process must forget its
+-- cached "found" answers (refs_notify, migration 00012). Failures and
+-- revocations are rare: every such transition notifies, whether or not
+-- another copy is left, so two copies failing at once cannot both miss
+-- it. Migration 00025 adds it to a ledger created before it existed.
+CREATE OR REPLACE TRIGGER placements_refs_notify AFTER UPDATE OF state ON placements
+    FOR EACH ROW
+    WHEN (OLD.state IN ('verified', 'pending') AND NEW.state IN ('failed', 'revoked'))
+    EXECUTE FUNCTION refs_notify();
+COMMENT ON TRIGGER placements_refs_notify ON placements IS 'A verified or pending copy failing or being revoked clears the API blob existence caches (NOTIFY blobplane_refs on commit): it may have been the blob''s last copy, after which HEAD answers 404.';

@@ -837,6 +837,7 @@ func (q *Queries) GetOutcome(ctx context.Context, db DBTX, operationID pgtype.UU
 const getReferencedBlob = `-- name: GetReferencedBlob :one
 SELECT b.digest, b.size_bytes FROM blob_references r JOIN blobs b ON b.digest = r.digest
 WHERE r.repository = $1 AND r.digest = $2 AND b.state = 'live'
+  AND EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state IN ('verified', 'pending'))
 `
 
 type GetReferencedBlobParams struct {
@@ -850,7 +851,10 @@ type GetReferencedBlobRow struct {
 }
 
 // Existence for HEAD, from Postgres alone: a reference in repository to a
-// blob that is not obliterated.
+// live blob that has a verified copy somewhere, or one being made. A blob
+// whose every copy is lost or corrupt answers not found, so clients push
+// it again (issue 29; the trigger placements_refs_notify keeps the API
+// caches in step).
 func (q *Queries) GetReferencedBlob(ctx context.Context, db DBTX, arg GetReferencedBlobParams) (GetReferencedBlobRow, error) {
 	row := db.QueryRow(ctx, getReferencedBlob, arg.Repository, arg.Digest)
 	var i GetReferencedBlobRow
