@@ -361,25 +361,49 @@ func (b blob) body() io.Reader { return io.LimitReader(mrand.NewChaCha8(b.seed),
 func (b blob) String() string { return fmt.Sprintf("%s (%d bytes)", b.digest, b.size) }
 
 // upload sends b to dc's api in one request (POST .../blobs/uploads/?digest=)
-// and expects it published there: 201.
+// and expects it published there: 201. A 503 is retried, as a client
+// does, after its Retry-After, up to five times (a copy of the same blob
+// into dc in flight answers it).
 func (c *repCluster) upload(ctx context.Context, dc, repo string, b blob) error {
+	var err error
+	for range 5 {
+		var retry time.Duration
+		if retry, err = c.uploadOnce(ctx, dc, repo, b); retry == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retry):
+		}
+	}
+	return err
+}
+
+// uploadOnce is one attempt of upload; retry is the wait a 503 asked for.
+func (c *repCluster) uploadOnce(ctx context.Context, dc, repo string, b blob) (retry time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.urls[dc]+"/v2/"+repo+"/blobs/uploads/?digest="+b.digest, b.body())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	req.ContentLength = b.size
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.big.Do(req)
 	if err != nil {
-		return fmt.Errorf("upload %s at %s: %w", b, dc, err)
+		return 0, fmt.Errorf("upload %s at %s: %w", b, dc, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("upload %s at %s: %d %s", b, dc, resp.StatusCode, strings.TrimSpace(string(msg)))
+	err = fmt.Errorf("upload %s at %s: %d %s", b, dc, resp.StatusCode, strings.TrimSpace(string(msg)))
+	switch resp.StatusCode {
+	case http.StatusCreated:
+		return 0, nil
+	case http.StatusServiceUnavailable:
+		s, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return time.Duration(max(s, 1)) * time.Second, err
 	}
-	return nil
+	return 0, err
 }
 
 // readBack GETs b through dc's api (which serves only its own
@@ -539,7 +563,17 @@ func (c *repCluster) replicateJob(ctx context.Context, digest, target string) (j
 
 // scrape reads dc's worker metrics: value by series (name{labels}).
 func (c *repCluster) scrape(ctx context.Context, dc string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.metrics[dc], nil)
+	return c.scrapeURL(ctx, c.metrics[dc])
+}
+
+// scrapeAPI reads dc's api metrics.
+func (c *repCluster) scrapeAPI(ctx context.Context, dc string) (map[string]float64, error) {
+	return c.scrapeURL(ctx, c.urls[dc]+"/metrics")
+}
+
+// scrapeURL reads a Prometheus text endpoint: value by series.
+func (c *repCluster) scrapeURL(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -549,7 +583,7 @@ func (c *repCluster) scrape(ctx context.Context, dc string) (map[string]float64,
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", c.metrics[dc], resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	text, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -309,3 +309,63 @@ func TestChainedCloseEnqueuesReplication(t *testing.T) {
 		t.Fatalf("%d replication jobs of the close, want one per target", n)
 	}
 }
+
+// Issue 29, the "re-put is a no-op" trap (ADR-00018): a copy failed under
+// a newer epoch (a read or the scrub found it corrupt) is taken over by
+// the next upload of the content at that epoch, which verifies it there;
+// a verified copy under any epoch is already verified; a pending one
+// under a newer epoch (a transfer in flight) is stale, retryably.
+func TestClaimAndStageTakesOverAFailedCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	const content = "lost, then pushed again"
+	first, _, req := u.chain(t, content)
+	if _, err := first.Finalize(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	n, k := u.newIntent(content, upRepo)
+	p, err := u.s.Placement(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.FailPlacement(ctx, k, placement.DigestMismatch, p.Epoch+2); err != nil {
+		t.Fatal(err)
+	}
+	in, err := u.s.CreateIntent(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := u.s.ClaimAndStage(ctx, in.OperationID, k, n.ExpectedSize)
+	if err != nil || st.AlreadyVerified || st.Epoch != p.Epoch+2 {
+		t.Fatalf("stage over the failed copy: %+v, %v; want a stage at epoch %d", st, err, p.Epoch+2)
+	}
+	if _, err := u.s.VerifyPlacement(ctx, k, k.Digest, n.ExpectedSize, st.Epoch); err != nil {
+		t.Fatalf("verify under the stage's epoch: %v", err)
+	}
+	// Verified at that epoch: the next claim finds it so.
+	n2, _ := u.newIntent(content, upRepo)
+	in2, err := u.s.CreateIntent(ctx, n2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := u.s.ClaimAndStage(ctx, in2.OperationID, k, n.ExpectedSize); err != nil || !st.AlreadyVerified {
+		t.Fatalf("claim of the verified copy: %+v, %v", st, err)
+	}
+	// A transfer takes it over (pending, a newer epoch): a claim now is
+	// stale, and retryable.
+	if _, err := u.s.FailPlacement(ctx, k, placement.SourceUnavailable, p.Epoch+3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.StagePlacement(ctx, k, n.ExpectedSize, p.Epoch+4); err != nil {
+		t.Fatal(err)
+	}
+	n3, _ := u.newIntent(content, upRepo)
+	in3, err := u.s.CreateIntent(ctx, n3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.s.ClaimAndStage(ctx, in3.OperationID, k, n.ExpectedSize); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		t.Fatalf("claim over a transfer in flight: %v; want stale_epoch", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -127,6 +128,17 @@ func TestExistenceCacheDeletion(t *testing.T) {
 		{"a DBA's obliteration", func(t *testing.T, _ *store.Store, conn *pgx.Conn, d blobplane.Digest) {
 			if _, err := conn.Exec(context.Background(), `UPDATE blobs SET state = 'obliterated', updated_at = now() WHERE digest = $1`, string(d)); err != nil {
 				t.Fatal(err)
+			}
+		}},
+		{"its last copy failed (issue 29)", func(t *testing.T, other *store.Store, _ *pgx.Conn, d blobplane.Digest) {
+			ps, err := other.Placements(context.Background(), d)
+			if err != nil || len(ps) == 0 {
+				t.Fatalf("placements: %v, %v", ps, err)
+			}
+			for _, p := range ps {
+				if _, err := other.FailPlacement(context.Background(), p.Key, placement.DigestMismatch, p.Epoch+1); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}},
 		{"the blob row marked collected", func(t *testing.T, _ *store.Store, conn *pgx.Conn, d blobplane.Digest) {

@@ -397,20 +397,32 @@ func (c *claimStaging) answer(ctx context.Context, sendErr error) (row dbsqlc.Cl
 // restageClaimed re-stages k, which has a row already (or whose digest is
 // at its bound), for a close whose claim committed: under the digest's
 // stage lock, in a transaction of its own. A verified row is not an
-// error: alreadyVerified.
+// error: alreadyVerified, whatever its epoch. A failed or revoked row is
+// taken over at its own epoch (an equal epoch applies), so an upload can
+// always store the bytes of a copy that was lost, corrupt or reclaimed,
+// even one a transfer or a read failed under a newer epoch (issue 29: the
+// "re-put is a no-op" trap, ADR-00018); the close verifies under that
+// epoch (Stage.Epoch). A pending row under a newer epoch is a transfer
+// into this datacenter in flight: stale_epoch, retryable, and the retry
+// finds it verified.
 func (s *Store) restageClaimed(ctx context.Context, k placement.Key, size int64) (st upload.Stage, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; SET LOCAL synchronous_commit = off"}, func(tx pgx.Tx) error {
 		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
 			return err
 		}
-		p, err := s.restageLockedTx(ctx, tx, k, size, 0)
-		st.Generation = p.Generation
-		if err != nil && !errors.Is(err, ErrPlacementLimit) && blobplane.ErrorCode(err) == blobplane.CodeConflict {
-			cur, gerr := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
-			if gerr == nil && placement.State(cur.State) == placement.Verified {
-				st, err = upload.Stage{Generation: cur.Generation, AlreadyVerified: true}, nil
-			}
+		var epoch int64
+		cur, err := s.q.GetPlacementForUpdate(ctx, tx, dbsqlc.GetPlacementForUpdateParams(keyArgs(k)))
+		switch {
+		case err == nil && placement.State(cur.State) == placement.Verified:
+			st = upload.Stage{Generation: cur.Generation, Epoch: cur.Epoch, AlreadyVerified: true}
+			return nil
+		case err == nil && (placement.State(cur.State) == placement.Failed || placement.State(cur.State) == placement.Revoked):
+			epoch = cur.Epoch
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
+			return err
 		}
+		p, err := s.restageLockedTx(ctx, tx, k, size, epoch)
+		st = upload.Stage{Generation: p.Generation, Epoch: epoch}
 		return err
 	})
 	if err != nil {

@@ -86,9 +86,12 @@ func PositionOf(err error) *Position {
 	return nil
 }
 
-// refuse is err about s. A stale epoch (the home moved under a step) is
-// the flow's to translate: the client retries and reaches the new home,
-// so it is unavailable, not a conflict of the client's making.
+// refuse is err about s. A stale epoch is the flow's to translate: the
+// home moved under a step (the client retries and reaches the new home),
+// or a copy of the same blob into this datacenter holds the placement
+// under a newer epoch (a replication transfer; the retry finds it
+// verified). Either way it is unavailable, not a conflict of the
+// client's making.
 func refuse(s Subject, err error) error {
 	if err == nil {
 		return nil
@@ -99,7 +102,7 @@ func refuse(s Subject, err error) error {
 	}
 	if blobplane.ErrorCode(err) == blobplane.CodeStaleEpoch {
 		err = &blobplane.Error{Code: blobplane.CodeUnavailable, Retryable: true, Err: err,
-			Message: "the repository's home moved during the upload; retry"}
+			Message: "the repository's home moved, or a copy of this blob was being written here, during the upload; retry"}
 	}
 	return &Error{Subject: s, Err: err}
 }

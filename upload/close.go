@@ -238,7 +238,7 @@ func (f *Flow) close(ctx context.Context, be backend.Backend, in Intent, d blobp
 	}
 	var verify *Verification
 	if !claimed.stage.AlreadyVerified {
-		verify = &Verification{Key: f.objectKey(d, in.Backend), Digest: w.info.Digest, Size: w.info.Repr.ContentSize, Hashed: true}
+		verify = &Verification{Key: f.objectKey(d, in.Backend), Digest: w.info.Digest, Size: w.info.Repr.ContentSize, Epoch: claimed.stage.Epoch, Hashed: true}
 	}
 	// The write's last syncs (the object file's and its directory's) run
 	// while publication's first round trip does; nothing commits before

@@ -112,7 +112,11 @@ var (
 // issue 26), or AlreadyVerified: the key was verified already and the
 // close stages nothing (it still writes the bytes to prove them, S9).
 type Stage struct {
-	Generation      int64
+	Generation int64
+	// Epoch is the placement epoch the stage holds: the close verifies
+	// under it (0 for a new row; a failed or revoked row's own epoch when
+	// taken over).
+	Epoch           int64
 	AlreadyVerified bool
 }
 
