@@ -200,7 +200,6 @@ func (h *ociHandler) internalBlob(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, h.logger, err)
 		return
 	}
-	defer b.Body.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Docker-Content-Digest", string(d))
 	h.send(w, r, d, b, rng, b.From.Size)

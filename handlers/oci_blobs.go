@@ -61,7 +61,6 @@ func (h *ociHandler) getBlob(w http.ResponseWriter, r *http.Request, name string
 		h.fail(w, r, err, ociBlobUnknown)
 		return
 	}
-	defer b.Body.Close()
 	h.send(w, r, d, b, rng, size)
 }
 
@@ -77,7 +76,8 @@ func notModified(r *http.Request, d blobplane.Digest) bool {
 	return false
 }
 
-// send answers 200 with b's body, or 206 with rng of a size-byte blob.
+// send answers 200 with b's body, or 206 with rng of a size-byte blob,
+// and closes the body.
 func (h *ociHandler) send(w http.ResponseWriter, r *http.Request, d blobplane.Digest, b *read.Blob, rng *backend.Range, size int64) {
 	w.Header().Set("Content-Length", strconv.FormatInt(b.Length, 10))
 	status := http.StatusOK
@@ -89,16 +89,19 @@ func (h *ociHandler) send(w http.ResponseWriter, r *http.Request, d blobplane.Di
 	h.stream(w, r, d, b.Body)
 }
 
-// stream copies body to w: read(2)/write(2) through a pooled 256 KiB
-// buffer. Hiding the writer's ReadFrom (struct{io.Writer}) keeps
-// net/http from handing an identity file to sendfile(2), which measured
-// slower here, for 1 GiB and for 4 KiB (docs/performance.md). A body that
-// fails mid-stream (corrupt, lost, or its source gone) aborts the
-// response: the client sees the connection cut short of Content-Length,
-// never a complete body (S2; read.ErrCorrupt).
-func (h *ociHandler) stream(w http.ResponseWriter, r *http.Request, d blobplane.Digest, body io.Reader) {
+// stream copies body to w, then closes it: read(2)/write(2) through a
+// pooled 256 KiB buffer. Hiding the writer's ReadFrom (struct{io.Writer})
+// keeps net/http from handing an identity file to sendfile(2), which
+// measured slower here, for 1 GiB and for 4 KiB (docs/performance.md).
+// The body is closed before the buffer goes back to the pool: a verifying
+// body may still be hashing the last chunk it handed over (read.Blob). A
+// body that fails mid-stream (corrupt, lost, or its source gone) aborts
+// the response: the client sees the connection cut short of
+// Content-Length, never a complete body (S2; read.ErrCorrupt).
+func (h *ociHandler) stream(w http.ResponseWriter, r *http.Request, d blobplane.Digest, body io.ReadCloser) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
+	defer body.Close()
 	_, err := io.CopyBuffer(struct{ io.Writer }{w}, body, *bp)
 	if err == nil {
 		return

@@ -77,7 +77,9 @@ type Reader struct {
 // Blob is an opened read. Body must be closed. A whole read's Body
 // verifies as it streams: it returns ErrCorrupt (never the last bytes)
 // when the content does not prove the digest, and the caller must then
-// abort the response.
+// abort the response. It may still be hashing the last chunk it handed
+// over: the caller must not change that chunk before its next Read or
+// Close, and must Close before reusing the buffer.
 type Blob struct {
 	Body   io.ReadCloser
 	Length int64

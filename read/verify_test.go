@@ -33,7 +33,14 @@ func drain(v io.Reader, buf int) ([]byte, error) {
 // reports the corruption once.
 func TestVerifierNeverHandsOverACompleteWrongBody(t *testing.T) {
 	t.Parallel()
-	content := bytes.Repeat([]byte("blobplane "), 100_000) // ~1 MiB
+	// Below and above overlapMin: hashed in line, and hashed while the
+	// chunk is written out.
+	for _, n := range []int{10_000, 200_000} {
+		verifierCases(t, bytes.Repeat([]byte("blobplane "), n))
+	}
+}
+
+func verifierCases(t *testing.T, content []byte) {
 	d := digestOf(content)
 	size := int64(len(content))
 	flipLast := bytes.Clone(content)
@@ -52,10 +59,11 @@ func TestVerifierNeverHandsOverACompleteWrongBody(t *testing.T) {
 		{"empty", nil, true},
 		{"long by one", append(bytes.Clone(content), 'x'), true},
 	} {
-		for _, buf := range []int{1, 4096, 256 << 10, 4 << 20} {
+		for _, buf := range []int{1000, 4096, 256 << 10, 4 << 20} {
 			reported := 0
 			v := newVerifier(io.NopCloser(bytes.NewReader(c.stored)), d, size, true, func() { reported++ })
 			got, err := drain(v, buf)
+			_ = v.Close()
 			switch {
 			case !c.corrupt && (err != nil || !bytes.Equal(got, content) || reported != 0):
 				t.Errorf("%s (buffer %d): %d bytes, %v, reported %d", c.name, buf, len(got), err, reported)
