@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,6 +193,39 @@ type RemoteSource struct {
 	Secret   string
 	Internal func(base string) string
 	HTTP     *http.Client
+
+	// The node list, read at most once per nodeListTTL: a remote read of
+	// a small blob would otherwise cost a query more than the read.
+	mu      sync.Mutex
+	nodes   []store.Node
+	fetched time.Time
+}
+
+// nodeListTTL bounds how stale the node list a remote open walks may be:
+// a node gone since is refused and the next one tried, a node new since
+// is used from the next list on (heartbeats come every few seconds
+// anyway).
+const nodeListTTL = 2 * time.Second
+
+// upNodes lists the up api nodes of dc, from the node list read at most
+// nodeListTTL ago.
+func (s *RemoteSource) upNodes(ctx context.Context, dc string) ([]store.Node, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil || time.Since(s.fetched) > nodeListTTL {
+		nodes, err := s.Nodes.ListNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.nodes, s.fetched = nodes, time.Now()
+	}
+	var out []store.Node
+	for _, n := range s.nodes {
+		if n.Role == config.API && n.State == "up" && n.Datacenter == dc && n.Endpoint != "" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // Open implements replication.Source: the whole of p from the first up
@@ -209,13 +242,10 @@ func (s *RemoteSource) Open(ctx context.Context, p placement.Placement) (io.Read
 // first up api node of datacenter dc that answers 200 (206 for a range).
 // Nodes are tried in the node list's order until one answers.
 func (s *RemoteSource) OpenBlob(ctx context.Context, dc string, d blobplane.Digest, rng *backend.Range) (*backend.Object, error) {
-	nodes, err := s.Nodes.ListNodes(ctx)
+	nodes, err := s.upNodes(ctx, dc)
 	if err != nil {
 		return nil, err
 	}
-	nodes = slices.DeleteFunc(nodes, func(n store.Node) bool {
-		return n.Role != config.API || n.State != "up" || n.Datacenter != dc || n.Endpoint == ""
-	})
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("no api node of datacenter %s is up", dc)
 	}
