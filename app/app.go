@@ -511,7 +511,8 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort(), ReplicateTo: cfg.ReplicateTo})
 	reaper := newReaper(cfg, st, backends, logger)
 	jobs.AddSweepWorker(workers, reaper)
-	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName}
+	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName,
+		InventoryMinAge: cfg.InventoryMinAge, InventoryMaxDeletes: cfg.InventoryMaxDeletes}
 	var replMetrics *replication.Metrics
 	if cfg.WorkerMetrics != "" {
 		reg := prometheus.NewRegistry()
@@ -526,6 +527,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		defer stop()
 	}
 	jobs.AddCollectWorkers(workers, collectDeps)
+	jobs.AddObliterateWorker(workers, st, logger) // issue 29: obliteration's steps (docs/obliteration.md)
 	if err := addReplicationWorkers(workers, cfg, st, backends, replMetrics, logger); err != nil {
 		return err
 	}
@@ -658,18 +660,11 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 		}
 	}
 	dryRun := opts.DryRun
-	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg))
+	st, backends, err := openOneShot(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if ok, err := st.MigrationsCurrent(ctx); err != nil || !ok {
-		return fmt.Errorf("database schema is not current (run `api migrate`): %v", err)
-	}
-	backends, err := OpenBackends(ctx, cfg.Backends)
-	if err != nil {
-		return err
-	}
 	defer backends.Close()
 	rep := SweepReport{DryRun: dryRun}
 	for _, step := range SweepSteps {
@@ -691,7 +686,8 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 			}
 		}
 		if opts.runs("inventory") {
-			inv := &sweep.Inventory{Store: st, Backends: sweep.Narrow[sweep.Lister](backends.ByName), Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
+			inv := &sweep.Inventory{Store: st, Backends: sweep.Narrow[sweep.Lister](backends.ByName), Datacenter: cfg.Datacenter,
+				MinAge: cfg.InventoryMinAge, MaxDeletes: cfg.InventoryMaxDeletes, Logger: logger.With("service", "inventory")}
 			r, err := inv.Run(ctx, dryRun)
 			rep.Inventory = &r
 			return err
@@ -704,6 +700,54 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 		return errors.Join(err, eerr)
 	}
 	return err
+}
+
+// openOneShot opens what a one-shot worker command (`worker sweep`,
+// `worker scrub`) works on: the store, once its schema is current, and
+// the datacenter's backends. The caller closes both.
+func openOneShot(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*store.Store, *Backends, error) {
+	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg))
+	if err != nil {
+		return nil, nil, err
+	}
+	if ok, err := st.MigrationsCurrent(ctx); err != nil || !ok {
+		st.Close()
+		return nil, nil, fmt.Errorf("database schema is not current (run `api migrate`): %v", err)
+	}
+	backends, err := OpenBackends(ctx, cfg.Backends)
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return st, backends, nil
+}
+
+// AdoptReport is what `worker sweep --adopt` prints.
+type AdoptReport struct {
+	Datacenter string `json:"datacenter"`
+	Backend    string `json:"backend"`
+	Cluster    string `json:"cluster"`
+	Pass       int64  `json:"pass"`
+}
+
+// RunAdopt is an operator's answer to an inventory refusal (`worker sweep
+// --adopt NAME`, docs/sweeps.md): after checking that the backend named
+// name belongs to this database, it rewrites the backend's ownership
+// marker to name this database (sweep.Inventory.Adopt) and prints the
+// record as JSON to out. It deletes nothing; the next pass does, if due.
+func RunAdopt(ctx context.Context, cfg *config.Config, logger *slog.Logger, name string, out io.Writer) error {
+	st, backends, err := openOneShot(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	defer backends.Close()
+	inv := &sweep.Inventory{Store: st, Backends: sweep.Narrow[sweep.Lister](backends.ByName), Datacenter: cfg.Datacenter, Logger: logger.With("service", "inventory")}
+	rec, err := inv.Adopt(ctx, name)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(AdoptReport{Datacenter: cfg.Datacenter, Backend: name, Cluster: rec.Cluster, Pass: rec.Pass})
 }
 
 // runCollector is RunSweep's collector step: one collection pass, then

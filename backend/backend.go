@@ -85,6 +85,8 @@ type Backend interface {
 
 	Stager
 
+	Janitor
+
 	// Close releases the backend's resources (file descriptors, idle
 	// connections). Calls in flight must have returned.
 	Close() error
@@ -133,6 +135,99 @@ type Stager interface {
 	// Errors: ErrInvalid, ErrUnavailable.
 	AbortUpload(ctx context.Context, id string) error
 }
+
+// Janitor is what the inventory needs of a backend beyond its objects
+// (issue 29, "No leaked bytes"; docs/backends.md): the ownership marker
+// that says which database the backend belongs to, and the residue that
+// crashes leave beside the objects — temp files or objects of writes
+// that never finished, staged uploads, incomplete multipart uploads.
+// Nothing in Postgres names residue except staged uploads (an intent's
+// staged_location); the inventory reclaims it only past a minimum age,
+// measured on the backend's own clock (Now), and only on a backend whose
+// marker names the database it runs against.
+type Janitor interface {
+	// ReadMarker returns the marker last stored by WriteMarker, whole.
+	//
+	// Errors: ErrNotFound (no marker was ever written, or it was
+	// deleted), ErrCorrupt (larger than MaxMarkerSize), ErrUnavailable,
+	// ErrRefused.
+	ReadMarker(ctx context.Context) ([]byte, error)
+
+	// WriteMarker replaces the marker with data (at most MaxMarkerSize
+	// bytes) in one atomic, durable write: a reader sees the old marker
+	// or the new one, never a mix or a short one.
+	//
+	// Errors: ErrInvalid (too large), ErrUnavailable, ErrRefused.
+	WriteMarker(ctx context.Context, data []byte) error
+
+	// ListResidue calls fn once for each piece of residue, in no
+	// particular order, with now: a time on the backend's clock taken
+	// before the listing started (the file system's clock, the object
+	// store's Date), against which Residue.Modified ages are measured
+	// (Residue.Age). An error from fn stops the listing and comes back
+	// unchanged. Residue of a write or an upload in progress is listed
+	// too: only its age tells it apart.
+	//
+	// Errors: those of fn, ErrUnavailable, ErrRefused.
+	ListResidue(ctx context.Context, fn func(r Residue, now time.Time) error) error
+
+	// DeleteResidue removes r as ListResidue described it. Removing
+	// residue that is gone already succeeds. A writer whose residue is
+	// removed under it fails (its write or append answers an error and
+	// its client retries): nothing visible at a content-addressed key is
+	// ever removed here.
+	//
+	// Errors: ErrInvalid (r was not listed by this kind of backend),
+	// ErrUnavailable, ErrRefused.
+	DeleteResidue(ctx context.Context, r Residue) error
+}
+
+// MaxMarkerSize bounds a backend marker.
+const MaxMarkerSize = 4096
+
+// ResidueKind says what a piece of residue is.
+type ResidueKind string
+
+const (
+	// ResidueTemp is a write's temporary file or object: a filesystem
+	// .tmp- file in an object directory, an S3 _tmp/ object waiting for
+	// its copy. Nothing refers to it once its writer is gone.
+	ResidueTemp ResidueKind = "tmp"
+	// ResidueStaged is a staged upload (an OCI upload session's bytes),
+	// Residue.Name its upload id. An intent names it while its upload is
+	// pending (intents.staged_location); one that no intent names is
+	// left by a writer killed between CreateUpload and recording it, or
+	// by a promotion that could not remove it.
+	ResidueStaged ResidueKind = "staged"
+	// ResidueMultipart is an S3 multipart upload never completed nor
+	// aborted (a writer killed mid-write). Invisible; it holds its parts'
+	// storage until aborted.
+	ResidueMultipart ResidueKind = "multipart"
+)
+
+// ResidueKinds lists every kind, for reports and metrics.
+var ResidueKinds = []ResidueKind{ResidueTemp, ResidueStaged, ResidueMultipart}
+
+// Residue is one piece of residue as ListResidue found it.
+type Residue struct {
+	Kind ResidueKind
+	// Name locates it in the backend: the temp file's path under the
+	// root or the temp object's key under the prefix, the staged
+	// upload's id, the multipart upload's key under the prefix.
+	Name string
+	// UploadID is the store's id of a multipart upload ("" otherwise).
+	UploadID string
+	// Size is the bytes it occupies, as far as the listing tells (the
+	// parts of a multipart upload are not summed: 0).
+	Size int64
+	// Modified is its last activity on the backend's clock: the latest
+	// write to a temp or staged file, the latest chunk of a staged
+	// upload, the latest part (or the start) of a multipart upload.
+	Modified time.Time
+}
+
+// Age is r's age at now (never negative).
+func (r Residue) Age(now time.Time) time.Duration { return max(now.Sub(r.Modified), 0) }
 
 // WriteRequest describes one write: the content the caller claims and the
 // stream that should produce it.
@@ -217,7 +312,9 @@ type Entry struct {
 	// StoredSize is the number of bytes the object occupies in the store
 	// (payload plus any header), not the content size.
 	StoredSize int64
-	Modified   time.Time
+	// Modified is the object's last write, on the backend's clock (see
+	// Page.Now).
+	Modified time.Time
 }
 
 // Page is one page of a listing.
@@ -225,4 +322,8 @@ type Page struct {
 	Entries []Entry
 	// Next is the cursor for the following page ("" when done).
 	Next blobplane.Digest
+	// Now is the time on the backend's clock taken before the page was
+	// read (the file system's clock, the object store's Date; zero when
+	// unknown), against which Entry.Modified ages are measured.
+	Now time.Time
 }

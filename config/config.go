@@ -53,6 +53,11 @@ type Config struct {
 	ScrubPeriod time.Duration
 	ScrubRate   int64
 	ScrubBatch  int
+	// InventoryMinAge: the inventory deletes no orphan or residue younger
+	// than this; InventoryMaxDeletes caps its deletions per backend per
+	// pass (docs/sweeps.md).
+	InventoryMinAge     time.Duration
+	InventoryMaxDeletes int
 	// WorkerMetrics is the worker's /metrics listen address; "" serves none.
 	WorkerMetrics string
 	// MaxBlobSize bounds one blob (413 past it).
@@ -322,7 +327,7 @@ var Settings = []Setting{
 		}},
 	{Flag: "max-blob-size", Env: "BLOBPLANE_MAX_BLOB_SIZE", Default: "10GiB", Usage: "largest blob accepted (413 past it), bytes or with a KiB/MiB/GiB/TiB suffix", For: []string{API},
 		set: func(c *Config, v string) error {
-			n, err := parseBytes(v)
+			n, err := ParseBytes(v)
 			if err != nil || n < 1 {
 				return fmt.Errorf("%q: must be a positive size such as 512MiB or 10GiB", v)
 			}
@@ -348,7 +353,7 @@ var Settings = []Setting{
 				c.MaxStagedBytes = -1
 				return nil
 			}
-			n, err := parseBytes(v)
+			n, err := ParseBytes(v)
 			if err != nil || n < 1 {
 				return fmt.Errorf("%q: must be a positive size such as 100GiB, or none", v)
 			}
@@ -375,7 +380,7 @@ var Settings = []Setting{
 		}},
 	{Flag: "max-header-bytes", Env: "BLOBPLANE_MAX_HEADER_BYTES", Default: "64KiB", Usage: "largest request line and header accepted (431 past it), bytes or with a KiB/MiB suffix (4KiB to 1MiB)", For: []string{API},
 		set: func(c *Config, v string) error {
-			n, err := parseBytes(v)
+			n, err := ParseBytes(v)
 			if err != nil || n < 4<<10 || n > 1<<20 {
 				return fmt.Errorf("%q: must be a size from 4KiB to 1MiB such as 64KiB", v)
 			}
@@ -512,7 +517,7 @@ var Settings = []Setting{
 		}},
 	{Flag: "scrub-rate", Env: "BLOBPLANE_SCRUB_RATE", Default: "64MiB", Usage: "most bytes per second one worker's scrub reads, bytes or with a KiB/MiB/GiB suffix (0: no cap); a pass reads at the rate its share of the period needs, and warns when that is above this cap", For: []string{Worker},
 		set: func(c *Config, v string) error {
-			n, err := parseBytes(v)
+			n, err := ParseBytes(v)
 			if err != nil {
 				return err
 			}
@@ -535,6 +540,24 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be an integer from 1 to 1000000", v)
 			}
 			c.SweepBatch = n
+			return nil
+		}},
+	{Flag: "inventory-min-age", Env: "BLOBPLANE_INVENTORY_MIN_AGE", Default: "24h", Usage: "the inventory deletes no orphaned object and no residue (temp files, staged uploads, multipart uploads) younger than this, on the backend's clock (a Go duration, or days as 1d; at least 1m)", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			d, err := parseDays(v)
+			if err != nil || d < time.Minute {
+				return fmt.Errorf("%q: must be a duration of at least 1m (e.g. 24h or 1d)", v)
+			}
+			c.InventoryMinAge = d
+			return nil
+		}},
+	{Flag: "inventory-max-deletes", Env: "BLOBPLANE_INVENTORY_MAX_DELETES", Default: "10000", Usage: "most objects and residue one inventory pass deletes on one backend; the first pass that finds more due deletes nothing and reports them (a dry run first)", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 100_000_000 {
+				return fmt.Errorf("%q: must be an integer from 1 to 100000000", v)
+			}
+			c.InventoryMaxDeletes = n
 			return nil
 		}},
 	{Flag: "worker-metrics", Env: "BLOBPLANE_WORKER_METRICS", Default: "", Usage: "host:port where the worker serves Prometheus /metrics (sweep counters); empty serves none", For: []string{Worker},
@@ -893,7 +916,9 @@ func parseDays(v string) (time.Duration, error) {
 	return time.ParseDuration(v)
 }
 
-func parseBytes(v string) (int64, error) {
+// ParseBytes reads a byte count: digits, optionally followed by B, KiB,
+// MiB, GiB or TiB.
+func ParseBytes(v string) (int64, error) {
 	mult := int64(1)
 	for _, u := range []struct {
 		suffix string
@@ -915,8 +940,8 @@ func parseBytes(v string) (int64, error) {
 // default). The binaries dispatch on these names and the compose-file test
 // checks docker-compose.yml against them.
 var Commands = map[string][]string{
-	API:        {"serve", "migrate", "lease", "token", "repo"},
-	Worker:     {"run", "sweep"},
+	API:        {"serve", "migrate", "lease", "token", "repo", "policy", "blob"},
+	Worker:     {"run", "sweep", "scrub"},
 	Controller: {"show", "keygen", "publish"},
 }
 

@@ -45,6 +45,24 @@ func TestScrubPeriod(t *testing.T) {
 	}
 }
 
+// The inventory's safety settings: a day and 10,000 deletions by default.
+func TestInventorySettings(t *testing.T) {
+	t.Parallel()
+	c, _, err := Load(Worker, nil, env(map[string]string{"DATABASE_URL": goodURL}), nil)
+	if err != nil || c.InventoryMinAge != 24*time.Hour || c.InventoryMaxDeletes != 10_000 {
+		t.Fatalf("defaults: %v, %d, %v", c.InventoryMinAge, c.InventoryMaxDeletes, err)
+	}
+	c, _, err = Load(Worker, nil, env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_INVENTORY_MIN_AGE": "2d", "BLOBPLANE_INVENTORY_MAX_DELETES": "50"}), nil)
+	if err != nil || c.InventoryMinAge != 48*time.Hour || c.InventoryMaxDeletes != 50 {
+		t.Fatalf("set: %v, %d, %v", c.InventoryMinAge, c.InventoryMaxDeletes, err)
+	}
+	for k, v := range map[string]string{"BLOBPLANE_INVENTORY_MIN_AGE": "30s", "BLOBPLANE_INVENTORY_MAX_DELETES": "0"} {
+		if _, _, err := Load(Worker, nil, env(map[string]string{"DATABASE_URL": goodURL, k: v}), nil); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%s: %v; want an error naming it", k, v, err)
+		}
+	}
+}
+
 func TestFlagBeatsEnvBeatsDefault(t *testing.T) {
 	t.Parallel()
 	e := env(map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_DATACENTER": "eu-1", "BLOBPLANE_LISTEN": "127.0.0.1:9000"})

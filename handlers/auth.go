@@ -265,6 +265,8 @@ func adminRoutes(r chi.Router, d Deps) {
 		})
 		// Replication policies (policy.go, docs/replication.md).
 		policyRoutes(r, d)
+		// Obliteration (obliterate.go, docs/obliteration.md).
+		obliterationRoutes(r, d)
 	})
 }
 

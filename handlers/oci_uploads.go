@@ -20,10 +20,16 @@ func (h *ociHandler) startUpload(w http.ResponseWriter, r *http.Request, name st
 	if m := q.Get("mount"); m != "" {
 		// A mount needs the right to read from, and falls back to a plain
 		// session otherwise: the same answer whether or not the digest
-		// exists elsewhere (S8).
+		// exists elsewhere (S8). An obliterated digest is refused here
+		// rather than by the close of that session (issue 29).
 		from := q.Get("from")
 		if d, err := blobplane.ParseDigest(m); err == nil && auth.ValidRepository(from) && CheckPermission(ctx, from, auth.Read) == nil {
-			if res, ok := h.flow.Mount(ctx, name, p.Name, d, from); ok {
+			res, ok, err := h.flow.Mount(ctx, name, p.Name, d, from)
+			if err != nil {
+				h.refused(w, r, err)
+				return
+			}
+			if ok {
 				h.answer(w, res, http.StatusAccepted)
 				return
 			}

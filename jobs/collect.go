@@ -167,6 +167,10 @@ type CollectDeps struct {
 	Datacenter string
 	Backends   map[string]backend.Backend
 	Metrics    *sweep.CollectMetrics // nil records nothing
+	// InventoryMinAge and InventoryMaxDeletes are sweep.Inventory's MinAge
+	// and MaxDeletes (0: its defaults).
+	InventoryMinAge     time.Duration
+	InventoryMaxDeletes int
 }
 
 // AddCollectWorkers registers CollectWorker, DeleteBytesWorker and
@@ -179,7 +183,8 @@ func AddCollectWorkers(w *river.Workers, d CollectDeps) {
 		Logger:  d.Logger,
 	})
 	river.AddWorker(w, &InventoryWorker{
-		Inventory: &sweep.Inventory{Store: d.Store, Backends: sweep.Narrow[sweep.Lister](d.Backends), Datacenter: d.Datacenter, Logger: d.Logger, Metrics: d.Metrics},
-		Logger:    d.Logger,
+		Inventory: &sweep.Inventory{Store: d.Store, Backends: sweep.Narrow[sweep.Lister](d.Backends), Datacenter: d.Datacenter,
+			MinAge: d.InventoryMinAge, MaxDeletes: d.InventoryMaxDeletes, Logger: d.Logger, Metrics: d.Metrics},
+		Logger: d.Logger,
 	})
 }

@@ -23,7 +23,7 @@ import (
 type ScrubLedger interface {
 	ScrubLoad(ctx context.Context, datacenter string, dueIn time.Duration) (store.ScrubLoad, error)
 	ScrubCandidates(ctx context.Context, datacenter string, skip, limit int) ([]store.ScrubCandidate, error)
-	RecordPlacementCheck(ctx context.Context, k placement.Key, outcome string) error
+	RecordPlacementChecks(ctx context.Context, ks []placement.Key, outcome string) error
 	FailPlacement(ctx context.Context, k placement.Key, reason placement.Reason, epoch int64) (placement.Placement, error)
 }
 
@@ -155,7 +155,18 @@ func (s *Scrub) batch() int {
 // checkAll checks cands in order until the target is read. more is
 // false once the pass has come round to a placement it checked itself
 // (since start): the whole datacenter is done.
+//
+// Intact checks are recorded together, when the page is done (or the
+// pass stops), in one statement: before the next page is listed, which
+// must not list them again.
 func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, deadline time.Time, cands []store.ScrubCandidate, start time.Time, rep *ScrubReport) (more bool, err error) {
+	var intact []placement.Key
+	defer func() {
+		// Also when the budget ran out mid-page: what was checked counts.
+		if rerr := s.Ledger.RecordPlacementChecks(context.WithoutCancel(ctx), intact, store.CheckIntact); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("scrub: record %d checks: %w", len(intact), rerr))
+		}
+	}()
 	for _, c := range cands {
 		if rep.Bytes >= rep.Pace.Target {
 			return false, nil
@@ -185,7 +196,12 @@ func (s *Scrub) checkAll(ctx context.Context, lim *rate.Limiter, deadline time.T
 			continue
 		}
 		rep.Checked++
-		if err := s.record(ctx, c, outcome, rep); err != nil {
+		if outcome == store.CheckIntact {
+			rep.Intact++
+			intact = append(intact, c.Key)
+			continue
+		}
+		if err := s.recordBad(ctx, c, outcome, rep); err != nil {
 			return false, err
 		}
 	}
@@ -216,14 +232,11 @@ func (s *Scrub) fits(ctx context.Context, lim *rate.Limiter, deadline time.Time,
 	return true
 }
 
-// record writes a check's outcome; a bad copy is failed under a new epoch
-// and its repair enqueued.
-func (s *Scrub) record(ctx context.Context, c store.ScrubCandidate, outcome string, rep *ScrubReport) error {
+// recordBad records a bad copy's check: the placement is failed under a
+// new epoch and its repair enqueued.
+func (s *Scrub) recordBad(ctx context.Context, c store.ScrubCandidate, outcome string, rep *ScrubReport) error {
 	reason := placement.DigestMismatch
 	switch outcome {
-	case store.CheckIntact:
-		rep.Intact++
-		return s.Ledger.RecordPlacementCheck(ctx, c.Key, outcome)
 	case store.CheckMissing:
 		rep.Missing++
 		reason = placement.SourceUnavailable
@@ -234,7 +247,7 @@ func (s *Scrub) record(ctx context.Context, c store.ScrubCandidate, outcome stri
 	if _, err := s.Ledger.FailPlacement(ctx, c.Key, reason, c.Epoch+1); err != nil && blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		return fmt.Errorf("scrub: fail %s: %w", c.Key.Digest, err)
 	}
-	if err := s.Ledger.RecordPlacementCheck(ctx, c.Key, outcome); err != nil {
+	if err := s.Ledger.RecordPlacementChecks(ctx, []placement.Key{c.Key}, outcome); err != nil {
 		return err
 	}
 	return s.Repair.EnqueueRepair(ctx, c.Key.Digest, c.Size, s.Datacenter)

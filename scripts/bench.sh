@@ -2,7 +2,9 @@
 # bench.sh — `make bench`: the side-by-side benchmark suite (cmd/bench,
 # issue 8). One run measures the raw pipeline, Blobplane, MinIO and the CNCF
 # Distribution registry on the same data and writes the tables, with
-# Blobplane's ratio to each, under bench/results/ (see docs/performance.md).
+# Blobplane's ratio to each, under bench/results/ (see docs/performance.md);
+# its replication workloads (issue 28) start two local datacenters and put
+# the copies and the scrub beside raw copies and hashes of the same files.
 # Figures are reported, never asserted.
 #
 #   scripts/bench.sh [bench flags]   the suite; e.g. --quick, --systems raw,blobplane

@@ -16,5 +16,16 @@
 //     the copy wait (failed/backend_refused, backlog metrics up) and it
 //     completes by its own retry once MinIO is back; a datacenter added to
 //     a repository's policy gets its copy from the reconciler
-//     (docs/replication.md).
+//     (docs/replication.md). Also: a datacenter joining a running cluster
+//     converges, and the scrub repairs a copy damaged behind its back.
+//   - Reads (issue 29, reads_test.go): a blob read from another
+//     datacenter before and after its transfer (ranges, 304, pending
+//     503); damage found by reads (bit flip, truncation, deletion) is
+//     never served as a complete body, is counted and repaired; a blob
+//     lost everywhere answers 404 and a re-push restores it
+//     (docs/reads.md).
+//   - Leaks (issue 29, leaks_test.go): an api SIGKILLed between writing
+//     the bytes and verifying the placement, and one killed mid-body,
+//     leave nothing once the sweeps have run, with no row edited by hand
+//     (docs/uploads.md).
 package soak

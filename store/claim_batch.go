@@ -173,7 +173,7 @@ func (s *Store) queueMergedClaims(ctx context.Context, b *pgx.Batch, calls []*cl
 	}
 	m := &mergedClaims{}
 	// No plan made for these scans a table whole (see queueMergedFinalize).
-	b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
+	b.Queue(mergedBatchSettings)
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.Intent, error) { return s.q.CreateIntents(ctx, db, arg) }, &m.intents, &m.errs[0])
 	if !staging {
 		m.errs[1], m.errs[2] = nil, nil

@@ -339,9 +339,17 @@ const (
 	// ClassClaimed: an unfinished (pending) intent names the digest.
 	ClassClaimed ObjectClass = "claimed"
 	// ClassStaged: unreferenced and unclaimed, but the ledger holds a
-	// pending or verified placement of it on this backend: a close in
-	// progress, or content the collector (not the inventory) reclaims.
+	// pending placement of it on this backend (a write in progress), or a
+	// verified one of a digest with a live blob row: content the
+	// collector (not the inventory) reclaims.
 	ClassStaged ObjectClass = "staged"
+	// ClassUnowned: unreferenced and unclaimed, a verified placement on
+	// this backend, but no blob row to collect it (or a collected one):
+	// an upload abandoned after its verification committed. The
+	// inventory hands it back to the collector (Store.HandBack) rather
+	// than deleting it: the collector revokes the placement before the
+	// bytes go, so no verified placement ever points at deleted bytes.
+	ClassUnowned ObjectClass = "unowned"
 	// ClassOrphan: nothing in Postgres accounts for the bytes (a crash
 	// between byte write and ledger write, a lost reply, a collected
 	// digest whose deletion is still owed).
@@ -438,27 +446,18 @@ func (s *Store) DeleteIfOrphan(ctx context.Context, d blobplane.Digest, backend,
 	return c, nil
 }
 
+// classify is ClassifyObjects of one object, in tx: the page's
+// statement, so the unlocked and the locked classification cannot
+// disagree on what a class means.
 func (s *Store) classify(ctx context.Context, tx pgx.Tx, d, backend, datacenter string) (ObjectClass, error) {
-	o, err := s.q.BlobOwnership(ctx, tx, d)
+	rows, err := s.q.ClassifyObjects(ctx, tx, dbsqlc.ClassifyObjectsParams{Backend: backend, Datacenter: datacenter, Digests: []string{d}})
 	if err != nil {
 		return "", err
 	}
-	switch {
-	case o.Refs > 0:
-		return ClassReferenced, nil
-	case o.Claims > 0:
-		return ClassClaimed, nil
+	if len(rows) != 1 {
+		return "", &blobplane.Error{Code: blobplane.CodeInternal, Op: "classify object", Message: fmt.Sprintf("%d classes for one object", len(rows))}
 	}
-	ps, err := s.q.PlacementsAt(ctx, tx, dbsqlc.PlacementsAtParams{Digest: d, Backend: backend, Datacenter: datacenter})
-	if err != nil {
-		return "", err
-	}
-	for _, p := range ps {
-		if st := placement.State(p.State); st == placement.Pending || st == placement.Verified {
-			return ClassStaged, nil
-		}
-	}
-	return ClassOrphan, nil
+	return ObjectClass(rows[0].Class), nil
 }
 
 func deletionFromRow(r dbsqlc.Deletion) Deletion {

@@ -55,6 +55,10 @@ func MigrateToForTest(ctx context.Context, pool *pgxpool.Pool, version int64) er
 	return err
 }
 
+// MergedBatchSettingsForTest is the first statement of a merged batch's
+// transaction.
+const MergedBatchSettingsForTest = mergedBatchSettings
+
 // HotStatementForTest is one statement of a hot path as sqlc sends it.
 type HotStatementForTest struct {
 	Name string

@@ -189,6 +189,16 @@ type mergedFinalize struct {
 	pubErr  error
 }
 
+// mergedBatchSettings is the first statement of a merged batch's
+// transaction (see queueMergedFinalize). Sequential scans off gives a
+// table that only a scan can read (replication_policies, read by
+// PublishMany) Postgres' disable cost, 10^10, and a plan that expensive
+// crosses jit_above_cost: every PublishMany was compiled by LLVM, 0.35-0.5
+// s of Postgres CPU per batch (auto_explain: "JIT: Timing: ... Total 491
+// ms"), which took one4k-16 from ~1,500 to ~50 uploads/s. JIT is off in
+// the same transaction: these statements run in well under a millisecond.
+const mergedBatchSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+
 // queueMergedFinalize queues the four statements of a mergeable batch.
 func (s *Store) queueMergedFinalize(ctx context.Context, b *pgx.Batch, batch []*finalizeCall) (*mergedFinalize, error) {
 	n := len(batch)
@@ -223,7 +233,7 @@ func (s *Store) queueMergedFinalize(ctx context.Context, b *pgx.Batch, batch []*
 	// too: those statements also reach their rows by key. Planning each
 	// batch afresh cost 0.3-0.5 ms of Postgres CPU per statement and
 	// batch: docs/performance.md items 30 and 35.)
-	b.Queue("SELECT set_config('enable_seqscan', 'off', true)")
+	b.Queue(mergedBatchSettings)
 	queueRows(b, func(db dbsqlc.DBTX) ([]dbsqlc.FinalizeContextsRow, error) {
 		return s.q.FinalizeContexts(ctx, db, dbsqlc.FinalizeContextsParams{OperationIds: ids, Digests: digests, Sizes: sizes, PartitionIds: partitions})
 	}, &m.fcs, &m.fcsErr)

@@ -131,7 +131,7 @@ func TestByKeyStatementsUseTheKey(t *testing.T) {
 // 28,000 uploads, 49 µs with the key (docs/performance.md item 33). The
 // plans are Postgres' generic ones, as a pooled connection caches them:
 // each statement PREPAREd exactly as sqlc sends it (a merged batch's with
-// sequential scans off, as that batch plans it), then EXPLAIN EXECUTE
+// its settings, as that batch plans it), then EXPLAIN EXECUTE
 // under plan_cache_mode = force_generic_plan, in a store whose tables hold
 // nothing but the one placement planStore stages.
 func TestByKeyStatementsUseTheKeyInANewStore(t *testing.T) {
@@ -154,27 +154,46 @@ func TestByKeyStatementsUseTheKeyInANewStore(t *testing.T) {
 	}
 	for i, st := range s.HotStatementsForTest("00000000-0000-0000-0000-000000000001", "r/app", "p", "no-token", digest) {
 		name := fmt.Sprintf("hot_%d", i)
-		// Planned as the store sends it: a merged batch's statement with
-		// sequential scans off.
-		if _, err := conn.Exec(ctx, fmt.Sprintf("SET enable_seqscan = %t", !st.SeqScanOff)); err != nil {
+		// Planned as the store sends it: a merged batch's statement in a
+		// transaction that begins with the batch's settings (sequential
+		// scans off, and with them JIT).
+		tx, err := conn.Begin(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+st.SQL); err != nil {
+		if st.SeqScanOff {
+			if _, err := tx.Exec(ctx, store.MergedBatchSettingsForTest); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+st.SQL); err != nil {
 			t.Fatalf("%s: %v", st.Name, err)
 		}
 		var params int
-		if err := conn.QueryRow(ctx, "SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = $1", name).Scan(&params); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT cardinality(parameter_types) FROM pg_prepared_statements WHERE name = $1", name).Scan(&params); err != nil {
 			t.Fatal(err)
 		}
 		// A generic plan does not depend on the values: NULL for each.
 		args := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
 		var plan []byte
-		if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+args+")").Scan(&plan); err != nil {
+		if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+args+")").Scan(&plan); err != nil {
 			t.Fatalf("%s: %v", st.Name, err)
 		}
-		var nodes []struct{ Plan planNode }
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var nodes []struct {
+			Plan planNode
+			JIT  json.RawMessage
+		}
 		if err := json.Unmarshal(plan, &nodes); err != nil || len(nodes) != 1 {
 			t.Fatalf("%s: plan %s: %v", st.Name, plan, err)
+		}
+		// A plan costed past jit_above_cost is compiled by LLVM at every
+		// run: 0.35-0.5 s of CPU per merged PublishMany, once sequential
+		// scans off priced replication_policies' scan at 10^10.
+		if nodes[0].JIT != nil {
+			t.Errorf("%s is compiled by JIT (%s) at every run:\n%s", st.Name, nodes[0].JIT, plan)
 		}
 		for _, n := range nodes[0].Plan.scans() {
 			if ok, watched := byKey[n.Relation]; watched && !ok[n.IndexName] {

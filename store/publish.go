@@ -368,7 +368,10 @@ func (s *Store) checkBlob(ctx context.Context, tx pgx.Tx, c *finalizeCall) error
 		return err
 	}
 	if b.State == "obliterated" {
-		return refusal(blobplane.CodeConflict, op, upload.ErrObliterated, "%s was obliterated; it cannot be published again", req.Digest)
+		// The mark holds (store/obliterate.go): locked here, so an
+		// obliteration committed before this publication's lock refuses
+		// it, and one after deletes its reference.
+		return refusal(blobplane.CodeConflict, op, upload.ErrObliterated, "%s", upload.ObliteratedMessage(req.Digest))
 	}
 	if b.State == "collected" {
 		// Collected after the context was read: its placements were

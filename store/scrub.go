@@ -48,12 +48,20 @@ const (
 	CheckMissing  = "missing"
 )
 
-// RecordPlacementCheck records that k was checked now, with outcome.
-func (s *Store) RecordPlacementCheck(ctx context.Context, k placement.Key, outcome string) error {
-	err := s.q.RecordPlacementCheck(ctx, s.pool, dbsqlc.RecordPlacementCheckParams{
-		Digest: string(k.Digest), Backend: k.Backend, Datacenter: k.Datacenter, Location: k.Location, Outcome: outcome,
-	})
-	return dbErr("record placement check", err)
+// RecordPlacementChecks records that each of ks (no key twice) was
+// checked now, with outcome, in one statement.
+func (s *Store) RecordPlacementChecks(ctx context.Context, ks []placement.Key, outcome string) error {
+	if len(ks) == 0 {
+		return nil
+	}
+	arg := dbsqlc.RecordPlacementChecksParams{Outcome: outcome}
+	for _, k := range ks {
+		arg.Digests = append(arg.Digests, string(k.Digest))
+		arg.Backends = append(arg.Backends, k.Backend)
+		arg.Datacenters = append(arg.Datacenters, k.Datacenter)
+		arg.Locations = append(arg.Locations, k.Location)
+	}
+	return dbErr("record placement checks", s.q.RecordPlacementChecks(ctx, s.pool, arg))
 }
 
 // ScrubLoad is what one datacenter's scrub has to cover.

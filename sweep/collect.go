@@ -16,7 +16,11 @@ import (
 //
 // A digest is collected only when nothing owns it: ownership is the
 // refcount over live references plus the claims of unfinished intents (and
-// of a close in progress, a pending placement). The decision is made in
+// of a write in progress, a pending placement). A pending placement whose
+// writer is gone — no pending intent claims the digest, no replicate job
+// into its datacenter is unfinished — owns nothing any more: each pass
+// first fails such placements (store.SettleStalePlacements, issue 29), so
+// that a crash between writing bytes and verifying them leaks nothing. The decision is made in
 // Postgres first, on the blob state row a publication also locks
 // (store.CollectUnreferenced), and recorded there: placements revoked with
 // reason reclamation, one durable deletion record per placement, the
@@ -28,6 +32,11 @@ import (
 // CollectStore is what the collector needs from Postgres; *store.Store
 // implements it.
 type CollectStore interface {
+	// SettleStalePlacements fails up to limit pending placements whose
+	// writer is gone (no pending intent claims the digest, no replicate
+	// job into the datacenter is unfinished), so they stop owning their
+	// digest.
+	SettleStalePlacements(ctx context.Context, limit int) ([]placement.Placement, error)
 	// CollectUnreferenced decides the collection of up to limit unowned
 	// digests, enqueueing their byte deletions with enq in the deciding
 	// transaction.
@@ -65,7 +74,11 @@ type Collector struct {
 
 // CollectReport is what one collection pass decided.
 type CollectReport struct {
-	Collected []store.Collected `json:"collected"`
+	// StalePlacements are the pending placements failed because their
+	// writer was gone (an api killed between writing bytes and verifying
+	// them): their digests are no longer owned by them.
+	StalePlacements []placement.Key   `json:"stale_placements"`
+	Collected       []store.Collected `json:"collected"`
 	// Deletions is the number of byte deletions enqueued (one per revoked
 	// placement).
 	Deletions int `json:"deletions"`
@@ -76,8 +89,10 @@ type CollectReport struct {
 	OldestOwed time.Duration `json:"oldest_owed"`
 }
 
-// RunOnce runs one pass: decide up to Batch collections, then look at
-// owed deletions (re-enqueue them, measure the oldest).
+// RunOnce runs one pass: fail up to Batch stale pending placements (so
+// that their digests can be collected in the same pass), decide up to
+// Batch collections, then look at owed deletions (re-enqueue them,
+// measure the oldest).
 func (c *Collector) RunOnce(ctx context.Context) (CollectReport, error) {
 	if c.Enqueuer == nil {
 		return CollectReport{}, blobplane.Errorf(blobplane.CodeInternal, "collector: no deletion enqueuer configured")
@@ -87,6 +102,17 @@ func (c *Collector) RunOnce(ctx context.Context) (CollectReport, error) {
 		batch = DefaultCollectBatch
 	}
 	var rep CollectReport
+	stale, err := c.Store.SettleStalePlacements(ctx, batch)
+	for _, p := range stale {
+		rep.StalePlacements = append(rep.StalePlacements, p.Key)
+	}
+	c.Metrics.staleFailed(len(stale))
+	if len(stale) > 0 {
+		c.logger().InfoContext(ctx, "failed pending placements whose writer is gone", "placements", len(stale), "first", stale[0].Key)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("collect: %w", err)
+	}
 	got, err := c.Store.CollectUnreferenced(ctx, batch, c.Enqueuer)
 	rep.Collected = got
 	for _, g := range got {

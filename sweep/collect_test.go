@@ -110,7 +110,7 @@ func (g *gc) deleter() *sweep.Deleter {
 }
 
 func (g *gc) inventory() *sweep.Inventory {
-	return &sweep.Inventory{Store: g.st, Backends: map[string]sweep.Lister{"fs": g.be}, Datacenter: gcDC, PageSize: 2}
+	return &sweep.Inventory{Store: g.st, Backends: map[string]sweep.Lister{"fs": g.be}, Datacenter: gcDC, PageSize: 2, MinAge: time.Nanosecond}
 }
 
 const gcDC = "eu-1"
@@ -193,7 +193,7 @@ func (g *gc) close(t *testing.T, in upload.Intent, content string) upload.Finali
 		t.Fatal(err)
 	}
 	if !st.AlreadyVerified {
-		if _, err := g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, 0); err != nil {
+		if _, err := g.st.VerifyPlacement(ctx, k, info.Digest, info.Repr.ContentSize, st.Epoch); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -208,7 +208,7 @@ func (f *Flow) claimStage(in Intent, d blobplane.Digest, size int64) claimFunc {
 			return claimResult{in: in, err: refuse(Content, err)}
 		}
 		st, err := f.store.ClaimAndStage(ctx, in.OperationID, f.objectKey(d, in.Backend), size)
-		return claimResult{in: in, stage: st, err: refuse(Content, err)}
+		return claimResult{in: in, stage: st, err: f.explainClaim(ctx, d, refuse(Content, err))}
 	}
 }
 

@@ -2,6 +2,7 @@ package upload
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"github.com/blobplane/blobplane"
@@ -52,7 +53,7 @@ func (f *Flow) Open(ctx context.Context, req OpenRequest) (Result, error) {
 	}
 	in, err := f.store.CreateIntent(ctx, n)
 	if err != nil {
-		return Result{}, refuse(Repository, err)
+		return Result{}, f.explainClaim(ctx, d, refuse(Repository, err))
 	}
 	if d == "" {
 		// Staging starts with the first chunk (a session closed by one
@@ -85,10 +86,10 @@ func (f *Flow) openAndClose(ctx context.Context, n NewIntent, be backend.Backend
 			in, staged, err = f.store.OpenAndStage(ctx, n, k)
 		}
 		if err != nil || staged {
-			return claimResult{in: in, stage: freshStage, err: refuse(Repository, err), chain: chain}
+			return claimResult{in: in, stage: freshStage, err: f.explainClaim(ctx, d, refuse(Repository, err)), chain: chain}
 		}
 		st, err := f.store.ClaimAndStage(ctx, in.OperationID, k, size)
-		return claimResult{in: in, stage: st, err: refuse(Content, err)}
+		return claimResult{in: in, stage: st, err: f.explainClaim(ctx, d, refuse(Content, err))}
 	}
 	return f.close(ctx, be, Intent{ExpectedDigest: d, ExpectedSize: size, Backend: f.backend}, d, size, body, claim)
 }
@@ -96,18 +97,23 @@ func (f *Flow) openAndClose(ctx context.Context, n NewIntent, be backend.Backend
 // Mount publishes digest d of repository from into repo without bytes,
 // through the same finalization as an upload; the caller checked that
 // principal may read from. It publishes at the home, or away from it by
-// forwarding to the home. ok false: the mount did not happen (the digest
-// unknown to from, the home unreachable, a refusal) and the caller falls
-// back to a plain upload session, so the answer is the same whether or
-// not the digest exists elsewhere (S8).
-func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Digest, from string) (res Result, ok bool) {
+// forwarding to the home. ok false with a nil err: the mount did not
+// happen (the digest unknown to from, the home unreachable, a refusal)
+// and the caller falls back to a plain upload session, so the answer is
+// the same whether or not the digest exists elsewhere (S8). err is
+// ErrObliterated (conflict) for an obliterated digest, which the caller
+// answers rather than falling back to a session whose close would be
+// refused anyway (issue 29): naming a digest an operator obliterated
+// tells the caller no more than an upload of it would.
+func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Digest, from string) (res Result, ok bool, err error) {
 	size, err := f.store.ReferencedBlob(ctx, from, d)
 	if err != nil {
-		return Result{}, false
+		// An obliterated digest has no reference left anywhere.
+		return Result{}, false, f.mountRefusal(ctx, d, err)
 	}
 	home, atHome := f.home.Home(repo)
 	if !atHome && f.forward == nil {
-		return Result{}, false
+		return Result{}, false, nil
 	}
 	// The intent's possession is the mount from from (S9), which the home
 	// re-checks when it publishes: no bytes, no claim, only a repository
@@ -117,7 +123,7 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 		IngressDatacenter: f.datacenter, Backend: f.backend, TTL: f.ttl,
 	}, from)
 	if err != nil {
-		return Result{}, false
+		return Result{}, false, f.mountRefusal(ctx, d, err)
 	}
 	if atHome {
 		_, err = f.store.Finalize(ctx, f.finalizeRequest(home, in.OperationID, d, size))
@@ -130,8 +136,21 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 		if _, aerr := f.store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr != nil {
 			f.logger.WarnContext(ctx, "cannot abandon a failed mount", "operation_id", in.OperationID, "err", aerr)
 		}
+		if errors.Is(err, ErrObliterated) { // the mark was taken after the intent
+			return Result{}, false, obliterated(d)
+		}
 		f.logger.InfoContext(ctx, "mount refused; falling back to an upload session", "digest", d, "from", from, "err", err)
-		return Result{}, false
+		return Result{}, false, nil
 	}
-	return Result{Answer: AnswerPublished, Repository: repo, Digest: d}, true
+	return Result{Answer: AnswerPublished, Repository: repo, Digest: d}, true, nil
+}
+
+// mountRefusal is Mount's answer to a mount that did not happen
+// because of err: the obliteration refusal when d is obliterated, else
+// nil (the caller falls back to an upload session).
+func (f *Flow) mountRefusal(ctx context.Context, d blobplane.Digest, err error) error {
+	if err = f.explainClaim(ctx, d, err); errors.Is(err, ErrObliterated) {
+		return err
+	}
+	return nil
 }

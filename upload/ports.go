@@ -73,6 +73,12 @@ type Store interface {
 	// ReferencedBlob answers existence from Postgres (or the store's
 	// existence cache), never from a backend. Errors: not_found.
 	ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error)
+	// Obliterated reports whether d is obliterated now. The claims
+	// (CreateIntent, OpenAndStage, ClaimAndStage, ClaimSessionAndStage,
+	// CreateMountIntent) refuse an obliterated digest in their own
+	// statements, as a claim that recorded nothing; the flow asks this
+	// only then, to say why (ErrObliterated). Errors: unavailable.
+	Obliterated(ctx context.Context, d blobplane.Digest) (bool, error)
 	// FailStagedPlacement fails only the stage a close made (its
 	// generation, still pending): a close's mismatch never touches a row
 	// another upload re-staged or verified (issue 26).

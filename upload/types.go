@@ -98,7 +98,10 @@ var (
 	// ErrIntentClosed: the intent is abandoned (conflict); an abandoned
 	// intent never publishes (S5).
 	ErrIntentClosed = errors.New("the upload is no longer pending")
-	// ErrObliterated: the digest was obliterated by an operator (conflict).
+	// ErrObliterated: the digest was obliterated by an operator
+	// (conflict; docs/obliteration.md): no upload, mount or publication
+	// of it succeeds until the mark is lifted. Also the refusal of the
+	// flow's Open, Close and Mount.
 	ErrObliterated = errors.New("the digest is obliterated")
 	// ErrNoEnqueuer: replication targets exist but the caller passed no
 	// ReplicationEnqueuer (internal: a wiring bug).

@@ -47,6 +47,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("BeforeVisible", func(t *testing.T) { t.Parallel(); testBeforeVisible(t, h) })
 	t.Run("Staging", func(t *testing.T) { t.Parallel(); testStaging(t, h) })
 	t.Run("RacingRepresentations", func(t *testing.T) { t.Parallel(); testRacingRepresentations(t, h) })
+	t.Run("Marker", func(t *testing.T) { t.Parallel(); testMarker(t, h) })
+	t.Run("Residue", func(t *testing.T) { t.Parallel(); testResidue(t, h) })
 }
 
 // Blob is test content with its digest and a zstd payload of it.

@@ -6,6 +6,7 @@
 //	sha256/ab/cd/<64 hex>        one object per content digest
 //	sha256/ab/cd/.tmp-<random>   a write in progress (never listed or read)
 //	staging/<32 hex>             a staged upload (OCI upload session)
+//	marker.json                  which database the backend belongs to (janitor.go)
 //
 // Locations derive only from a validated digest or a backend-chosen upload
 // id, never from client input.
@@ -35,6 +36,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
@@ -556,7 +558,7 @@ func (b *Backend) Delete(ctx context.Context, d blobplane.Digest) error {
 // order, skipping what sorts before the cursor.
 func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.Page, error) {
 	const op = "fs.List"
-	l := listing{limit: opts.Limit}
+	l := listing{limit: opts.Limit, page: backend.Page{Now: time.Now()}}
 	if l.limit <= 0 {
 		l.limit = backend.DefaultListLimit
 	}

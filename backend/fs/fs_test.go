@@ -266,6 +266,20 @@ func TestKilledWriter(t *testing.T) {
 	if got := backendtest.ListAll(t, b, 10); len(got) != 0 {
 		t.Fatalf("killed write is listed: %v", got)
 	}
+	// Its temp file is residue for the inventory (issue 29), dated by its
+	// last write; deleting it leaves nothing behind.
+	rs, now := backendtest.ListResidue(t, b)
+	want, _ := filepath.Rel(dir, tmps[0])
+	r, ok := backendtest.FindResidue(rs, backend.ResidueTemp, func(name string) bool { return name == filepath.ToSlash(want) })
+	if !ok || len(rs) != 1 || r.Size < 1<<20 || r.Modified.After(now) {
+		t.Fatalf("residue %+v at %v: want the killed writer's temp file %s alone", rs, now, want)
+	}
+	if err := b.DeleteResidue(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, filepath.Dir(fs.ObjectPath(blob.Digest)), ".tmp-*")); len(left) != 0 {
+		t.Fatalf("temp files after DeleteResidue: %v", left)
+	}
 	backendtest.MustWrite(t, b, blob.Identity())
 	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
 	if err != nil || !bytes.Equal(body, blob.Content) {

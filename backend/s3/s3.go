@@ -7,6 +7,7 @@
 //	_tmp/<random>                a verified write waiting to be copied (see below)
 //	_staging/<id>/upload         marks a staged upload
 //	_staging/<id>/<offset>       its chunks, offset zero-padded to 20 digits
+//	_marker                      which database the backend belongs to
 //
 // The representation is one user-metadata header on the object,
 // x-amz-meta-blobplane-repr: zstd:4096:16384, set in the same request that
@@ -22,9 +23,9 @@
 // way in, or a zstd body without a declared payload size) the multipart
 // upload goes to a _tmp key and a server-side copy, which sets the metadata,
 // publishes it. Crashes can leave _tmp objects, staged uploads and
-// incomplete multipart uploads behind: give the bucket a lifecycle rule
-// expiring _tmp/ and _staging/ and aborting incomplete uploads after a day
-// or more.
+// incomplete multipart uploads behind: the inventory reclaims them past a
+// minimum age (janitor.go, backend.Janitor); the _marker object names the
+// database the bucket (under the prefix) belongs to.
 package s3
 
 import (
@@ -640,6 +641,9 @@ func (b *Backend) List(ctx context.Context, opts backend.ListOptions) (backend.P
 		})
 		if err != nil {
 			return backend.Page{}, classify(op, err)
+		}
+		if page.Now.IsZero() {
+			page.Now = serverTime(res.ResultMetadata)
 		}
 		for _, o := range res.Contents {
 			k := aws.ToString(o.Key)

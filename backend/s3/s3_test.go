@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
@@ -278,8 +279,25 @@ func TestKilledWriter(t *testing.T) {
 	b := open(t, bk, backend.StoreAsSubmitted)
 	blob := killBlob()
 	backendtest.RequireAbsent(t, b, blob.Digest)
-	// The killed writer's multipart upload is still open (invisible); a
-	// bucket lifecycle rule reaps it. The re-write does not depend on it.
+	// The killed writer's multipart upload is still open (invisible): it
+	// is residue for the inventory (issue 29), dated by its last part, and
+	// deleting it aborts it.
+	rs, now := backendtest.ListResidue(t, b)
+	key := "sha256/" + blob.Digest.Hex()
+	r, ok := backendtest.FindResidue(rs, backend.ResidueMultipart, func(name string) bool { return name == key })
+	if !ok || len(rs) != 1 || r.UploadID == "" || r.Modified.After(now.Add(time.Second)) {
+		t.Fatalf("residue %+v at %v: want the killed writer's multipart upload to %s alone", rs, now, key)
+	}
+	if err := b.DeleteResidue(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := backendtest.ListResidue(t, b); len(rs) != 0 {
+		t.Fatalf("residue after aborting the upload: %+v", rs)
+	}
+	if err := b.DeleteResidue(t.Context(), r); err != nil {
+		t.Fatalf("aborting it again: %v", err)
+	}
+	// The re-write does not depend on any of it.
 	backendtest.MustWrite(t, b, blob.Identity())
 	_, body, err := backendtest.ReadAll(t.Context(), b, blob.Digest, backend.ReadOptions{})
 	if err != nil || !bytes.Equal(body, blob.Content) {
@@ -330,4 +348,65 @@ func TestKilledWriterHelper(t *testing.T) {
 	req.Body = &stallingReader{r: req.Body, n: testPartSize + testPartSize/2}
 	_, err = b.Write(t.Context(), req)
 	t.Fatalf("helper write returned: %v", err)
+}
+
+// The inventory's residue under a prefix (issue 29): a _tmp/ object and a
+// multipart upload to a key this backend writes are listed and deleted;
+// objects, the marker and an incomplete upload to a key outside the
+// backend's prefix are not residue and stay.
+func TestResidueUnderPrefix(t *testing.T) {
+	srv := minio.Shared(t)
+	bk := bucket{srv: srv, name: srv.Bucket(t)}
+	b, err := s3.Open(t.Context(), backend.S3Config{
+		Bucket: bk.name, Prefix: "eu-1/", Endpoint: srv.Endpoint, Region: minio.Region, PathStyle: true,
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PartSize: testPartSize,
+	}, backend.StoreAsSubmitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := t.Context()
+	c := rawClient(b)
+	blob := backendtest.NewBlob(41, 1000)
+	backendtest.MustWrite(t, b, blob.Identity())
+	if err := b.WriteMarker(ctx, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutObject(ctx, &awss3.PutObjectInput{Bucket: &bk.name, Key: aws.String("eu-1/_tmp/0123abcd"), Body: strings.NewReader("left by a crash")}); err != nil {
+		t.Fatal(err)
+	}
+	ours, err := c.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{Bucket: &bk.name, Key: aws.String("eu-1/sha256/" + blob.Digest.Hex())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := c.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{Bucket: &bk.name, Key: aws.String("us-1/sha256/" + blob.Digest.Hex())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.AbortMultipartUpload(t.Context(), &awss3.AbortMultipartUploadInput{Bucket: &bk.name, Key: theirs.Key, UploadId: theirs.UploadId})
+	})
+	rs, now := backendtest.ListResidue(t, b)
+	tmp, okT := backendtest.FindResidue(rs, backend.ResidueTemp, func(n string) bool { return n == "_tmp/0123abcd" })
+	mpu, okM := backendtest.FindResidue(rs, backend.ResidueMultipart, func(n string) bool { return n == "sha256/"+blob.Digest.Hex() })
+	if !okT || !okM || len(rs) != 2 || tmp.Size != int64(len("left by a crash")) || mpu.UploadID != aws.ToString(ours.UploadId) {
+		t.Fatalf("residue %+v at %v: want the temp object and the upload under eu-1/ alone", rs, now)
+	}
+	for _, r := range rs {
+		if err := b.DeleteResidue(ctx, r); err != nil {
+			t.Fatalf("DeleteResidue %+v: %v", r, err)
+		}
+	}
+	if rs, _ := backendtest.ListResidue(t, b); len(rs) != 0 {
+		t.Fatalf("residue after the deletes: %+v", rs)
+	}
+	if _, err := c.ListParts(ctx, &awss3.ListPartsInput{Bucket: &bk.name, Key: theirs.Key, UploadId: theirs.UploadId}); err != nil {
+		t.Fatalf("the upload outside the prefix was touched: %v", err)
+	}
+	if _, body, err := backendtest.ReadAll(ctx, b, blob.Digest, backend.ReadOptions{}); err != nil || !bytes.Equal(body, blob.Content) {
+		t.Fatalf("the object after the residue deletes: %v", err)
+	}
+	if m, err := b.ReadMarker(ctx); err != nil || string(m) != `{}` {
+		t.Fatalf("the marker after the residue deletes: %q, %v", m, err)
+	}
 }

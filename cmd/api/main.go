@@ -13,6 +13,8 @@
 //	api [flags] repo create <name> | repo list
 //	api [flags] policy set <prefix>|--global --dc us-1 [--dc ap-1 ...] [--min N] | policy list | policy delete <prefix>|--global
 //	                      the replication policy (docs/replication.md)
+//	api [flags] blob obliterate <digest> --reason R [--by P] | blob unmark <digest> --reason R [--by P] | blob obliterations <digest>
+//	                      obliterate a blob everywhere, lift it, audit (docs/obliteration.md)
 //
 // Run `api --help` for every setting and its environment variable.
 package main
@@ -81,8 +83,10 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		// Access management (issue 6): tokens, grants, repositories;
 		// replication policies (issue 28).
 		return admin.Main(ctx, cfg.DatabaseURL, logger, cmd, args[1:], os.Stdout, os.Stderr)
+	case "blob": // obliteration (issue 29, docs/obliteration.md)
+		return admin.BlobMain(ctx, cfg.DatabaseURL, logger, args[1:], os.Stdout, os.Stderr)
 	default:
-		return fmt.Errorf("unknown command %q (serve, migrate, lease, token, repo, policy)", cmd)
+		return fmt.Errorf("unknown command %q (serve, migrate, lease, token, repo, policy, blob)", cmd)
 	}
 }
 

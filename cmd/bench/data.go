@@ -90,4 +90,8 @@ const (
 	seedPreload
 	seedOne1
 	seedOne16
+	seedRepWarm
+	seedRepLarge
+	seedRepSmall
+	seedRepSource
 )

@@ -1,8 +1,10 @@
 // Command bench measures Blobplane side by side with the physical limit of
 // this machine (the raw pipeline), MinIO and the CNCF Distribution
 // registry, in one run, on the same data, and prints Blobplane's ratio to
-// each (issue 8). `make bench` runs it; docs/performance.md explains the
-// tables.
+// each (issue 8), and Blobplane's replication between two local
+// datacenters and its scrub beside raw copies of the same bytes (issue
+// 28, replicate.go). `make bench` runs it; docs/performance.md explains
+// the tables.
 //
 //	bench [--quick] [--systems raw,blobplane,minio,distribution] [--out DIR]
 //	      [--duration 20s] [--reps 3] [--size 1GiB] [--intents 100000]
@@ -112,7 +114,8 @@ func bench(ctx context.Context, o options, progress io.Writer) (rep *Report, sto
 	}
 
 	r := newReport(ctx, o, progress)
-	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{}}
+	s := &suite{o: o, progress: progress, block: make([]byte, 4<<20), digests: map[uint64]string{},
+		bpBin: bins[sysBlobplane], dir: tmp, cl: &cl}
 	_, _ = rand.Read(s.block)
 	for _, name := range o.systems {
 		dir := filepath.Join(tmp, name)
@@ -171,7 +174,8 @@ func newReport(ctx context.Context, o options, progress io.Writer) *Report {
 	r.Machine = describeMachine(ctx, o.databaseURL)
 	r.Machine.PageCache = dropPageCache(dropCachesPath, o.dropCaches)
 	fmt.Fprintf(progress, "bench: page cache %s\n", r.Machine.PageCache)
-	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch, BlobplaneBackendOptions: o.bpOptions}
+	r.Settings = Settings{Reps: o.reps, DurationS: o.duration.Seconds(), LargeBytes: o.size, SmallBytes: smallSize, Preload: o.preload, Intents: o.intents, SweepBatch: o.batch, BlobplaneBackendOptions: o.bpOptions,
+		ReplicationBlobs: o.repBlobs, ReplicationBytes: repLargeSize(o)}
 	return r
 }
 

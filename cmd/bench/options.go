@@ -25,7 +25,8 @@ const (
 var allSystems = []string{sysRaw, sysBlobplane, sysMinio, sysDistribution}
 
 // The workloads (tables), in the order they run.
-var allWorkloads = []string{"large", "put4k-1", "put4k-16", "one4k-1", "one4k-16", "head-16", "get4k-16", "routing-16", "sweep"}
+var allWorkloads = []string{"large", "put4k-1", "put4k-16", "one4k-1", "one4k-16", "head-16", "get4k-16", "routing-16", "sweep",
+	"replicate-large", "replicate-4k", "scrub"}
 
 // options is one run's settings.
 type options struct {
@@ -38,6 +39,7 @@ type options struct {
 	intents  int           // abandoned intents per sweep
 	batch    int           // BLOBPLANE_SWEEP_BATCH of each sweep pass
 	preload  int           // 4 KiB blobs HEAD, GET and routing read
+	repBlobs int           // 4 KiB blobs per replicate-4k batch
 	// bpOptions are the options of Blobplane's filesystem backend, as
 	// in BLOBPLANE_BACKENDS (e.g. "direct=8388608"); "" none.
 	bpOptions string
@@ -55,14 +57,15 @@ type options struct {
 
 // Full and quick defaults.
 var (
-	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, batch: 1000, preload: 256, out: "bench/results", workloads: allWorkloads, dropCaches: true}
-	quickDefaults = options{duration: 1500 * time.Millisecond, reps: 1, size: 8 << 20, intents: 1_000, batch: 1000, preload: 64, out: "bench/results", workloads: allWorkloads}
+	fullDefaults  = options{duration: 20 * time.Second, reps: 3, size: 1 << 30, intents: 100_000, batch: 1000, preload: 256, repBlobs: 1000, out: "bench/results", workloads: allWorkloads, dropCaches: true}
+	quickDefaults = options{duration: 1500 * time.Millisecond, reps: 1, size: 8 << 20, intents: 1_000, batch: 1000, preload: 64, repBlobs: 100, out: "bench/results", workloads: allWorkloads}
 )
 
 const usage = `usage: bench [flags]
 
 Runs every workload against the raw pipeline, Blobplane, MinIO and the CNCF
-Distribution registry in one run and writes the tables under --out
+Distribution registry in one run (the replication workloads: Blobplane in two
+local datacenters beside raw copies) and writes the tables under --out
 (<UTC time>.json/.md and latest.json/.md). Needs DATABASE_URL (a Postgres
 server the bench may create a database on) for Blobplane; ` + "`make bench`" + ` sets
 everything up.
@@ -108,7 +111,7 @@ func newFlagSet(stderr io.Writer) (*flag.FlagSet, *flagValues) {
 	fs.StringVar(&f.out, "out", fullDefaults.out, "directory the results are written to")
 	fs.DurationVar(&f.duration, "duration", 0, "length of each timed load (default "+fullDefaults.duration.String()+", --quick "+quickDefaults.duration.String()+")")
 	fs.IntVar(&f.reps, "reps", 0, "repetitions of every workload (default "+strconv.Itoa(fullDefaults.reps)+", --quick "+strconv.Itoa(quickDefaults.reps)+")")
-	fs.StringVar(&f.size, "size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB)")
+	fs.StringVar(&f.size, "size", "", "size of the large blob, bytes or with KiB/MiB/GiB (default 1GiB, --quick 8MiB); replicate-large copies one of this size, at most 256MiB")
 	fs.IntVar(&f.intents, "intents", 0, "abandoned intents per sweep (default 100000, --quick 1000)")
 	fs.IntVar(&f.batch, "sweep-batch", fullDefaults.batch, "BLOBPLANE_SWEEP_BATCH of each `worker sweep --only reaper` pass (the worker's default); passes run until every intent is reaped")
 	fs.StringVar(&f.workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))

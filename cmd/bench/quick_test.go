@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ func TestQuick(t *testing.T) {
 	o.intents = 500
 	o.batch = 200 // three passes
 	o.preload = 32
+	o.repBlobs = 50
 	o.out = filepath.Join(t.TempDir(), "results")
 	o.binDir = os.Getenv("BLOBPLANE_BENCH_BIN")
 	o.databaseURL = os.Getenv("DATABASE_URL")
@@ -96,6 +98,7 @@ func TestQuick(t *testing.T) {
 		"large": o.systems, "put4k-1": o.systems, "put4k-16": o.systems, "one4k-1": o.systems, "one4k-16": o.systems,
 		"head-16": o.systems, "get4k-16": o.systems,
 		"routing-16": {sysBlobplane}, "sweep": {sysBlobplane},
+		"replicate-large": repColumns, "replicate-4k": repColumns, "scrub": repColumns,
 	}
 	for _, tb := range rep.Tables {
 		systems, ok := want[tb.ID]
@@ -130,7 +133,7 @@ func TestQuick(t *testing.T) {
 		}
 		// Every timed load measures its servers' CPU (Linux: /proc); the
 		// raw pipeline has no server of its own.
-		if timed := tb.ID != "large" && tb.ID != "sweep"; timed && runtime.GOOS == "linux" {
+		if timed := tb.ID != "large" && tb.ID != "sweep" && !slices.Contains(repWorkloads, tb.ID); timed && runtime.GOOS == "linux" {
 			var cpu *Row
 			for _, r := range tb.Rows {
 				if r.Figure == cpuFigure {

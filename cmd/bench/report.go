@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,6 +36,10 @@ type Settings struct {
 	Preload    int     `json:"preload"`
 	Intents    int     `json:"intents"`
 	SweepBatch int     `json:"sweep_batch"`
+	// ReplicationBlobs: 4 KiB blobs per replicate-4k batch;
+	// ReplicationBytes: the size of replicate-large's blob.
+	ReplicationBlobs int   `json:"replication_blobs"`
+	ReplicationBytes int64 `json:"replication_bytes"`
 	// BlobplaneBackendOptions: --blobplane-backend-options ("" none).
 	BlobplaneBackendOptions string `json:"blobplane_backend_options,omitempty"`
 }
@@ -126,6 +131,10 @@ func (r *Report) Markdown() string {
 	s := r.Settings
 	fmt.Fprintf(&b, "Settings: %d repetition(s) of every workload; timed loads of %gs; large blob %s; small blobs %s; %d preloaded blobs for HEAD/GET/routing; %d intents per sweep in passes of %d. Figures are median (min–max) over the repetitions; latencies are the median of each repetition's percentile.\n",
 		s.Reps, s.DurationS, formatSize(s.LargeBytes), formatSize(int64(s.SmallBytes)), s.Preload, s.Intents, s.SweepBatch)
+	if r.hasReplication() {
+		fmt.Fprintf(&b, "Replication: two datacenters (%s, %s; an api and a worker process each, filesystem backends) on a database of their own; a %s blob and batches of %d 4 KiB blobs.\n",
+			repSource, repTarget, formatSize(s.ReplicationBytes), s.ReplicationBlobs)
+	}
 	if s.BlobplaneBackendOptions != "" {
 		fmt.Fprintf(&b, "Blobplane's filesystem backend with `%s`.\n", s.BlobplaneBackendOptions)
 	}
@@ -134,6 +143,16 @@ func (r *Report) Markdown() string {
 		b.WriteString(t.Markdown())
 	}
 	return b.String()
+}
+
+// hasReplication says whether r has a table of the replication workloads.
+func (r *Report) hasReplication() bool {
+	for _, t := range r.Tables {
+		if slices.Contains(repWorkloads, t.ID) {
+			return true
+		}
+	}
+	return false
 }
 
 // Markdown renders one table.

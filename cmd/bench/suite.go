@@ -35,6 +35,19 @@ type suite struct {
 	preloaded  []blobRef
 	preloadErr map[string]error
 	digests    map[uint64]string // large blobs' digests by seed
+
+	// The replication workloads' cluster (repcluster.go), started by
+	// the first of them from Blobplane's binaries in bpBin with its data
+	// under dir and stopped by cl; repErr if it failed to start.
+	bpBin  string
+	dir    string
+	cl     *cleanups
+	rep    *repCluster
+	repErr error
+	// The latest blobs stored in eu-1 and copied into us-1: what the raw
+	// copies copy (replicate.go).
+	lastLarge string
+	lastSmall []string
 }
 
 // blobRef is a stored small blob: its digest and bytes.
@@ -70,11 +83,17 @@ func (s *suite) tables(ctx context.Context) []*Table {
 			bpOnly, s.routing},
 		"sweep": {fmt.Sprintf("Sweep of %d abandoned upload intents (`worker sweep --only reaper` passes of %d) — Blobplane only", s.o.intents, s.o.batch),
 			bpOnly, s.sweep},
+		"replicate-large": {fmt.Sprintf("Replication of one %s blob (--size, at most 256 MiB) from %s into %s: publication → verified copy, on the ledger's clock (GB/s); raw: its %s file hashed and written durably beside %s's root",
+			formatSize(repLargeSize(s.o)), repSource, repTarget, repSource, repTarget), repColumns, s.replicateLarge},
+		"replicate-4k": {fmt.Sprintf("Replication of %d 4 KiB blobs published in %s by %d clients: first publication → all verified in %s, on the ledger's clock (blobs/s); raw: the same count of %s files hashed and written durably, %d at a time",
+			s.o.repBlobs, repSource, repClients, repTarget, repSource, repClients), repColumns, s.replicateSmall},
+		"scrub": {fmt.Sprintf("Scrub: one `worker scrub` pass over %s's verified placements (what the replication workloads stored), GB/s; raw: sha256 of the same files, one after another", repSource),
+			repColumns, s.scrub},
 	}
 	var out []*Table
 	for _, id := range s.o.workloads {
 		w := all[id]
-		if slices.Equal(w.columns, bpOnly) && s.bp == nil {
+		if (slices.Equal(w.columns, bpOnly) || slices.Equal(w.columns, repColumns)) && s.bp == nil {
 			continue
 		}
 		if (id == "head-16" || id == "get4k-16" || id == "routing-16") && s.preloaded == nil {
@@ -94,11 +113,15 @@ func (s *suite) tables(ctx context.Context) []*Table {
 func (s *suite) workload(ctx context.Context, id, title string, columns []string, measure func(ctx context.Context, t *Table, sys system, rep int) error) *Table {
 	t := &Table{ID: id, Title: title, Systems: columns}
 	var picked []system
-	for _, sys := range s.systems {
-		for _, c := range columns {
-			if sys.name == c {
-				picked = append(picked, sys)
-			}
+	for _, c := range columns {
+		i := slices.IndexFunc(s.systems, func(sys system) bool { return sys.name == c })
+		switch {
+		case i >= 0:
+			picked = append(picked, s.systems[i])
+		case c == sysRaw:
+			// The replication tables' raw column works on files in
+			// this process: it needs no raw server.
+			picked = append(picked, system{name: sysRaw})
 		}
 	}
 	for rep := range s.o.reps {

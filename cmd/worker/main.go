@@ -6,12 +6,24 @@
 //	                          run one sweep pass now (every step, or those
 //	                          named) and print what it reclaimed (or, with
 //	                          --dry-run, would)
+//	worker sweep --adopt BACKEND
+//	                          after an inventory refusal (docs/sweeps.md),
+//	                          once the operator has checked that BACKEND
+//	                          belongs to this database: rewrite its
+//	                          ownership marker to name this database
+//	worker scrub [--rate N]   re-hash every verified placement of this
+//	                          datacenter once now (unpaced, or at most N
+//	                          bytes/s), fail the bad copies, enqueue their
+//	                          repairs, and print a one-line JSON summary;
+//	                          exit 0 also when it found bad copies (they
+//	                          are findings), non-zero only on an error
 //
 // Run `worker --help` for every setting and its environment variable.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,19 +44,44 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	if len(args) == 0 || args[0] == "run" {
 		return app.RunWorker(ctx, cfg, logger)
 	}
-	if args[0] == "sweep" {
-		fs := flag.NewFlagSet("worker sweep", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		dryRun := fs.Bool("dry-run", false, "list what one pass would reclaim and change nothing")
-		only := fs.String("only", "", "comma-separated steps to run ("+strings.Join(app.SweepSteps, ", ")+"); default every one")
-		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
-			return fmt.Errorf("usage: worker sweep [--dry-run] [--only %s]", strings.Join(app.SweepSteps, ","))
-		}
-		opts := app.SweepOptions{DryRun: *dryRun}
-		if *only != "" {
-			opts.Steps = strings.Split(*only, ",")
-		}
-		return app.RunSweep(ctx, cfg, logger, opts, os.Stdout)
+	switch args[0] {
+	case "sweep":
+		return sweep(ctx, cfg, logger, args[1:])
+	case "scrub":
+		return scrub(ctx, cfg, logger, args[1:])
 	}
-	return fmt.Errorf("unknown command %q (run, sweep)", args[0])
+	return fmt.Errorf("unknown command %q (run, sweep, scrub)", args[0])
+}
+
+func sweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("worker sweep", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dryRun := fs.Bool("dry-run", false, "list what one pass would reclaim and change nothing")
+	only := fs.String("only", "", "comma-separated steps to run ("+strings.Join(app.SweepSteps, ", ")+"); default every one")
+	adopt := fs.String("adopt", "", "re-adopt the backend of this name after an inventory refusal, and do nothing else")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || (*adopt != "" && (*dryRun || *only != "")) {
+		return fmt.Errorf("usage: worker sweep [--dry-run] [--only %s] | worker sweep --adopt BACKEND", strings.Join(app.SweepSteps, ","))
+	}
+	if *adopt != "" {
+		return app.RunAdopt(ctx, cfg, logger, *adopt, os.Stdout)
+	}
+	opts := app.SweepOptions{DryRun: *dryRun}
+	if *only != "" {
+		opts.Steps = strings.Split(*only, ",")
+	}
+	return app.RunSweep(ctx, cfg, logger, opts, os.Stdout)
+}
+
+func scrub(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("worker scrub", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	rate := fs.String("rate", "0", "most bytes per second the pass reads, with an optional KiB/MiB/GiB/TiB suffix (0: unpaced)")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return errors.New("usage: worker scrub [--rate N] (bytes per second, optionally with KiB/MiB/GiB/TiB; 0: unpaced)")
+	}
+	n, err := app.ParseScrubRate(*rate)
+	if err != nil {
+		return err
+	}
+	return app.RunScrub(ctx, cfg, logger, app.ScrubOptions{Rate: n}, os.Stdout)
 }

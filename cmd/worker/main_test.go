@@ -186,6 +186,34 @@ func testSweepCommand(t *testing.T, bin string) {
 	if again := sweep(); len(again.Reaped) != 0 || len(again.Deleted) != 0 {
 		t.Fatalf("second sweep: %+v", again)
 	}
+	// A backend whose marker is gone: the inventory refuses to delete
+	// there until an operator re-adopts it (docs/sweeps.md).
+	if err := os.Remove(filepath.Join(f.be.Dir(), "marker.json")); err != nil {
+		t.Fatal(err)
+	}
+	orphan = f.orphan(t)
+	if r := sweepAll("--only", "inventory"); r.Inventory.OrphansDeleted != 0 || !f.stored(t, orphan) {
+		t.Fatalf("inventory over a backend whose marker is gone: %+v", r)
+	}
+	adopt := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, append([]string{"sweep"}, args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := adopt("--adopt", "fs"); err != nil || !strings.Contains(out, `"backend":"fs"`) || !strings.Contains(out, `"pass":`) {
+		t.Fatalf("worker sweep --adopt fs: %v %q", err, out)
+	}
+	if r := sweepAll("--only", "inventory"); r.Inventory.OrphansDeleted != 1 || f.stored(t, orphan) {
+		t.Fatalf("inventory after the re-adoption: %+v", r)
+	}
+	if out, err := adopt("--adopt", "nope"); err == nil || !strings.Contains(out, `backend "nope" is not configured`) {
+		t.Fatalf("adopting an unknown backend: %v %q", err, out)
+	}
+	if out, err := adopt("--adopt", "fs", "--dry-run"); err == nil || !strings.Contains(out, "usage: worker sweep") {
+		t.Fatalf("--adopt with --dry-run: %v %q", err, out)
+	}
+
 	cmd := exec.Command(bin, "sweep", "--frobnicate")
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "usage: worker sweep") {
@@ -312,6 +340,12 @@ func (f *fixture) orphan(t *testing.T) blobplane.Digest {
 	sum := sha256.Sum256([]byte(content))
 	d := blobplane.Digest(blobplane.DigestPrefix + hex.EncodeToString(sum[:]))
 	if _, err := f.be.Write(context.Background(), backend.WriteRequest{Digest: d, Size: int64(len(content)), Body: strings.NewReader(content)}); err != nil {
+		t.Fatal(err)
+	}
+	// Two days old: past the inventory's minimum age (a day by default,
+	// BLOBPLANE_INVENTORY_MIN_AGE), which keeps anything younger.
+	at := time.Now().Add(-48 * time.Hour)
+	if err := os.Chtimes(filepath.Join(f.be.Dir(), fs.ObjectPath(d)), at, at); err != nil {
 		t.Fatal(err)
 	}
 	return d

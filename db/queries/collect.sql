@@ -57,11 +57,6 @@ UPDATE deletions SET deleted_at = now(), result = @result WHERE id = @id AND del
 -- the oldest-overdue metric.
 SELECT * FROM deletions WHERE deleted_at IS NULL ORDER BY decided_at LIMIT @max_rows;
 
--- name: PlacementsAt :many
--- Placements of a digest in one backend of one datacenter (inventory),
--- by the primary key (coalesce(datacenter, ''): placements.sql says why).
-SELECT * FROM placements WHERE digest = @digest AND backend = @backend AND coalesce(datacenter, '') = @datacenter::text;
-
 -- name: LockBlobIfExists :many
 SELECT digest, state FROM blobs WHERE digest = @digest FOR UPDATE;
 
@@ -130,16 +125,25 @@ FROM marked m LEFT JOIN recorded d ON d.digest = m.digest
 ORDER BY m.digest, d.id;
 
 -- name: ClassifyObjects :many
--- The inventory's unlocked classification of a page of stored objects of
--- one backend in one datacenter, in one statement: the same order of
--- tests as the locked re-classification (store.classify). Placements by
--- the primary key (coalesce(datacenter, ''): placements.sql says why).
+-- The inventory's classification of a page of stored objects of one
+-- backend in one datacenter, in one statement: unlocked for a page, and
+-- under the locks for one object (store.classify). Placements by the
+-- primary key (coalesce(datacenter, ''): placements.sql says why). A
+-- verified placement here keeps the bytes while a live (or obliterated)
+-- blob row makes the digest the collector's; with no row, or a collected
+-- one, nothing would ever collect it (its upload was abandoned after its
+-- verification committed): 'unowned', which the inventory hands back to
+-- the collector (HandBackToCollector) instead of deleting.
 SELECT o.digest::text AS digest,
        (CASE
             WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
             WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
             WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend AND coalesce(p.datacenter, '') = @datacenter::text
-                         AND p.state IN ('pending', 'verified')) THEN 'staged'
+                         AND p.state = 'pending') THEN 'staged'
+            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend AND coalesce(p.datacenter, '') = @datacenter::text
+                         AND p.state = 'verified') THEN
+                (CASE WHEN EXISTS (SELECT 1 FROM blobs b WHERE b.digest = o.digest AND b.state IN ('live', 'obliterated')) THEN 'staged'
+                      ELSE 'unowned' END)
             ELSE 'orphan'
         END)::text AS class
 FROM unnest(@digests::text[]) AS o(digest);

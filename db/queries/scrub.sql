@@ -12,9 +12,15 @@ WHERE coalesce(p.datacenter, '') = @datacenter::text AND coalesce(p.state, '') =
 ORDER BY c.checked_at NULLS FIRST, p.verified_at, p.digest
 OFFSET @skip LIMIT @max_rows;
 
--- name: RecordPlacementCheck :exec
+-- name: RecordPlacementChecks :exec
+-- The checks of a page of a scrub pass, one array per key column, all
+-- with @outcome, in one statement and one commit (a commit per check
+-- held a pass over small blobs to ~170 placements/s: docs/performance.md,
+-- "Issue 28"). No key twice: a pass checks each placement once.
 INSERT INTO placement_checks (digest, backend, datacenter, location, checked_at, outcome)
-VALUES (@digest, @backend, @datacenter, @location, now(), @outcome)
+SELECT k.digest, k.backend, k.datacenter, k.location, now(), @outcome
+FROM (SELECT unnest(@digests::text[]) AS digest, unnest(@backends::text[]) AS backend,
+             unnest(@datacenters::text[]) AS datacenter, unnest(@locations::text[]) AS location) k
 ON CONFLICT (digest, backend, datacenter, location)
 DO UPDATE SET checked_at = excluded.checked_at, outcome = excluded.outcome;
 

@@ -16,18 +16,23 @@
 -- for this statement's own transaction, so its commit is asynchronous
 -- (store.CreateIntent says why that is safe). @operation_id NULL draws a
 -- new id; store.OpenAndStage names its own, to stage under it in the same
--- round trip.
+-- round trip. An intent declaring an obliterated digest is not created
+-- (no row back; the upload flow asks IsObliterated why): a claim of
+-- obliterated content never commits, so nothing is staged for it
+-- (issue 29, docs/obliteration.md).
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
-SELECT coalesce(sqlc.narg(operation_id)::uuid, gen_random_uuid()), @repository, @principal, sqlc.narg(expected_digest), sqlc.narg(expected_size), @ingress_datacenter, @backend,
+SELECT coalesce(sqlc.narg(operation_id)::uuid, gen_random_uuid()), @repository, @principal, sqlc.narg(expected_digest)::text, sqlc.narg(expected_size), @ingress_datacenter, @backend,
        sqlc.narg(staged_location), now() + make_interval(secs => @ttl_seconds::float8)
 FROM async_commit
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = sqlc.narg(expected_digest)::text AND b.state = 'obliterated')
 RETURNING *;
 
 -- name: CreateIntents :many
 -- CreateIntent of each call of a merged claim batch (store/claim_batch.go),
 -- one array per parameter, the operation ids drawn by the caller; ''
--- (and -1 for a size) stand for NULL. Asynchronous, as CreateIntent.
+-- (and -1 for a size) stand for NULL. Asynchronous, as CreateIntent; a
+-- call declaring an obliterated digest gets no row, as CreateIntent.
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
 SELECT c.operation_id, c.repository, c.principal, nullif(c.expected_digest, ''), nullif(c.expected_size, -1), c.ingress_datacenter, c.backend,
@@ -37,6 +42,7 @@ FROM (SELECT unnest(@operation_ids::uuid[]) AS operation_id, unnest(@repositorie
              unnest(@expected_sizes::bigint[]) AS expected_size, unnest(@ingress_datacenters::text[]) AS ingress_datacenter,
              unnest(@backends::text[]) AS backend, unnest(@staged_locations::text[]) AS staged_location,
              unnest(@ttl_seconds::float8[]) AS ttl_seconds) c, async_commit
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = c.expected_digest AND b.state = 'obliterated')
 RETURNING *;
 
 -- name: GetIntent :one
@@ -64,13 +70,15 @@ RETURNING *;
 -- trip: ClaimAndStage's first statement. With @session_repository set
 -- it claims only a session the OCI PUT could close with its body
 -- unread: of that repository, on @session_backend, nothing staged yet
--- (ClaimSessionAndStage). No row back: not claimed, and no lock taken.
+-- (ClaimSessionAndStage). No row back: not claimed, and no lock taken;
+-- so for an obliterated digest (issue 29).
 WITH claimed AS (
     UPDATE intents
     SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
     WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
       AND coalesce(expected_digest, @digest::text) = @digest::text
       AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
+      AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = @digest::text AND b.state = 'obliterated')
       AND (sqlc.narg(session_repository)::text IS NULL
            OR (repository = sqlc.narg(session_repository)::text AND backend = sqlc.narg(session_backend)::text AND staged_location IS NULL))
     RETURNING *
@@ -82,21 +90,25 @@ FROM claimed c, LATERAL pg_advisory_xact_lock(@lock_class::int4, hashtext(@diges
 
 -- name: RecordIntentContent :one
 -- Close: the verified digest and size become the intent's, unless it
--- already claimed different ones (then no row back).
+-- already claimed different ones or the digest is obliterated (then no
+-- row back).
 UPDATE intents
 SET expected_digest = @digest::text, expected_size = @size_bytes::bigint, received_bytes = @size_bytes::bigint, updated_at = now()
 WHERE operation_id = @operation_id AND coalesce(state, '') = 'pending'
   AND coalesce(expected_digest, @digest::text) = @digest::text
   AND coalesce(expected_size, @size_bytes::bigint) = @size_bytes::bigint
+  AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = @digest::text AND b.state = 'obliterated')
 RETURNING *;
 
 -- name: CreateMountIntent :one
 -- A mount's intent (store.CreateMountIntent): its content declared, its
 -- possession the mount from @mounted_from, which Finalize re-checks at the
--- home (issue 26: a claim proves nothing, S9).
+-- home (issue 26: a claim proves nothing, S9). None for an obliterated
+-- digest (no row back, issue 29).
 INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at, possession, mounted_from)
-VALUES (@repository, @principal, @expected_digest::text, @expected_size::bigint, @ingress_datacenter, @backend,
-        now() + make_interval(secs => @ttl_seconds::float8), 'mounted', @mounted_from::text)
+SELECT @repository, @principal, @expected_digest::text, @expected_size::bigint, @ingress_datacenter, @backend,
+       now() + make_interval(secs => @ttl_seconds::float8), 'mounted', @mounted_from::text
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = @expected_digest::text AND b.state = 'obliterated')
 RETURNING *;
 
 -- name: OpenUsage :many
@@ -227,13 +239,15 @@ RETURNING *;
 
 -- name: EnsureBlobUnderLease :one
 -- The authority fence and EnsureBlob in one statement: the lease row is
--- share-locked (a claim of a higher epoch waits for this commit), and the
--- blob state row is ensured only when the caller holds the lease at its
--- epoch. No row back: the lease moved.
+-- key-share-locked, and the blob state row is ensured only when the
+-- caller holds the lease at its epoch. No row back: the lease moved.
+-- FOR KEY SHARE (migration 00028): a claim or a takeover changes the
+-- epoch, a key column, and so waits for this commit (R20); the owner's
+-- renewal changes no key and does not, so publications cannot starve it.
 WITH lease AS (
     SELECT epoch FROM leases
     WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
-    FOR SHARE
+    FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
 SELECT @digest::text, @size_bytes::bigint FROM lease
@@ -305,7 +319,7 @@ LEFT JOIN LATERAL (
 ) v ON true;
 
 -- name: EnsureBlobsUnderLease :many
--- EnsureBlobUnderLease of each call: the leases share-locked, then the
+-- EnsureBlobUnderLease of each call: the leases key-share-locked, then the
 -- blob rows ensured, in digest order, of the calls whose caller holds its
 -- partition's lease at its epoch.
 WITH c AS (
@@ -314,7 +328,7 @@ WITH c AS (
 ), lease AS (
     SELECT l.partition_id, l.owner_node, l.epoch FROM leases l
     WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c)
-    FOR SHARE
+    FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
 SELECT c.digest, c.size_bytes FROM c

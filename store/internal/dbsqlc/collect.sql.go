@@ -36,7 +36,11 @@ SELECT o.digest::text AS digest,
             WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
             WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
             WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1 AND coalesce(p.datacenter, '') = $2::text
-                         AND p.state IN ('pending', 'verified')) THEN 'staged'
+                         AND p.state = 'pending') THEN 'staged'
+            WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1 AND coalesce(p.datacenter, '') = $2::text
+                         AND p.state = 'verified') THEN
+                (CASE WHEN EXISTS (SELECT 1 FROM blobs b WHERE b.digest = o.digest AND b.state IN ('live', 'obliterated')) THEN 'staged'
+                      ELSE 'unowned' END)
             ELSE 'orphan'
         END)::text AS class
 FROM unnest($3::text[]) AS o(digest)
@@ -53,10 +57,15 @@ type ClassifyObjectsRow struct {
 	Class  string
 }
 
-// The inventory's unlocked classification of a page of stored objects of
-// one backend in one datacenter, in one statement: the same order of
-// tests as the locked re-classification (store.classify). Placements by
-// the primary key (coalesce(datacenter, ”): placements.sql says why).
+// The inventory's classification of a page of stored objects of one
+// backend in one datacenter, in one statement: unlocked for a page, and
+// under the locks for one object (store.classify). Placements by the
+// primary key (coalesce(datacenter, ”): placements.sql says why). A
+// verified placement here keeps the bytes while a live (or obliterated)
+// blob row makes the digest the collector's; with no row, or a collected
+// one, nothing would ever collect it (its upload was abandoned after its
+// verification committed): 'unowned', which the inventory hands back to
+// the collector (HandBackToCollector) instead of deleting.
 func (q *Queries) ClassifyObjects(ctx context.Context, db DBTX, arg ClassifyObjectsParams) ([]ClassifyObjectsRow, error) {
 	rows, err := db.Query(ctx, classifyObjects, arg.Backend, arg.Datacenter, arg.Digests)
 	if err != nil {
@@ -444,52 +453,6 @@ func (q *Queries) OldestUnfinishedDeletionAge(ctx context.Context, db DBTX) (flo
 	var age_seconds float64
 	err := row.Scan(&age_seconds)
 	return age_seconds, err
-}
-
-const placementsAt = `-- name: PlacementsAt :many
-SELECT digest, backend, datacenter, location, state, reason, revoke_reason, size_bytes, epoch, generation, created_at, updated_at, verified_at FROM placements WHERE digest = $1 AND backend = $2 AND coalesce(datacenter, '') = $3::text
-`
-
-type PlacementsAtParams struct {
-	Digest     string
-	Backend    string
-	Datacenter string
-}
-
-// Placements of a digest in one backend of one datacenter (inventory),
-// by the primary key (coalesce(datacenter, ”): placements.sql says why).
-func (q *Queries) PlacementsAt(ctx context.Context, db DBTX, arg PlacementsAtParams) ([]Placement, error) {
-	rows, err := db.Query(ctx, placementsAt, arg.Digest, arg.Backend, arg.Datacenter)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []Placement{}
-	for rows.Next() {
-		var i Placement
-		if err := rows.Scan(
-			&i.Digest,
-			&i.Backend,
-			&i.Datacenter,
-			&i.Location,
-			&i.State,
-			&i.Reason,
-			&i.RevokeReason,
-			&i.SizeBytes,
-			&i.Epoch,
-			&i.Generation,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.VerifiedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const reviveBlob = `-- name: ReviveBlob :execrows

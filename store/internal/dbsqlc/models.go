@@ -8,18 +8,54 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// This database's record of the ownership marker it wrote on each backend of each datacenter (issue 29). The inventory deletes on a backend only when the backend's marker names this database, this datacenter and this backend, and a pass no later than this row's: a marker ahead of the row means the database was restored from before that pass.
+type BackendMarker struct {
+	// Datacenter whose workers inventory the backend.
+	Datacenter string
+	// The backend's configured name (BLOBPLANE_BACKENDS).
+	Backend string
+	// Inventory passes that found the marker in agreement, counted from 1 (adoption). Advanced before the marker is rewritten with it, so the marker never runs ahead of a database that was not restored.
+	Pass int64
+	// Database time the first inventory pass (or an operator's re-adoption) claimed the backend.
+	AdoptedAt pgtype.Timestamptz
+	// Database time the marker was last confirmed written on the backend; NULL while an adoption has recorded this row but not yet written the marker.
+	MarkerWrittenAt pgtype.Timestamptz
+	// The pass that found more deletions due than one pass may make (the cap) and only reported them (a dry run); later passes delete up to the cap each. NULL once a pass finds no more than the cap.
+	CappedPass pgtype.Int8
+	// Database time of the last change.
+	UpdatedAt pgtype.Timestamptz
+}
+
 // The blob state row: one per digest that was published, or whose verified bytes an abandoned upload left behind (handed back to the collector, so state live with no reference); its existence, collection and obliteration state, never its representation (which travels on the object, ADR-00018). Publication never clears an obliteration mark. Sized only from verified content.
 type Blob struct {
 	// Canonical content digest sha256:<64 lowercase hex>.
 	Digest string
 	// Content size in bytes (of the decoded content).
 	SizeBytes int64
-	// live; collected (no reference and no claim was left: its placements are revoked and its bytes deleted or being deleted; a publication is refused retryably until a placement verifies again, then revives it); or obliterated by an operator (then no repository may publish or serve it).
+	// live; collected (no reference and no claim was left: its placements are revoked and its bytes deleted or being deleted; a publication is refused retryably until a placement verifies again, then revives it); or obliterated by an operator (blob_obliterations: no repository may upload, mount, publish or serve it; unmarking makes it collected, or live while a placement is left unrevoked).
 	State string
 	// Database time of the first publication of the digest.
 	CreatedAt pgtype.Timestamptz
 	// Database time of the last state change.
 	UpdatedAt pgtype.Timestamptz
+}
+
+// Audit trail of obliterations and unmarks (issue 29, docs/obliteration.md): one row per action, who, when and why; append-only. The current mark of an obliterated digest (blobs.state = obliterated) is its newest row, with action obliterate.
+type BlobObliteration struct {
+	// Surrogate key, ascending in commit order per digest; the obliterate job names the mark it finishes by this id.
+	ID int64
+	// The digest obliterated or unmarked (a blobs row).
+	Digest string
+	// obliterate (the mark was taken: references removed, the obliterate job enqueued) or unmark (the mark was lifted: the digest may be uploaded again).
+	Action string
+	// Who: the admin API caller's principal, or the CLI's --by.
+	Principal string
+	// Why, as the operator wrote it (1 to 1024 bytes, no control characters). Never shown to uploaders.
+	Reason string
+	// When: database time of the committing transaction.
+	At pgtype.Timestamptz
+	// For an obliterate row: database time the obliterate job found nothing left to do (no reference, no pending upload, every placement revoked, its deletions recorded and enqueued); NULL while it runs, and always for unmark rows. The bytes themselves are deleted by delete_bytes jobs (table deletions).
+	FinishedAt pgtype.Timestamptz
 }
 
 // References: repository R publishes digest D, which makes the blob visible to R's readers. Written only by finalization (S1, S8).
@@ -32,6 +68,16 @@ type BlobReference struct {
 	CreatedAt pgtype.Timestamptz
 	// Operation id of the finalization that created the reference.
 	OperationID pgtype.UUID
+}
+
+// The identity of this Blobplane database (the cluster of record): one row, made by the first inventory pass that adopts a backend. Backend markers name it; a database restored into another cluster keeps it only if this row came with it.
+type ClusterIdentity struct {
+	// Always true: there is one row.
+	Singleton bool
+	// Random identity written into every backend marker this database adopts.
+	ClusterID pgtype.UUID
+	// Database time the identity was made.
+	CreatedAt pgtype.Timestamptz
 }
 
 // The single row saying where the next collection pass starts: candidates are scanned in digest order after after_digest, wrapping around.

@@ -79,6 +79,7 @@ WITH claimed AS (
     WHERE operation_id = $4 AND coalesce(state, '') = 'pending'
       AND coalesce(expected_digest, $2::text) = $2::text
       AND coalesce(expected_size, $3::bigint) = $3::bigint
+      AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = $2::text AND b.state = 'obliterated')
       AND ($5::text IS NULL
            OR (repository = $5::text AND backend = $6::text AND staged_location IS NULL))
     RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
@@ -123,7 +124,8 @@ type ClaimIntentContentRow struct {
 // trip: ClaimAndStage's first statement. With @session_repository set
 // it claims only a session the OCI PUT could close with its body
 // unread: of that repository, on @session_backend, nothing staged yet
-// (ClaimSessionAndStage). No row back: not claimed, and no lock taken.
+// (ClaimSessionAndStage). No row back: not claimed, and no lock taken;
+// so for an obliterated digest (issue 29).
 func (q *Queries) ClaimIntentContent(ctx context.Context, db DBTX, arg ClaimIntentContentParams) (ClaimIntentContentRow, error) {
 	row := db.QueryRow(ctx, claimIntentContent,
 		arg.LockClass,
@@ -160,9 +162,10 @@ const createIntent = `-- name: CreateIntent :one
 
 WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
 INSERT INTO intents (operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, expires_at)
-SELECT coalesce($1::uuid, gen_random_uuid()), $2, $3, $4, $5, $6, $7,
+SELECT coalesce($1::uuid, gen_random_uuid()), $2, $3, $4::text, $5, $6, $7,
        $8, now() + make_interval(secs => $9::float8)
 FROM async_commit
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = $4::text AND b.state = 'obliterated')
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
@@ -194,7 +197,10 @@ type CreateIntentParams struct {
 // for this statement's own transaction, so its commit is asynchronous
 // (store.CreateIntent says why that is safe). @operation_id NULL draws a
 // new id; store.OpenAndStage names its own, to stage under it in the same
-// round trip.
+// round trip. An intent declaring an obliterated digest is not created
+// (no row back; the upload flow asks IsObliterated why): a claim of
+// obliterated content never commits, so nothing is staged for it
+// (issue 29, docs/obliteration.md).
 func (q *Queries) CreateIntent(ctx context.Context, db DBTX, arg CreateIntentParams) (Intent, error) {
 	row := db.QueryRow(ctx, createIntent,
 		arg.OperationID,
@@ -240,6 +246,7 @@ FROM (SELECT unnest($1::uuid[]) AS operation_id, unnest($2::text[]) AS repositor
              unnest($5::bigint[]) AS expected_size, unnest($6::text[]) AS ingress_datacenter,
              unnest($7::text[]) AS backend, unnest($8::text[]) AS staged_location,
              unnest($9::float8[]) AS ttl_seconds) c, async_commit
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = c.expected_digest AND b.state = 'obliterated')
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
@@ -257,7 +264,8 @@ type CreateIntentsParams struct {
 
 // CreateIntent of each call of a merged claim batch (store/claim_batch.go),
 // one array per parameter, the operation ids drawn by the caller; ”
-// (and -1 for a size) stand for NULL. Asynchronous, as CreateIntent.
+// (and -1 for a size) stand for NULL. Asynchronous, as CreateIntent; a
+// call declaring an obliterated digest gets no row, as CreateIntent.
 func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsParams) ([]Intent, error) {
 	rows, err := db.Query(ctx, createIntents,
 		arg.OperationIds,
@@ -308,8 +316,9 @@ func (q *Queries) CreateIntents(ctx context.Context, db DBTX, arg CreateIntentsP
 
 const createMountIntent = `-- name: CreateMountIntent :one
 INSERT INTO intents (repository, principal, expected_digest, expected_size, ingress_datacenter, backend, expires_at, possession, mounted_from)
-VALUES ($1, $2, $3::text, $4::bigint, $5, $6,
-        now() + make_interval(secs => $7::float8), 'mounted', $8::text)
+SELECT $1, $2, $3::text, $4::bigint, $5, $6,
+       now() + make_interval(secs => $7::float8), 'mounted', $8::text
+WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = $3::text AND b.state = 'obliterated')
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
@@ -326,7 +335,8 @@ type CreateMountIntentParams struct {
 
 // A mount's intent (store.CreateMountIntent): its content declared, its
 // possession the mount from @mounted_from, which Finalize re-checks at the
-// home (issue 26: a claim proves nothing, S9).
+// home (issue 26: a claim proves nothing, S9). None for an obliterated
+// digest (no row back, issue 29).
 func (q *Queries) CreateMountIntent(ctx context.Context, db DBTX, arg CreateMountIntentParams) (Intent, error) {
 	row := db.QueryRow(ctx, createMountIntent,
 		arg.Repository,
@@ -412,7 +422,7 @@ const ensureBlobUnderLease = `-- name: EnsureBlobUnderLease :one
 WITH lease AS (
     SELECT epoch FROM leases
     WHERE partition_id = $3 AND owner_node = $4 AND epoch = $5
-    FOR SHARE
+    FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
 SELECT $1::text, $2::bigint FROM lease
@@ -429,9 +439,11 @@ type EnsureBlobUnderLeaseParams struct {
 }
 
 // The authority fence and EnsureBlob in one statement: the lease row is
-// share-locked (a claim of a higher epoch waits for this commit), and the
-// blob state row is ensured only when the caller holds the lease at its
-// epoch. No row back: the lease moved.
+// key-share-locked, and the blob state row is ensured only when the
+// caller holds the lease at its epoch. No row back: the lease moved.
+// FOR KEY SHARE (migration 00028): a claim or a takeover changes the
+// epoch, a key column, and so waits for this commit (R20); the owner's
+// renewal changes no key and does not, so publications cannot starve it.
 func (q *Queries) EnsureBlobUnderLease(ctx context.Context, db DBTX, arg EnsureBlobUnderLeaseParams) (Blob, error) {
 	row := db.QueryRow(ctx, ensureBlobUnderLease,
 		arg.Digest,
@@ -458,7 +470,7 @@ WITH c AS (
 ), lease AS (
     SELECT l.partition_id, l.owner_node, l.epoch FROM leases l
     WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c)
-    FOR SHARE
+    FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
 SELECT c.digest, c.size_bytes FROM c
@@ -476,7 +488,7 @@ type EnsureBlobsUnderLeaseParams struct {
 	Epochs       []int64
 }
 
-// EnsureBlobUnderLease of each call: the leases share-locked, then the
+// EnsureBlobUnderLease of each call: the leases key-share-locked, then the
 // blob rows ensured, in digest order, of the calls whose caller holds its
 // partition's lease at its epoch.
 func (q *Queries) EnsureBlobsUnderLease(ctx context.Context, db DBTX, arg EnsureBlobsUnderLeaseParams) ([]Blob, error) {
@@ -1141,6 +1153,7 @@ SET expected_digest = $1::text, expected_size = $2::bigint, received_bytes = $2:
 WHERE operation_id = $3 AND coalesce(state, '') = 'pending'
   AND coalesce(expected_digest, $1::text) = $1::text
   AND coalesce(expected_size, $2::bigint) = $2::bigint
+  AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = $1::text AND b.state = 'obliterated')
 RETURNING operation_id, repository, principal, expected_digest, expected_size, ingress_datacenter, backend, staged_location, state, received_bytes, created_at, updated_at, expires_at, staged_deleted_at, possession, mounted_from, accepted_at
 `
 
@@ -1151,7 +1164,8 @@ type RecordIntentContentParams struct {
 }
 
 // Close: the verified digest and size become the intent's, unless it
-// already claimed different ones (then no row back).
+// already claimed different ones or the digest is obliterated (then no
+// row back).
 func (q *Queries) RecordIntentContent(ctx context.Context, db DBTX, arg RecordIntentContentParams) (Intent, error) {
 	row := db.QueryRow(ctx, recordIntentContent, arg.Digest, arg.SizeBytes, arg.OperationID)
 	var i Intent
