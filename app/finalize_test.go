@@ -20,6 +20,7 @@ import (
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/internal/nodeauth"
 	"github.com/blobplane/blobplane/internal/pgtest"
+	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/store"
 	"github.com/blobplane/blobplane/upload"
 )
@@ -228,6 +229,21 @@ func TestFinalizeForwardedToTheHome(t *testing.T) {
 	if n := c.count(t, refsQuery, other, d); n != 1 {
 		t.Fatalf("%d references after the mount, want 1", n)
 	}
+
+	// A DELETE away from the home is done by the home, under its epoch
+	// (ZBP-5 R19), through the signed internal endpoint.
+	if r, body := c.send(t, "DELETE", c.nodes[0].URL()+"/v2/"+repo+"/blobs/"+d, "", nil); r.StatusCode != http.StatusAccepted {
+		t.Fatalf("delete away from the home: %d %s", r.StatusCode, body)
+	}
+	if n := c.count(t, refsQuery, repo, d); n != 0 {
+		t.Fatalf("%d references after the forwarded delete, want 0", n)
+	}
+	if r, body := c.send(t, "DELETE", c.nodes[0].URL()+"/v2/"+repo+"/blobs/"+d, "", nil); r.StatusCode != http.StatusNotFound {
+		t.Fatalf("second delete away from the home: %d %s", r.StatusCode, body)
+	}
+	if n := c.count(t, refsQuery, other, d); n != 1 {
+		t.Fatalf("the other repository's reference: %d, want 1", n)
+	}
 }
 
 // The home unreachable: the ingress answers 202 with the operation and
@@ -314,12 +330,19 @@ const signedCall = "signed"
 // MOVED elsewhere), with authz as Authorization, or signed (signedCall).
 func (c *homeCluster) internalFinalize(t testing.TB, i int, authz, op, repo string) *http.Response {
 	t.Helper()
+	return c.internalPost(t, i, authz, "/internal/v1/finalize/"+op, repo)
+}
+
+// internalPost is internalFinalize of any internal path that takes the
+// repository in its body.
+func (c *homeCluster) internalPost(t testing.TB, i int, authz, path, repo string) *http.Response {
+	t.Helper()
 	base := c.nodes[i].InternalURL()
 	if base == "" {
 		base = c.nodes[i].URL()
 	}
 	body := `{"repository":"` + repo + `"}`
-	req, _ := http.NewRequest("POST", base+"/internal/v1/finalize/"+op, strings.NewReader(body))
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 	switch authz {
 	case "":
 	case signedCall:
@@ -361,6 +384,16 @@ func TestInternalFinalizeNeedsTheClusterSecret(t *testing.T) {
 		if r := c.internalFinalize(t, 1, authz, op, repo); r.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s: %d, want 401", name, r.StatusCode)
 		}
+		// The home's reference deletion (ZBP-5 R19) likewise.
+		if r := c.internalPost(t, 1, authz, jobs.InternalReferencePath+digestOf("kept"), repo); r.StatusCode != http.StatusUnauthorized {
+			t.Errorf("delete, %s: %d, want 401", name, r.StatusCode)
+		}
+	}
+	if r := c.internalPost(t, 1, signedCall, jobs.InternalReferencePath+digestOf("kept"), repo); r.StatusCode != http.StatusNotFound {
+		t.Errorf("delete of an unknown reference at the home: %d, want 404", r.StatusCode)
+	}
+	if r := c.internalPost(t, 0, signedCall, jobs.InternalReferencePath+digestOf("kept"), repo); r.StatusCode != authority.StatusMoved {
+		t.Errorf("delete at the wrong node: %d, want %d", r.StatusCode, authority.StatusMoved)
 	}
 	// With the secret, at the home: an unknown operation is 404.
 	if r := c.internalFinalize(t, 1, signedCall, op, repo); r.StatusCode != http.StatusNotFound {

@@ -145,6 +145,32 @@ func mountInternal(r chi.Router, d Deps, h *ociHandler) {
 		Post("/internal/v1/finalize/{operation_id}", func(w http.ResponseWriter, r *http.Request) {
 			h.finalizeAtHome(w, r, a.NodeID, key(r), chi.URLParam(r, "operation_id"))
 		})
+	// A DELETE of a blob received away from the home (ZBP-5 R19:
+	// repository state changes at the home, under its epoch).
+	r.With(RequireClusterSecret(h.ClusterSecret, h.logger), decode, a.RequireHome(key)).
+		Post("/internal/v1/references/delete/{digest}", func(w http.ResponseWriter, r *http.Request) {
+			h.deleteReferenceAtHome(w, r, a.NodeID, key(r), chi.URLParam(r, "digest"))
+		})
+}
+
+// deleteReferenceAtHome removes repo's reference to digest under this
+// node's admitted lease: 204, or the refusal with its code (not_found:
+// no reference).
+func (h *ociHandler) deleteReferenceAtHome(w http.ResponseWriter, r *http.Request, node, repo, digest string) {
+	home, ok := HomeOf(r.Context())
+	if !ok {
+		WriteError(w, r, h.logger, blobplane.Errorf(blobplane.CodeInternal, "delete without an admitted home"))
+		return
+	}
+	d, err := blobplane.ParseDigest(digest)
+	if err == nil {
+		err = h.flow.DeleteReferenceAtHome(r.Context(), upload.Home{Partition: home.Partition, Node: node, Epoch: home.Epoch}, repo, d)
+	}
+	if err != nil {
+		WriteError(w, r, h.logger, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // finalizeAtHome publishes operation op of repo with this node's authority

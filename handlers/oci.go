@@ -28,8 +28,6 @@ import (
 // themselves. store.Store implements it.
 type UploadStore interface {
 	upload.Store
-	// DeleteReference errors: not_found.
-	DeleteReference(ctx context.Context, repository string, d blobplane.Digest) error
 	// Placements lists d's placements.
 	Placements(ctx context.Context, d blobplane.Digest) ([]placement.Placement, error)
 	// FailPlacement records a detected loss of a verified placement.

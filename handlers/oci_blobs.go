@@ -116,9 +116,11 @@ func (h *ociHandler) stream(w http.ResponseWriter, r *http.Request, d blobplane.
 // 4096 read/write pairs, reused so a 4 KiB read allocates none.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
-// deleteBlob is DELETE /v2/<name>/blobs/<digest>: the reference only.
+// deleteBlob is DELETE /v2/<name>/blobs/<digest>: the reference only, at
+// the repository's home under its lease epoch (ZBP-5 R19; forwarded there
+// from any other node).
 func (h *ociHandler) deleteBlob(w http.ResponseWriter, r *http.Request, name string, d blobplane.Digest) {
-	if err := h.Store.DeleteReference(r.Context(), name, d); err != nil {
+	if err := h.flow.DeleteReference(r.Context(), name, d); err != nil {
 		h.fail(w, r, err, ociBlobUnknown)
 		return
 	}

@@ -46,6 +46,13 @@ func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (upload
 		Partition: "p-0001", Node: "node-a", Epoch: f.epoch})
 }
 
+func (f *fakeHome) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error {
+	if f.err != nil {
+		return f.err
+	}
+	return f.st.DeleteReferenceAtHome(ctx, upload.Home{Partition: "p-0001", Node: "node-a", Epoch: f.epoch}, repo, d)
+}
+
 func (f *fakeHome) EnqueueFinalizeTx(_ context.Context, _ pgx.Tx, repo, op string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -109,7 +116,20 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 				if _, err := st.Outcome(ctx, op); err != nil {
 					t.Fatalf("no outcome after a forwarded publication: %v", err)
 				}
+				// A DELETE away from the home is the home's to do (R19).
+				if a := e.do(t, "DELETE", "/v2/team/app/blobs/"+d, "", e.writer, nil); a.status != 202 {
+					t.Fatalf("forwarded delete: %d %s", a.status, a.body)
+				}
+				if a := e.do(t, "DELETE", "/v2/team/app/blobs/"+d, "", e.writer, nil); a.status != 404 || ociCode(t, a) != "BLOB_UNKNOWN" {
+					t.Fatalf("second forwarded delete: %d %s", a.status, a.body)
+				}
 			case 202:
+				if tc.err != nil && blobplane.ErrorCode(tc.err) == blobplane.CodeUnavailable {
+					// Nobody to delete it: retryable, nothing changed here.
+					if a := e.do(t, "DELETE", "/v2/team/app/blobs/"+d, "", e.writer, nil); a.status != 503 || a.header.Get("Retry-After") == "" {
+						t.Fatalf("delete with the home unreachable: %d %v %s", a.status, a.header, a.body)
+					}
+				}
 				if a.header.Get("Location") != "/v1/operations/"+op || a.header.Get("Docker-Upload-UUID") != op {
 					t.Fatalf("queued answer: %v", a.header)
 				}

@@ -31,6 +31,11 @@ import (
 // follows it.
 const InternalFinalizePath = "/internal/v1/finalize/"
 
+// InternalReferencePath is the home's internal endpoint that removes a
+// repository's reference (POST, body FinalizeCall naming the repository,
+// the routing key); the digest follows it.
+const InternalReferencePath = "/internal/v1/references/delete/"
+
 // FinalizeCall is the body of POST /internal/v1/finalize/{operation_id}.
 type FinalizeCall struct {
 	Repository string `json:"repository"`
@@ -127,15 +132,47 @@ func InternalBase(port string) func(base string) string {
 // unavailable when the home could not be reached or answered something
 // else.
 func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
-	body, err := json.Marshal(FinalizeCall{Repository: repo})
+	status, b, err := f.call(ctx, repo, InternalFinalizePath+url.PathEscape(op))
 	if err != nil {
 		return upload.Outcome{}, err
+	}
+	if status == http.StatusOK || status == http.StatusCreated {
+		var o upload.Outcome
+		if err := json.Unmarshal(b, &o); err != nil || o.OperationID != op {
+			return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", status, op)
+		}
+		return o, nil
+	}
+	return upload.Outcome{}, homeRefusal("forward finalize "+op, repo, status, b)
+}
+
+// ForwardDeleteReference asks repo's home to remove repo's reference to d
+// under its lease (ZBP-5 R19). Errors as ForwardFinalize's; not_found
+// when repo has no reference to d.
+func (f HomeFinalizer) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error {
+	status, b, err := f.call(ctx, repo, InternalReferencePath+url.PathEscape(string(d)))
+	if err != nil {
+		return err
+	}
+	if status == http.StatusNoContent {
+		return nil
+	}
+	return homeRefusal("forward delete reference "+string(d), repo, status, b)
+}
+
+// call POSTs {"repository": repo} to path at repo's home, signed, and
+// returns its status and body. Errors: unavailable when the home could
+// not be reached or read.
+func (f HomeFinalizer) call(ctx context.Context, repo, path string) (int, []byte, error) {
+	body, err := json.Marshal(FinalizeCall{Repository: repo})
+	if err != nil {
+		return 0, nil, err
 	}
 	resp, err := f.Routing.Do(ctx, repo, func(ctx context.Context, base string) (*http.Request, error) {
 		if f.Internal != nil {
 			base = f.Internal(base)
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+InternalFinalizePath+url.PathEscape(op), bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 		if err != nil {
 			return nil, err
 		}
@@ -149,22 +186,22 @@ func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (up
 	})
 	if err != nil {
 		if blobplane.ErrorCode(err) == blobplane.CodeUnavailable {
-			return upload.Outcome{}, err
+			return 0, nil, err
 		}
-		return upload.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
+		return 0, nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return upload.Outcome{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the home's answer for %s", op)
+		return 0, nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the answer of the home of %s", repo)
 	}
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated {
-		var o upload.Outcome
-		if err := json.Unmarshal(b, &o); err != nil || o.OperationID != op {
-			return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", resp.StatusCode, op)
-		}
-		return o, nil
-	}
+	return resp.StatusCode, b, nil
+}
+
+// homeRefusal is the home's error answer b (status) as a
+// *blobplane.Error with its code; an answer without one, or internal, is
+// unavailable.
+func homeRefusal(op, repo string, status int, b []byte) error {
 	var eb struct {
 		Code    blobplane.Code `json:"code"`
 		Message string         `json:"message"`
@@ -172,9 +209,9 @@ func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (up
 	if json.Unmarshal(b, &eb) != nil || eb.Code == "" || eb.Code == blobplane.CodeInternal {
 		eb.Code = blobplane.CodeUnavailable
 	}
-	return upload.Outcome{}, &blobplane.Error{
-		Code: eb.Code, Op: "forward finalize " + op,
-		Message:   fmt.Sprintf("the home of %s answered %d: %s", repo, resp.StatusCode, eb.Message),
+	return &blobplane.Error{
+		Code: eb.Code, Op: op,
+		Message:   fmt.Sprintf("the home of %s answered %d: %s", repo, status, eb.Message),
 		Retryable: eb.Code == blobplane.CodeUnavailable || eb.Code == blobplane.CodeStaleEpoch,
 	}
 }

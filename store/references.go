@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // ReferencedBlob answers existence for HEAD from Postgres alone: the size
@@ -52,5 +54,30 @@ func (s *Store) DeleteReference(ctx context.Context, repository string, d blobpl
 		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: "delete reference", Message: "blob unknown to repository"}
 	}
 	s.invalidateExistenceCache() // this process's next HEAD sees it without waiting for the notification
+	return nil
+}
+
+// DeleteReferenceAtHome is DeleteReference at the repository's home,
+// fenced by its lease as a publication is (ZBP-5 R19, R20): it deletes
+// only while node holds partition's lease at epoch, and a takeover waits
+// for it. Errors: stale_epoch (retryable) when the lease moved; not_found
+// when there is no reference.
+func (s *Store) DeleteReferenceAtHome(ctx context.Context, h upload.Home, repository string, d blobplane.Digest) error {
+	const op = "delete reference"
+	row, err := s.q.DeleteReferenceUnderLease(ctx, s.pool, dbsqlc.DeleteReferenceUnderLeaseParams{
+		PartitionID: h.Partition, Node: h.Node, Epoch: int64(h.Epoch), Repository: repository, Digest: string(d),
+	})
+	if err != nil {
+		s.invalidateExistenceCache() // unknown outcome: the deletion may have committed
+		return dbErr(op, err)
+	}
+	if !row.Fenced {
+		return &blobplane.Error{Code: blobplane.CodeStaleEpoch, Op: op, Retryable: true,
+			Message: fmt.Sprintf("the lease of partition %s moved past epoch %d: this node is no longer the home of %s", h.Partition, h.Epoch, repository)}
+	}
+	if row.Deleted == 0 {
+		return &blobplane.Error{Code: blobplane.CodeNotFound, Op: op, Message: "blob unknown to repository"}
+	}
+	s.invalidateExistenceCache()
 	return nil
 }

@@ -637,6 +637,36 @@ func TestTransferWaitsForFencedPublication(t *testing.T) {
 	}
 }
 
+// ZBP-5 R19, R20: a reference is removed at the home under its lease
+// epoch; once a takeover advanced the epoch, the former home's delete
+// changes nothing and says why (stale_epoch, retryable), and the new
+// home's succeeds.
+func TestFormerHomeCannotDeleteAReference(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, req := u.admitted(t, "deleted at home")
+	if _, err := u.s.Finalize(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	forced, err := u.s.ForceLease(ctx, upPartition, "node-b", "node-b:7443", "op", "drill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	former := upload.Home{Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch}
+	err = u.s.DeleteReferenceAtHome(ctx, former, upRepo, req.Digest)
+	if blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch || !blobplane.IsRetryable(err) || u.references(t) != 1 {
+		t.Fatalf("former home's delete: %v, %d references left; want stale_epoch and the reference kept", err, u.references(t))
+	}
+	now := upload.Home{Partition: upPartition, Node: "node-b", Epoch: forced.Epoch}
+	if err := u.s.DeleteReferenceAtHome(ctx, now, upRepo, req.Digest); err != nil || u.references(t) != 0 {
+		t.Fatalf("new home's delete: %v, %d references left", err, u.references(t))
+	}
+	if err := u.s.DeleteReferenceAtHome(ctx, now, upRepo, req.Digest); blobplane.ErrorCode(err) != blobplane.CodeNotFound {
+		t.Fatalf("second delete: %v; want not_found", err)
+	}
+}
+
 // A close's claim decides its stage: a refused claim stages nothing, a
 // verified key keeps the claim and reports alreadyVerified instead of
 // failing, and a refused re-stage of a key with a row keeps the claim.

@@ -18,6 +18,10 @@ import (
 
 // Store is the Postgres side of an upload. store.Store implements it.
 type Store interface {
+	// DeleteReferenceAtHome removes repository's reference to d, fenced
+	// by home's lease (ZBP-5 R19). Errors: stale_epoch when the lease
+	// moved, not_found when there is no reference.
+	DeleteReferenceAtHome(ctx context.Context, home Home, repository string, d blobplane.Digest) error
 	// CreateIntent records a pending intent. Errors: invalid, not_found
 	// (no such repository).
 	CreateIntent(ctx context.Context, n NewIntent) (Intent, error)
@@ -125,6 +129,9 @@ type Forwarder interface {
 	// *blobplane.Error: the home's refusal with its code, or unavailable
 	// when the home could not be reached.
 	ForwardFinalize(ctx context.Context, repo, op string) (Outcome, error)
+	// ForwardDeleteReference asks the home to remove repo's reference to
+	// d; errors as ForwardFinalize's (not_found: no reference).
+	ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error
 }
 
 // Enqueuer durably schedules a finalization for later (jobs.FinalizeQueue:

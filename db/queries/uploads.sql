@@ -275,6 +275,23 @@ WHERE r.repository = @repository AND r.digest = @digest AND b.state = 'live'
 -- name: DeleteReference :execrows
 DELETE FROM blob_references WHERE repository = @repository AND digest = @digest;
 
+-- name: DeleteReferenceUnderLease :one
+-- DeleteReference at the repository's home, fenced as a publication is
+-- (EnsureBlobUnderLease; ZBP-5 R19, R20): the lease row key-share-locked
+-- while the caller holds it at its epoch, so a claim of a higher epoch
+-- waits for this commit, and nothing is deleted once the lease moved.
+-- fenced false: the lease moved (nothing deleted).
+WITH lease AS (
+    SELECT epoch FROM leases
+    WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
+    FOR KEY SHARE
+), deleted AS (
+    DELETE FROM blob_references
+    WHERE repository = @repository AND digest = @digest AND EXISTS (SELECT 1 FROM lease)
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM lease) AS fenced, (SELECT count(*) FROM deleted)::bigint AS deleted;
+
 -- name: ReplicationTargets :many
 -- The default replication policy: every registered datacenter other than
 -- the ingress.

@@ -388,6 +388,50 @@ func (q *Queries) DeleteReference(ctx context.Context, db DBTX, arg DeleteRefere
 	return result.RowsAffected(), nil
 }
 
+const deleteReferenceUnderLease = `-- name: DeleteReferenceUnderLease :one
+WITH lease AS (
+    SELECT epoch FROM leases
+    WHERE partition_id = $1 AND owner_node = $2 AND epoch = $3
+    FOR KEY SHARE
+), deleted AS (
+    DELETE FROM blob_references
+    WHERE repository = $4 AND digest = $5 AND EXISTS (SELECT 1 FROM lease)
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM lease) AS fenced, (SELECT count(*) FROM deleted)::bigint AS deleted
+`
+
+type DeleteReferenceUnderLeaseParams struct {
+	PartitionID string
+	Node        string
+	Epoch       int64
+	Repository  string
+	Digest      string
+}
+
+type DeleteReferenceUnderLeaseRow struct {
+	Fenced  bool
+	Deleted int64
+}
+
+// DeleteReference at the repository's home, fenced as a publication is
+// (EnsureBlobUnderLease; ZBP-5 R19, R20): the lease row key-share-locked
+// while the caller holds it at its epoch, so a claim of a higher epoch
+// waits for this commit, and nothing is deleted once the lease moved.
+// fenced false: the lease moved (nothing deleted).
+func (q *Queries) DeleteReferenceUnderLease(ctx context.Context, db DBTX, arg DeleteReferenceUnderLeaseParams) (DeleteReferenceUnderLeaseRow, error) {
+	row := db.QueryRow(ctx, deleteReferenceUnderLease,
+		arg.PartitionID,
+		arg.Node,
+		arg.Epoch,
+		arg.Repository,
+		arg.Digest,
+	)
+	var i DeleteReferenceUnderLeaseRow
+	err := row.Scan(&i.Fenced, &i.Deleted)
+	return i, err
+}
+
 const ensureBlob = `-- name: EnsureBlob :one
 INSERT INTO blobs (digest, size_bytes) VALUES ($1, $2)
 ON CONFLICT (digest) DO UPDATE SET digest = blobs.digest
