@@ -312,11 +312,28 @@ func TestClientFollowsSignedDeltaAndCountsMisrouted(t *testing.T) {
 		}
 	}
 
-	// Swap the partitions' primaries in map 2 with a signed delta. The
-	// client still holds map 1, so it goes to the old home, which answers
-	// MOVED carrying the delta; the client applies it and retries.
+	// Map 2 changes nothing the client needs; map 3 swaps the partitions'
+	// primaries, with signed deltas from 2 and from 1 (controller.Publish
+	// stores one from each recent version). The client still holds map 1,
+	// two versions behind, so it goes to the old home, which answers MOVED
+	// carrying the delta from 1; the client applies it and retries.
+	mid := *c.m
+	mid.Version, mid.GeneratedAt, mid.Signature = 2, time.Now(), nil
+	if err := c.signer.SignMap(&mid); err != nil {
+		t.Fatal(err)
+	}
+	midDelta, err := authority.Diff(c.m, &mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.signer.SignDelta(midDelta); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.st.PublishMap(ctx, &mid, midDelta); err != nil {
+		t.Fatal(err)
+	}
 	m2 := *c.m
-	m2.Version, m2.GeneratedAt, m2.Signature = 2, time.Now(), nil
+	m2.Version, m2.GeneratedAt, m2.Signature = 3, time.Now(), nil
 	m2.Partitions = append([]authority.Partition(nil), c.m.Partitions...)
 	for i := range m2.Partitions {
 		p := &m2.Partitions[i]
@@ -330,14 +347,18 @@ func TestClientFollowsSignedDeltaAndCountsMisrouted(t *testing.T) {
 	if err := c.signer.SignMap(&m2); err != nil {
 		t.Fatal(err)
 	}
-	delta, err := authority.Diff(c.m, &m2)
-	if err != nil {
-		t.Fatal(err)
+	var deltas []*authority.Delta
+	for _, base := range []*authority.Map{&mid, c.m} {
+		delta, err := authority.Diff(base, &m2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.signer.SignDelta(delta); err != nil {
+			t.Fatal(err)
+		}
+		deltas = append(deltas, delta)
 	}
-	if err := c.signer.SignDelta(delta); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.st.PublishMap(ctx, &m2, delta); err != nil {
+	if err := c.st.PublishMap(ctx, &m2, deltas...); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until node-1 serves repos[0] (it took the partition over after
@@ -346,12 +367,27 @@ func TestClientFollowsSignedDeltaAndCountsMisrouted(t *testing.T) {
 		code, _, _ := c.do(t, c.nodes[1], c.repos[0], nil)
 		return code == 200
 	})
+	// The old home's MOVED to a client at version 1 carries the signed
+	// delta from 1 to 3 (R103), not only the one from 2.
+	req, _ := http.NewRequest(http.MethodGet, c.nodes[0].URL()+"/v1/home/"+c.repos[0], nil)
+	req.Header.Set("Blobplane-Map-Version", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env authority.Envelope
+	err = json.NewDecoder(resp.Body).Decode(&env)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != authority.StatusMoved || env.MapDelta == nil ||
+		env.MapDelta.BaseVersion != 1 || env.MapDelta.Version != 3 || env.MapDelta.Signature == nil {
+		t.Fatalf("MOVED to a client two versions behind: %d %+v %v", resp.StatusCode, env, err)
+	}
 	code, body, err := get(c.repos[0])
 	if err != nil || code != 200 || !strings.Contains(body, `"node_id": "node-1"`) {
 		t.Fatalf("after the move: %d %s %v", code, body, err)
 	}
-	if cl.MapVersion() != 2 {
-		t.Fatalf("client map version %d, want 2 (applied from the MOVED delta)", cl.MapVersion())
+	if cl.MapVersion() != 3 {
+		t.Fatalf("client map version %d, want 3 (applied from the MOVED delta)", cl.MapVersion())
 	}
 	if cl.Misrouted() != 0 {
 		t.Fatalf("misrouted %d", cl.Misrouted())

@@ -33,9 +33,11 @@ type Store interface {
 	PublishSigningKey(ctx context.Context, k authority.TrustedKey) error
 	// LatestMap returns the newest published map; CodeNotFound before the first.
 	LatestMap(ctx context.Context) (*authority.Map, error)
-	// PublishMap stores a signed map and its signed delta in one
+	// MapVersion returns a published map; CodeNotFound for another.
+	MapVersion(ctx context.Context, v uint64) (*authority.Map, error)
+	// PublishMap stores a signed map and its signed deltas in one
 	// transaction; CodeConflict when the version does not advance (R6).
-	PublishMap(ctx context.Context, m *authority.Map, delta *authority.Delta) error
+	PublishMap(ctx context.Context, m *authority.Map, deltas ...*authority.Delta) error
 	// ListNodes returns the registered nodes, to place partitions on.
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	// Leases returns the lease records, so published epochs never fall
@@ -123,13 +125,48 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 	if err != nil {
 		return nil, err
 	}
-	if err := sign(signer, next, delta); err != nil {
+	older, err := olderDeltas(ctx, st, prev, next)
+	if err != nil {
 		return nil, err
 	}
-	if err := st.PublishMap(ctx, next, delta); err != nil {
+	if err := sign(signer, next, append([]*authority.Delta{delta}, older...)...); err != nil {
+		return nil, err
+	}
+	if err := st.PublishMap(ctx, next, append([]*authority.Delta{delta}, older...)...); err != nil {
 		return nil, err
 	}
 	return next, nil
+}
+
+// DeltaHistory is how many published versions a new map gets a signed
+// delta from: a client up to DeltaHistory versions behind is brought up
+// to date by the delta a MOVED answer carries (R103, R9), not only one a
+// single version behind; an older one fetches the whole map.
+const DeltaHistory = 16
+
+// olderDeltas are the deltas to next from the DeltaHistory - 1 versions
+// before prev (prev's own is checkNext's). A version no longer stored
+// is skipped.
+func olderDeltas(ctx context.Context, st Store, prev, next *authority.Map) ([]*authority.Delta, error) {
+	if prev == nil {
+		return nil, nil
+	}
+	var out []*authority.Delta
+	for v := prev.Version - 1; v >= 1 && prev.Version-v < DeltaHistory; v-- {
+		old, err := st.MapVersion(ctx, v)
+		if blobplane.ErrorCode(err) == blobplane.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		d, err := authority.Diff(old, next)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // nextMap computes the map that follows prev (nil before the first map)
@@ -180,15 +217,20 @@ func checkNext(op string, prev, next *authority.Map) (*authority.Delta, error) {
 	return authority.Diff(prev, next)
 }
 
-// sign signs next and its delta, if any (R10).
-func sign(signer authority.Signer, next *authority.Map, delta *authority.Delta) error {
+// sign signs next and its deltas; nil ones are skipped (R10).
+func sign(signer authority.Signer, next *authority.Map, deltas ...*authority.Delta) error {
 	if err := signer.SignMap(next); err != nil {
 		return err
 	}
-	if delta == nil {
-		return nil
+	for _, d := range deltas {
+		if d == nil {
+			continue
+		}
+		if err := signer.SignDelta(d); err != nil {
+			return err
+		}
 	}
-	return signer.SignDelta(delta)
+	return nil
 }
 
 // upAPINodes lists the api nodes that are up, as map addresses, sorted by

@@ -205,3 +205,57 @@ func TestEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// ZBP-5 R103, R9: a client several versions behind is brought up to date
+// by the one signed delta a MOVED answer carries: each publication stores
+// a delta from every one of the last DeltaHistory versions.
+func TestPublishStoresDeltasFromRecentVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, k := setup(t)
+	register(t, s, "api-a", "http://127.0.0.1:8081")
+	m1, err := controller.Publish(ctx, s, k.Signer(), controller.PublishOptions{Partitions: 2, SlotBits: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := m1.Partitions[0].ID
+	latest := m1
+	for range 3 { // each takeover raises an epoch: a new version
+		if _, err := s.ForceLease(ctx, pid, "api-a", "127.0.0.1:8081", "test", "epoch fixture"); err != nil {
+			t.Fatal(err)
+		}
+		if latest, err = controller.Publish(ctx, s, k.Signer(), controller.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if latest.Version != 4 {
+		t.Fatalf("version %d, want 4", latest.Version)
+	}
+	keys, err := s.SigningKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := authority.NewKeyring(keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := authority.NewVerifier(kr, nil)
+	for base := uint64(1); base < 4; base++ {
+		old, err := s.MapVersion(ctx, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm, err := v.VerifyMap(old, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.MapDelta(ctx, base)
+		if err != nil || d.Version != 4 {
+			t.Fatalf("delta from %d: %+v, %v; want one to version 4", base, d, err)
+		}
+		got, err := v.ApplyDelta(vm, d, time.Now()) // the signature too (R11)
+		if err != nil || !authority.SameContent(got.Map(), latest) {
+			t.Fatalf("delta from %d does not produce version 4: %v", base, err)
+		}
+	}
+}

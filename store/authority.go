@@ -73,16 +73,16 @@ func (s *Store) SigningKeys(ctx context.Context) ([]authority.TrustedKey, error)
 	return out, nil
 }
 
-// PublishMap stores a signed map and, when delta is not nil, the signed
-// delta to it from an earlier version, in one transaction that also
+// PublishMap stores a signed map and the signed deltas to it from earlier
+// versions (nil ones are skipped), in one transaction that also
 // notifies MapChannel (R9, R10). A version not greater than the latest
 // published one is refused with CodeConflict chaining to
 // authority.ErrVersionOrder (R6) — the database refuses it too, under a
 // lock, whoever writes. Validation of the map (R5) and of successor rules is
 // the controller's job before signing; PublishMap checks only that both
-// documents are signed, that the map is valid, and that the delta produces
-// this version. The signing key must have been published.
-func (s *Store) PublishMap(ctx context.Context, m *authority.Map, delta *authority.Delta) error {
+// documents are signed, that the map is valid, and that each delta
+// produces this version from a distinct earlier one. The signing key must have been published.
+func (s *Store) PublishMap(ctx context.Context, m *authority.Map, deltas ...*authority.Delta) error {
 	const op = "store.PublishMap"
 	if m == nil {
 		return blobplane.Errorf(blobplane.CodeInvalid, "%s: no map", op)
@@ -100,18 +100,27 @@ func (s *Store) PublishMap(ctx context.Context, m *authority.Map, delta *authori
 	if err != nil {
 		return err
 	}
-	var deltaDoc []byte
-	if delta != nil {
+	var inserts []dbsqlc.InsertMapDeltaParams
+	bases := map[uint64]bool{}
+	for _, delta := range deltas {
+		if delta == nil {
+			continue
+		}
 		switch {
 		case delta.Signature == nil:
 			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: "delta is unsigned", Err: authority.ErrUnsigned}
-		case delta.Version != m.Version || delta.BaseVersion >= m.Version:
+		case delta.Version != m.Version || delta.BaseVersion >= m.Version || bases[delta.BaseVersion]:
 			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op,
-				Message: fmt.Sprintf("delta %d→%d does not produce map %d", delta.BaseVersion, delta.Version, m.Version), Err: authority.ErrWrongBase}
+				Message: fmt.Sprintf("delta %d→%d does not produce map %d from a base of its own", delta.BaseVersion, delta.Version, m.Version), Err: authority.ErrWrongBase}
 		}
-		if deltaDoc, err = json.Marshal(delta); err != nil {
+		bases[delta.BaseVersion] = true
+		deltaDoc, err := json.Marshal(delta)
+		if err != nil {
 			return err
 		}
+		inserts = append(inserts, dbsqlc.InsertMapDeltaParams{
+			BaseVersion: int64(delta.BaseVersion), Version: int64(delta.Version), Document: string(deltaDoc), KeyID: delta.Signature.KeyID,
+		})
 	}
 	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		if err := s.q.LockMapPublication(ctx, tx); err != nil {
@@ -133,12 +142,12 @@ func (s *Store) PublishMap(ctx context.Context, m *authority.Map, delta *authori
 		if n != 1 {
 			return versionConflict(op, m.Version, uint64(latest))
 		}
-		if delta == nil {
-			return nil
+		for _, d := range inserts {
+			if err := s.q.InsertMapDelta(ctx, tx, d); err != nil {
+				return err
+			}
 		}
-		return s.q.InsertMapDelta(ctx, tx, dbsqlc.InsertMapDeltaParams{
-			BaseVersion: int64(delta.BaseVersion), Version: int64(delta.Version), Document: string(deltaDoc), KeyID: delta.Signature.KeyID,
-		})
+		return nil
 	})
 	var be *blobplane.Error
 	if errors.As(err, &be) {
