@@ -171,7 +171,8 @@ func VerdictOf(err error) LeaseVerdict {
 //	ACQUIRE  cur absent, or (cur.epoch < new_epoch AND (cur.expires_at < now
 //	         OR TakesBack(cur, op)))
 //	         → epoch, owner, endpoint, state=RESTORING, expires_at=now+ttl
-//	RENEW    cur.epoch = my_epoch AND cur.owner = me → expires_at=now+ttl
+//	RENEW    cur.epoch = my_epoch AND cur.owner = me AND cur.state <> SEALED
+//	         → expires_at=now+ttl
 //	FENCE    cur.epoch = my_epoch AND cur.owner = me → pointer / state / sealed_lsn
 //	FORCE    cur absent, or cur.epoch < new_epoch (no expiry test)
 //	         → as ACQUIRE, plus taken_by/reason/at
@@ -292,6 +293,10 @@ func holderWrite(cur *LeaseRecord, op LeaseOp, opName string) (LeaseRecord, erro
 		return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("record at epoch %d, write at %d: %w", cur.Epoch, op.Epoch, ErrStaleEpoch))
 	case cur.OwnerNode != op.Node:
 		return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("owner %s, writer %s: %w", cur.OwnerNode, op.Node, ErrNotOwner))
+	case op.Kind == Renew && cur.State == PrimarySealed:
+		// R74: after the seal the outgoing primary never serves again;
+		// its renewal is refused like a stale one, and it fences itself.
+		return *cur, coded(blobplane.CodeStaleEpoch, opName, fmt.Errorf("sealed at epoch %d: %w", cur.Epoch, ErrStaleEpoch))
 	case op.Kind == Renew:
 		return renew(cur, op, opName)
 	}

@@ -667,6 +667,48 @@ func TestFormerHomeCannotDeleteAReference(t *testing.T) {
 	}
 }
 
+// ZBP-5 R74: the seal comes after every write fenced before it (it waits
+// for a held publication, which lands under the epoch), and after it the
+// outgoing primary neither renews, publishes nor deletes a reference.
+func TestSealWaitsForFencedWritesThenRefusesThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	_, before := u.admitted(t, "fenced before the seal")
+	fenced, hold := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	before.BeforeCommit = func() error { close(fenced); <-hold; return nil }
+	sealed, lsn := authority.PrimarySealed, uint64(7)
+	var finErr, sealErr error
+	var fin, seal sync.WaitGroup
+	fin.Go(func() { _, finErr = u.s.Finalize(ctx, before) })
+	<-fenced
+	seal.Go(func() {
+		_, sealErr = u.s.FenceLeaseWrite(ctx, upPartition, upNode, u.lease.Epoch, store.LeaseFenceWrite{State: &sealed, SealedLSN: &lsn})
+	})
+	pgtest.WaitForLockWaiters(t, u.pool, 1) // the seal waits for the publication
+	release()
+	fin.Wait()
+	seal.Wait()
+	if finErr != nil || sealErr != nil || u.references(t) != 1 {
+		t.Fatalf("publication before the seal: %v; seal: %v; %d references", finErr, sealErr, u.references(t))
+	}
+
+	// Sealed: nothing more under this epoch.
+	if _, err := u.s.RenewLease(ctx, upPartition, upNode, u.lease.Epoch); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		t.Fatalf("renewal of a sealed lease: %v; want stale_epoch", err)
+	}
+	_, after := u.admitted(t, "after the seal")
+	if _, err := u.s.Finalize(ctx, after); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		t.Fatalf("publication under a sealed lease: %v; want stale_epoch", err)
+	}
+	home := upload.Home{Partition: upPartition, Node: upNode, Epoch: u.lease.Epoch}
+	if err := u.s.DeleteReferenceAtHome(ctx, home, upRepo, before.Digest); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch || u.references(t) != 1 {
+		t.Fatalf("delete under a sealed lease: %v, %d references", err, u.references(t))
+	}
+}
+
 // A close's claim decides its stage: a refused claim stages nothing, a
 // verified key keeps the claim and reports alreadyVerified instead of
 // failing, and a refused re-stage of a key with a row keeps the claim.

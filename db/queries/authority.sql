@@ -67,11 +67,12 @@ WHERE l.expires_at < now()
 RETURNING *;
 
 -- name: RenewLease :one
--- RENEW: extend under my epoch (R14, R20).
+-- RENEW: extend under my epoch (R14, R20); never a sealed lease (R74:
+-- after the seal the outgoing primary does not serve again).
 UPDATE leases
 SET expires_at = now() + lease_ttl_ms * interval '1 millisecond',
     renewed_at = now()
-WHERE partition_id = @partition_id AND epoch = @epoch AND owner_node = @node
+WHERE partition_id = @partition_id AND epoch = @epoch AND owner_node = @node AND state <> 'SEALED'
 RETURNING *;
 
 -- name: FenceLease :execrows

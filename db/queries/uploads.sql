@@ -244,9 +244,11 @@ RETURNING *;
 -- FOR KEY SHARE (migration 00028): a claim or a takeover changes the
 -- epoch, a key column, and so waits for this commit (R20); the owner's
 -- renewal changes no key and does not, so publications cannot starve it.
+-- A SEALED lease fences nothing (R74), and the seal, a change of state
+-- (a key since migration 00029), waits for this commit.
 WITH lease AS (
     SELECT epoch FROM leases
-    WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
+    WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch AND state <> 'SEALED'
     FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
@@ -283,7 +285,7 @@ DELETE FROM blob_references WHERE repository = @repository AND digest = @digest;
 -- fenced false: the lease moved (nothing deleted).
 WITH lease AS (
     SELECT epoch FROM leases
-    WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch
+    WHERE partition_id = @partition_id AND owner_node = @node AND epoch = @epoch AND state <> 'SEALED'
     FOR KEY SHARE
 ), deleted AS (
     DELETE FROM blob_references
@@ -344,7 +346,7 @@ WITH c AS (
            unnest(@nodes::text[]) AS node, unnest(@epochs::bigint[]) AS epoch
 ), lease AS (
     SELECT l.partition_id, l.owner_node, l.epoch FROM leases l
-    WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c)
+    WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c) AND l.state <> 'SEALED'
     FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)

@@ -448,7 +448,7 @@ const renewLease = `-- name: RenewLease :one
 UPDATE leases
 SET expires_at = now() + lease_ttl_ms * interval '1 millisecond',
     renewed_at = now()
-WHERE partition_id = $1 AND epoch = $2 AND owner_node = $3
+WHERE partition_id = $1 AND epoch = $2 AND owner_node = $3 AND state <> 'SEALED'
 RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at
 `
 
@@ -458,7 +458,8 @@ type RenewLeaseParams struct {
 	Node        string
 }
 
-// RENEW: extend under my epoch (R14, R20).
+// RENEW: extend under my epoch (R14, R20); never a sealed lease (R74:
+// after the seal the outgoing primary does not serve again).
 func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams) (Lease, error) {
 	row := db.QueryRow(ctx, renewLease, arg.PartitionID, arg.Epoch, arg.Node)
 	var i Lease

@@ -391,7 +391,7 @@ func (q *Queries) DeleteReference(ctx context.Context, db DBTX, arg DeleteRefere
 const deleteReferenceUnderLease = `-- name: DeleteReferenceUnderLease :one
 WITH lease AS (
     SELECT epoch FROM leases
-    WHERE partition_id = $1 AND owner_node = $2 AND epoch = $3
+    WHERE partition_id = $1 AND owner_node = $2 AND epoch = $3 AND state <> 'SEALED'
     FOR KEY SHARE
 ), deleted AS (
     DELETE FROM blob_references
@@ -465,7 +465,7 @@ func (q *Queries) EnsureBlob(ctx context.Context, db DBTX, arg EnsureBlobParams)
 const ensureBlobUnderLease = `-- name: EnsureBlobUnderLease :one
 WITH lease AS (
     SELECT epoch FROM leases
-    WHERE partition_id = $3 AND owner_node = $4 AND epoch = $5
+    WHERE partition_id = $3 AND owner_node = $4 AND epoch = $5 AND state <> 'SEALED'
     FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
@@ -488,6 +488,8 @@ type EnsureBlobUnderLeaseParams struct {
 // FOR KEY SHARE (migration 00028): a claim or a takeover changes the
 // epoch, a key column, and so waits for this commit (R20); the owner's
 // renewal changes no key and does not, so publications cannot starve it.
+// A SEALED lease fences nothing (R74), and the seal, a change of state
+// (a key since migration 00029), waits for this commit.
 func (q *Queries) EnsureBlobUnderLease(ctx context.Context, db DBTX, arg EnsureBlobUnderLeaseParams) (Blob, error) {
 	row := db.QueryRow(ctx, ensureBlobUnderLease,
 		arg.Digest,
@@ -513,7 +515,7 @@ WITH c AS (
            unnest($4::text[]) AS node, unnest($5::bigint[]) AS epoch
 ), lease AS (
     SELECT l.partition_id, l.owner_node, l.epoch FROM leases l
-    WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c)
+    WHERE (l.partition_id, l.owner_node, l.epoch) IN (SELECT c.partition_id, c.node, c.epoch FROM c) AND l.state <> 'SEALED'
     FOR KEY SHARE
 )
 INSERT INTO blobs (digest, size_bytes)
