@@ -100,27 +100,9 @@ func (s *Store) PublishMap(ctx context.Context, m *authority.Map, deltas ...*aut
 	if err != nil {
 		return err
 	}
-	var inserts []dbsqlc.InsertMapDeltaParams
-	bases := map[uint64]bool{}
-	for _, delta := range deltas {
-		if delta == nil {
-			continue
-		}
-		switch {
-		case delta.Signature == nil:
-			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: "delta is unsigned", Err: authority.ErrUnsigned}
-		case delta.Version != m.Version || delta.BaseVersion >= m.Version || bases[delta.BaseVersion]:
-			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op,
-				Message: fmt.Sprintf("delta %d→%d does not produce map %d from a base of its own", delta.BaseVersion, delta.Version, m.Version), Err: authority.ErrWrongBase}
-		}
-		bases[delta.BaseVersion] = true
-		deltaDoc, err := json.Marshal(delta)
-		if err != nil {
-			return err
-		}
-		inserts = append(inserts, dbsqlc.InsertMapDeltaParams{
-			BaseVersion: int64(delta.BaseVersion), Version: int64(delta.Version), Document: string(deltaDoc), KeyID: delta.Signature.KeyID,
-		})
+	inserts, err := deltaRows(op, m, deltas)
+	if err != nil {
+		return err
 	}
 	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		if err := s.q.LockMapPublication(ctx, tx); err != nil {
@@ -154,6 +136,34 @@ func (s *Store) PublishMap(ctx context.Context, m *authority.Map, deltas ...*aut
 		return err
 	}
 	return dbErr(op, err)
+}
+
+// deltaRows checks that each delta (nil ones skipped) is signed and
+// produces m from a base of its own, and returns them as rows.
+func deltaRows(op string, m *authority.Map, deltas []*authority.Delta) ([]dbsqlc.InsertMapDeltaParams, error) {
+	var inserts []dbsqlc.InsertMapDeltaParams
+	bases := map[uint64]bool{}
+	for _, delta := range deltas {
+		if delta == nil {
+			continue
+		}
+		switch {
+		case delta.Signature == nil:
+			return nil, &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: "delta is unsigned", Err: authority.ErrUnsigned}
+		case delta.Version != m.Version || delta.BaseVersion >= m.Version || bases[delta.BaseVersion]:
+			return nil, &blobplane.Error{Code: blobplane.CodeInvalid, Op: op,
+				Message: fmt.Sprintf("delta %d→%d does not produce map %d from a base of its own", delta.BaseVersion, delta.Version, m.Version), Err: authority.ErrWrongBase}
+		}
+		bases[delta.BaseVersion] = true
+		doc, err := json.Marshal(delta)
+		if err != nil {
+			return nil, err
+		}
+		inserts = append(inserts, dbsqlc.InsertMapDeltaParams{
+			BaseVersion: int64(delta.BaseVersion), Version: int64(delta.Version), Document: string(doc), KeyID: delta.Signature.KeyID,
+		})
+	}
+	return inserts, nil
 }
 
 func versionConflict(op string, version, latest uint64) error {
