@@ -132,6 +132,10 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		return nil, err
 	}
 	a := &API{cfg: cfg, logger: logger, store: st}
+	if err := a.checkShutdown(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if a.backends, err = OpenBackends(ctx, cfg.Backends); err != nil {
 		st.Close()
 		return nil, err
@@ -392,13 +396,16 @@ func (a *API) Serve(ctx context.Context) error {
 	keeperDone := make(chan struct{})
 	go func() { defer close(keeperDone); a.keeper.Run(bg) }()
 	defer func() { stopBG(); <-keeperDone }()
+	presenceDone := make(chan struct{})
+	go func() { defer close(presenceDone); a.holdPresence(bg) }()
+	defer func() { stopBG(); <-presenceDone }()
 	// One LISTEN connection wakes the keeper on every map publication and
 	// keeps the caches exact: authentications and found blobs are served
 	// from memory while it proves that no token, grant or principal
 	// changed (docs/auth.md) and no reference was deleted nor blob taken
 	// out of live (docs/uploads.md). A zero TTL leaves that cache off.
 	// While it is down the keeper's jittered refresh covers publications.
-	caches := store.CacheOptions{MapPublished: a.keeper.Notify}
+	caches := store.CacheOptions{MapPublished: a.keeper.Notify, HandoffChanged: a.keeper.Notify}
 	if a.cfg.AuthCacheTTL > 0 {
 		caches.Auth = &store.AuthCacheOptions{TTL: a.cfg.AuthCacheTTL}
 	}
@@ -430,6 +437,14 @@ func (a *API) Serve(ctx context.Context) error {
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
+	// ZBP-5 R84: hand every partition off while still serving, then stop
+	// being chosen (leases released, node marked down, presence
+	// released), then close the listener, then settle.
+	a.drain(ctx)
+	stopBG()
+	<-keeperDone
+	<-beatDone
+	<-presenceDone
 	a.logger.Info("api shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()

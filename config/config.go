@@ -125,6 +125,24 @@ type Config struct {
 	// Backends are this datacenter's byte backends, in preference order
 	// (the first is where uploads land).
 	Backends []backend.Spec
+	// Moves (issue 30, docs/authority.md "Moves"). DrainTimeout: on
+	// SIGTERM the api waits this long for the controller to hand its
+	// partitions off before it stops being chosen; ShutdownBudget is the
+	// platform's termination budget the phases are checked against at
+	// boot (R85); HandoffDeadline bounds one handoff before its seal (R82).
+	DrainTimeout    time.Duration
+	ShutdownBudget  time.Duration
+	HandoffDeadline time.Duration
+	// The controller service's settings (`controller run`).
+	ControllerListen        string
+	ControllerTick          time.Duration
+	ControllerFailoverGrace time.Duration
+	ControllerLiveGrace     time.Duration
+	ControllerHysteresis    time.Duration
+	ControllerMaxMoves      int
+	ControllerMaxPerNode    int
+	ControllerMaxFraction   float64
+	ControllerAuto          []string
 	// Controller: where the map-signing key lives (a file, or inline; the
 	// private key never enters Postgres) and how many partitions the first
 	// map has.
@@ -211,6 +229,32 @@ const (
 // jobSchedule is a setting that schedules one periodic job: a cron
 // expression, robfig's "@every 1s", or "off". An entry for the same job in
 // BLOBPLANE_CRON (parsed before) takes precedence.
+// duration is a setting holding a positive Go duration.
+func duration(flag, env, def, usage string, forBinaries []string, field func(*Config) *time.Duration) Setting {
+	return Setting{Flag: flag, Env: env, Default: def, Usage: usage, For: forBinaries,
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%q: must be a positive duration such as %s", v, def)
+			}
+			*field(c) = d
+			return nil
+		}}
+}
+
+// count is a controller setting holding an integer from 1 to 10000.
+func count(flag, env, def, usage string, field func(*Config) *int) Setting {
+	return Setting{Flag: flag, Env: env, Default: def, Usage: usage, For: []string{Controller},
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10000 {
+				return fmt.Errorf("%q: must be an integer from 1 to 10000", v)
+			}
+			*field(c) = n
+			return nil
+		}}
+}
+
 func jobSchedule(flag, env, job, def, what string) Setting {
 	return Setting{Flag: flag, Env: env, Default: def, For: []string{Worker},
 		Usage: "schedule of " + what + ": cron expression, @every 1s, or off; a " + job + "= entry in BLOBPLANE_CRON takes precedence",
@@ -589,6 +633,49 @@ var Settings = []Setting{
 			c.SigningKey = v
 			return nil
 		}},
+	duration("drain-timeout", "BLOBPLANE_DRAIN_TIMEOUT", "20s", "on SIGTERM, how long the api waits for the running controller to hand its partitions off (ZBP-5 R83) before it stops being chosen and closes its listener", []string{API}, func(c *Config) *time.Duration { return &c.DrainTimeout }),
+	duration("shutdown-budget", "BLOBPLANE_SHUTDOWN_BUDGET", "60s", "the platform's termination budget (Kubernetes terminationGracePeriodSeconds, docker stop's timeout): the api refuses to boot when drain-timeout + shutdown-timeout + 5s, or the handoffs of its partitions, cannot fit (ZBP-5 R85)", []string{API}, func(c *Config) *time.Duration { return &c.ShutdownBudget }),
+	duration("handoff-deadline", "BLOBPLANE_HANDOFF_DEADLINE", "5s", "how long one handoff may take before its seal; past it the handoff aborts and the old primary keeps serving (ZBP-5 R82)", []string{API, Controller}, func(c *Config) *time.Duration { return &c.HandoffDeadline }),
+	{Flag: "controller-listen", Env: "BLOBPLANE_CONTROLLER_LISTEN", Default: "127.0.0.1:9190", Usage: "where `controller run` serves /metrics and /healthz (empty: nowhere)", For: []string{Controller},
+		set: func(c *Config, v string) error {
+			if v != "" {
+				if err := listenAddr(v); err != nil {
+					return err
+				}
+			}
+			c.ControllerListen = v
+			return nil
+		}},
+	duration("controller-tick", "BLOBPLANE_CONTROLLER_TICK", "500ms", "longest wait between two controller rounds (handoff and map notifications wake it sooner)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerTick }),
+	duration("controller-failover-grace", "BLOBPLANE_CONTROLLER_FAILOVER_GRACE", "250ms", "how long a lease must have expired before its partition is recovered on another node when its node is gone (no Postgres session) or draining", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerFailoverGrace }),
+	duration("controller-live-grace", "BLOBPLANE_CONTROLLER_LIVE_GRACE", "30s", "the same wait when the lease's node is still connected (its keeper claims the lease back by itself: a blip moves nothing)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerLiveGrace }),
+	duration("controller-hysteresis", "BLOBPLANE_CONTROLLER_HYSTERESIS", "30s", "a partition moved less than this long ago is not moved again by a planned move (ZBP-5 R116)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerHysteresis }),
+	count("controller-max-moves", "BLOBPLANE_CONTROLLER_MAX_MOVES", "8", "most moves in flight at once (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxMoves }),
+	count("controller-max-moves-per-node", "BLOBPLANE_CONTROLLER_MAX_MOVES_PER_NODE", "4", "most moves in flight from or to one node (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxPerNode }),
+	{Flag: "controller-max-move-fraction", Env: "BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION", Default: "0.5", Usage: "most slots one plan moves, as a fraction of the map; more needs `controller apply --override-reason` (ZBP-5 R119)", For: []string{Controller},
+		set: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 || f > 1 {
+				return fmt.Errorf("%q: must be a number in (0, 1]", v)
+			}
+			c.ControllerMaxFraction = f
+			return nil
+		}},
+	{Flag: "controller-auto", Env: "BLOBPLANE_CONTROLLER_AUTO", Default: "drain,recover", Usage: "plan kinds `controller run` applies without an operator, comma-separated from drain and recover, or none (ZBP-5 R118); the others wait for `controller apply`", For: []string{Controller},
+		set: func(c *Config, v string) error {
+			c.ControllerAuto = []string{}
+			if v == "none" || v == "" {
+				return nil
+			}
+			for _, k := range strings.Split(v, ",") {
+				k = strings.TrimSpace(k)
+				if k != "drain" && k != "recover" {
+					return fmt.Errorf("%q: %q is not a plan kind (drain, recover)", v, k)
+				}
+				c.ControllerAuto = append(c.ControllerAuto, k)
+			}
+			return nil
+		}},
 	{Flag: "partitions", Env: "BLOBPLANE_PARTITIONS", Default: "", Usage: "number of partitions in the first published map (default 16); later maps keep the published count", For: []string{Controller},
 		set: func(c *Config, v string) error {
 			if v == "" {
@@ -942,7 +1029,7 @@ func ParseBytes(v string) (int64, error) {
 var Commands = map[string][]string{
 	API:        {"serve", "migrate", "lease", "token", "repo", "policy", "blob"},
 	Worker:     {"run", "sweep", "scrub"},
-	Controller: {"show", "keygen", "publish"},
+	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover"},
 }
 
 // ResolveClusterSecret fills ClusterSecret from <data-dir>/cluster-secret

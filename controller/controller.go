@@ -121,21 +121,28 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 		return nil, err
 	}
 	raiseEpochs(next, leases)
-	delta, err := checkNext(op, prev, next)
-	if err != nil {
-		return nil, err
-	}
-	older, err := olderDeltas(ctx, st, prev, next)
-	if err != nil {
-		return nil, err
-	}
-	if err := sign(signer, next, append([]*authority.Delta{delta}, older...)...); err != nil {
-		return nil, err
-	}
-	if err := st.PublishMap(ctx, next, append([]*authority.Delta{delta}, older...)...); err != nil {
+	if err := publishNext(ctx, st, signer, prev, next); err != nil {
 		return nil, err
 	}
 	return next, nil
+}
+
+// publishNext checks next against prev (checkNext), signs it with its
+// deltas from prev and the versions before (R9, R103) and publishes them.
+func publishNext(ctx context.Context, st Store, signer authority.Signer, prev, next *authority.Map) error {
+	delta, err := checkNext("controller.Publish", prev, next)
+	if err != nil {
+		return err
+	}
+	older, err := olderDeltas(ctx, st, prev, next)
+	if err != nil {
+		return err
+	}
+	deltas := append([]*authority.Delta{delta}, older...)
+	if err := sign(signer, next, deltas...); err != nil {
+		return err
+	}
+	return st.PublishMap(ctx, next, deltas...)
 }
 
 // DeltaHistory is how many published versions a new map gets a signed

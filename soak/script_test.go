@@ -256,6 +256,9 @@ func (x *script) crashPostgres() error {
 	if err := x.c.pg.crashRestart(); err != nil {
 		return err
 	}
+	// The test's own pooled connections died with the server: drop them
+	// (a query on one answers "unexpected EOF"; pgx does not retry it).
+	x.c.db.Reset()
 	x.logf("  Postgres accepts connections again %s after its immediate shutdown", time.Since(started).Round(time.Millisecond))
 	return x.acks(60)
 }
@@ -269,6 +272,7 @@ func (x *script) killAPIAndPostgres(dc string) func() error {
 		if err := x.c.pg.crashRestart(); err != nil {
 			return err
 		}
+		x.c.db.Reset() // as in crashPostgres
 		x.logf("  Postgres accepts connections again %s after its immediate shutdown", time.Since(started).Round(time.Millisecond))
 		return nil
 	}

@@ -374,6 +374,10 @@ func (s *Store) ForceLease(ctx context.Context, partition, node, endpoint, opera
 	if err != nil {
 		return authority.LeaseRecord{}, leaseErr(op, err)
 	}
+	// Wake the keepers: the forced owner adopts the lease at once (R26).
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", HandoffChannel, partition); err != nil {
+		s.logger.Warn("notify a force-takeover; keepers see it at their next tick", "partition", partition, "err", err)
+	}
 	return leaseFromRow(row), nil
 }
 

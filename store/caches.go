@@ -26,6 +26,10 @@ type CacheOptions struct {
 	// publication may have landed while it was not (the API wakes its
 	// lease keeper with it). Not a cache: it rides on the same connection.
 	MapPublished func()
+	// HandoffChanged, when set, is called whenever a handoff starts or
+	// changes state (HandoffChannel) and each time the listener starts
+	// listening: the lease keeper and the controller act on it at once.
+	HandoffChanged func()
 	// Hooks are interleaving points for tests; leave them nil.
 	Hooks ListenerHooks
 }
@@ -71,6 +75,9 @@ func (s *Store) StartCaches(ctx context.Context, opts CacheOptions) (stop func()
 	}
 	if opts.MapPublished != nil {
 		l.Register(MapChannel, "map", notifycache.Waker(opts.MapPublished))
+	}
+	if opts.HandoffChanged != nil {
+		l.Register(HandoffChannel, "handoff", notifycache.Waker(opts.HandoffChanged))
 	}
 	stopListener := l.Start(ctx)
 	var once sync.Once

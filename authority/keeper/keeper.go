@@ -46,6 +46,25 @@ type Store interface {
 	// ReleaseLease gives the lease up at epoch (expires it now); a lease
 	// that already moved on is left alone without an error.
 	ReleaseLease(ctx context.Context, partition, node string, epoch uint64) error
+
+	// HandoffsFor returns the moves in flight from or to node (issue 30).
+	HandoffsFor(ctx context.Context, node string) ([]authority.Handoff, error)
+	// MarkHandoffSynced answers a handoff to node in preparing: it will
+	// take the partition (A.4 step 3).
+	MarkHandoffSynced(ctx context.Context, id int64, node string) (bool, error)
+	// SealForHandoff seals node's lease at epoch for a synced handoff
+	// (A.4 step 4, R74); CodeConflict when the handoff is no longer
+	// synced or its deadline passed (nothing changed, R75).
+	SealForHandoff(ctx context.Context, id int64, node string, epoch uint64) (authority.LeaseRecord, error)
+	// ClaimSealedLease is the target's ACQUIRE of the sealed lease at
+	// epoch + 1 (A.4 step 7).
+	ClaimSealedLease(ctx context.Context, id int64, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error)
+	// MarkHandoffReady records that node serves the partition at epoch
+	// (R79: only then may a map name it).
+	MarkHandoffReady(ctx context.Context, id int64, node string, epoch uint64) (bool, error)
+	// ForcedLeasesFor returns the live leases an operator forced onto node
+	// (R26): adopted at once.
+	ForcedLeasesFor(ctx context.Context, node string) ([]authority.LeaseRecord, error)
 }
 
 // Config tunes a Keeper.
@@ -69,6 +88,10 @@ var DefaultTiming = authority.LeaseTiming{TTL: 10 * time.Second, RenewInterval: 
 type held struct {
 	fence   *authority.SelfFence
 	serving bool
+	// sealing is set while this node seals the lease for a handoff (A.4
+	// step 4): nothing new is admitted; writes already admitted commit
+	// before the seal or are refused by it (R77, retryable).
+	sealing bool
 	// ctx is cancelled the moment the lease is lost or its deadline
 	// passes: in-flight work fails retryably (R24).
 	ctx    context.Context
@@ -93,6 +116,26 @@ type Keeper struct {
 	claimed map[string]bool
 	deltas  map[uint64]*authority.Delta // signed deltas to the current map, by base
 	wake    chan struct{}
+
+	// handoffs are the moves in flight from or to this node, as last read
+	// (kept when a read fails, so a target does not drop a partition it
+	// took over because of one failed query).
+	handoffs []authority.Handoff
+	// sealed holds the partitions this node sealed for a handoff, by the
+	// sealed epoch: never kept again while the map still names this node
+	// (R74, R76: the outgoing primary does not resume).
+	sealed map[string]uint64
+	// forced holds the live leases an operator forced onto this node
+	// (R26), as last read: adopted at once and kept like the map's until
+	// a newer map than the one current at adoption gives the partition
+	// to another node (then done[partition] = that epoch: never again).
+	forced map[string]forcedLease
+	done   map[string]uint64
+}
+
+type forcedLease struct {
+	epoch      uint64
+	mapVersion uint64 // the map current when this node adopted it
 }
 
 // New validates cfg and returns a Keeper that holds nothing yet.
@@ -112,7 +155,8 @@ func New(store Store, cfg Config) (*Keeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{cfg: cfg, store: store, leases: map[string]*held{}, claimed: map[string]bool{}, deltas: map[uint64]*authority.Delta{}, wake: make(chan struct{}, 1)}, nil
+	return &Keeper{cfg: cfg, store: store, leases: map[string]*held{}, claimed: map[string]bool{}, deltas: map[uint64]*authority.Delta{}, wake: make(chan struct{}, 1),
+		sealed: map[string]uint64{}, forced: map[string]forcedLease{}, done: map[string]uint64{}}, nil
 }
 
 // Map returns the current verified map, or nil before the first one.
@@ -147,6 +191,9 @@ func (k *Keeper) Admit(partition string, epoch uint64) (context.Context, error) 
 	}
 	if err := h.fence.Check(k.cfg.Clock.Now()); err != nil {
 		return nil, err
+	}
+	if h.sealing {
+		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "partition %s is being handed off", partition)
 	}
 	if _, e, _ := h.fence.Deadline(); e != epoch {
 		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "partition %s moved to epoch %d", partition, e)
@@ -264,18 +311,12 @@ func (k *Keeper) onReject(r authority.Rejection) {
 }
 
 // Tick does one round of lease work: self-fence expired leases, give up
-// partitions the map moved away, acquire or renew the rest.
+// partitions the map moved away, take part in the handoffs from and to
+// this node, acquire or renew the rest.
 func (k *Keeper) Tick(ctx context.Context) {
-	vm := k.Map()
-	mine := map[string]bool{}
-	if vm != nil {
-		for _, p := range vm.Map().Partitions {
-			if p.Primary.Node == k.cfg.NodeID {
-				mine[p.ID] = true
-			}
-		}
-	}
+	k.readMoves(ctx)
 	k.mu.Lock()
+	mine, targets := k.wanted()
 	now := k.cfg.Clock.Now()
 	var release []string
 	for id, h := range k.leases {
@@ -288,23 +329,213 @@ func (k *Keeper) Tick(ctx context.Context) {
 			release = append(release, id)
 		}
 	}
+	hs := k.handoffs
 	k.mu.Unlock()
 	for _, id := range release {
 		k.release(ctx, id)
 	}
+	k.handOff(ctx, hs)
 	for id := range mine {
 		if ctx.Err() != nil {
 			return
 		}
-		k.keep(ctx, id)
+		k.keep(ctx, id, targets[id])
+	}
+	k.reportReady(ctx, targets)
+}
+
+// readMoves refreshes the handoffs and forced leases involving this node;
+// on a failed read the last ones stand.
+func (k *Keeper) readMoves(ctx context.Context) {
+	hs, err := k.store.HandoffsFor(ctx, k.cfg.NodeID)
+	if err != nil {
+		if ctx.Err() == nil {
+			k.cfg.Logger.Warn("read handoffs", "err", err)
+		}
+	} else {
+		k.mu.Lock()
+		k.handoffs = hs
+		k.mu.Unlock()
+	}
+	forced, err := k.store.ForcedLeasesFor(ctx, k.cfg.NodeID)
+	if err != nil {
+		if ctx.Err() == nil {
+			k.cfg.Logger.Warn("read forced leases", "err", err)
+		}
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var version uint64
+	if k.current != nil {
+		version = k.current.Version()
+	}
+	m := make(map[string]forcedLease, len(forced))
+	for _, r := range forced {
+		switch f, ok := k.forced[r.Partition]; {
+		case k.done[r.Partition] == r.Epoch:
+		case ok && f.epoch == r.Epoch:
+			m[r.Partition] = f
+		default:
+			m[r.Partition] = forcedLease{epoch: r.Epoch, mapVersion: version}
+			k.cfg.Logger.Info("adopting a forced takeover", "partition", r.Partition, "epoch", r.Epoch, "operator", r.TakenBy, "reason", r.TakenReason)
+		}
+	}
+	k.forced = m
+}
+
+// wanted is the set of partitions this node should hold: those the map
+// gives it (less those it sealed away), those a handoff moves to it, and
+// those an operator forced onto it (R26). targets maps a partition to the
+// handoff moving it here. Called with k.mu held.
+func (k *Keeper) wanted() (mine map[string]bool, targets map[string]authority.Handoff) {
+	mine, targets = map[string]bool{}, map[string]authority.Handoff{}
+	named := map[string]bool{}
+	if k.current != nil {
+		for _, p := range k.current.Map().Partitions {
+			if p.Primary.Node == k.cfg.NodeID {
+				named[p.ID] = true
+			}
+		}
+	}
+	for id := range k.sealed {
+		if !named[id] {
+			delete(k.sealed, id) // the map moved on: nothing left to hold back
+		}
+	}
+	for id := range named {
+		if _, sealed := k.sealed[id]; !sealed {
+			mine[id] = true
+		}
+	}
+	for _, h := range k.handoffs {
+		if h.To != k.cfg.NodeID {
+			continue
+		}
+		if h.State == authority.HandoffSealed || h.State == authority.HandoffReady ||
+			(h.Kind == authority.KindRecover && h.State == authority.HandoffPreparing) {
+			mine[h.Partition] = true
+			targets[h.Partition] = h
+			delete(k.sealed, h.Partition)
+		}
+	}
+	for id, f := range k.forced {
+		if k.current != nil && k.current.Version() > f.mapVersion && !named[id] {
+			// A map newer than the force gives the partition elsewhere:
+			// the operator's override is over.
+			k.done[id] = f.epoch
+			delete(k.forced, id)
+			continue
+		}
+		mine[id] = true
+		delete(k.sealed, id)
+	}
+	return mine, targets
+}
+
+// handOff does this node's steps of the handoffs in flight: as a target it
+// answers synced (A.4 step 3: a DERIVED partition has nothing to restore,
+// R78); as the outgoing primary of a synced handoff it seals (step 4).
+func (k *Keeper) handOff(ctx context.Context, hs []authority.Handoff) {
+	for _, h := range hs {
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case h.Kind == authority.KindHandoff && h.To == k.cfg.NodeID && h.State == authority.HandoffPreparing:
+			if _, err := k.store.MarkHandoffSynced(ctx, h.ID, k.cfg.NodeID); err != nil && ctx.Err() == nil {
+				k.cfg.Logger.Warn("handoff: report synced", "handoff", h.ID, "partition", h.Partition, "err", err)
+			}
+		case h.Kind == authority.KindHandoff && h.From == k.cfg.NodeID && h.State == authority.HandoffSynced:
+			k.seal(ctx, h)
+		}
 	}
 }
 
-// claim is keep's lease write: a renewal while holding, else a claim.
-func (k *Keeper) claim(ctx context.Context, id string, epoch uint64, holding, first bool) (authority.LeaseRecord, error) {
+// seal is A.4 step 4 at the outgoing primary: stop admitting, seal the
+// lease under its epoch (waiting for the writes already fenced under it),
+// then forget the partition without flushing anything (R24, R74). When the
+// seal is refused before it happened — the handoff aborted or late — the
+// partition keeps serving as if nothing had been asked (R75).
+func (k *Keeper) seal(ctx context.Context, h authority.Handoff) {
+	k.mu.Lock()
+	l := k.leases[h.Partition]
+	ok := l != nil && l.fence.Check(k.cfg.Clock.Now()) == nil
+	if ok {
+		_, e, _ := l.fence.Deadline()
+		ok = e == h.FromEpoch
+	}
+	if ok {
+		l.sealing = true
+	}
+	k.mu.Unlock()
+	if !ok {
+		return // not held at the handoff's epoch: the controller's deadline settles it
+	}
+	_, err := k.store.SealForHandoff(ctx, h.ID, k.cfg.NodeID, h.FromEpoch)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err != nil {
+		l.sealing = false
+		if errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
+			l.fence.Lost()
+			l.cancel()
+			if k.leases[h.Partition] == l {
+				delete(k.leases, h.Partition)
+			}
+		}
+		if ctx.Err() == nil {
+			k.cfg.Logger.Warn("handoff: seal refused; still serving", "handoff", h.ID, "partition", h.Partition, "err", err)
+		}
+		return
+	}
+	l.fence.Lost()
+	l.cancel()
+	if k.leases[h.Partition] == l {
+		delete(k.leases, h.Partition)
+	}
+	k.sealed[h.Partition] = h.FromEpoch
+	k.cfg.Logger.Info("handoff: lease sealed; the partition moves on", "handoff", h.ID, "partition", h.Partition, "epoch", h.FromEpoch, "to", h.To)
+}
+
+// reportReady tells the controller a partition moved here is served under
+// its new epoch (A.4 step 7, A.3 step 10): only then may a map name this
+// node (R79).
+func (k *Keeper) reportReady(ctx context.Context, targets map[string]authority.Handoff) {
+	for id, h := range targets {
+		if h.State == authority.HandoffReady {
+			continue
+		}
+		ls := k.Lease(id)
+		if !ls.Held || !ls.Serving || ls.Epoch <= h.FromEpoch {
+			continue
+		}
+		ok, err := k.store.MarkHandoffReady(ctx, h.ID, k.cfg.NodeID, ls.Epoch)
+		if err != nil && ctx.Err() == nil {
+			k.cfg.Logger.Warn("handoff: report ready", "handoff", h.ID, "partition", id, "err", err)
+		}
+		if ok {
+			k.cfg.Logger.Info("handoff: serving the partition", "handoff", h.ID, "partition", id, "epoch", ls.Epoch, "kind", h.Kind)
+		}
+	}
+}
+
+// claim is keep's lease write: a renewal while holding; the sealed lease
+// of a handoff to this node; the adoption of a lease an operator forced
+// onto it (R26: served at once, not after a TTL); else a claim.
+func (k *Keeper) claim(ctx context.Context, id string, epoch uint64, holding, first bool, to authority.Handoff) (authority.LeaseRecord, error) {
+	k.mu.Lock()
+	f, isForced := k.forced[id]
+	k.mu.Unlock()
 	switch {
 	case holding:
 		return k.store.RenewLease(ctx, id, k.cfg.NodeID, epoch)
+	case to.Kind == authority.KindHandoff && to.State == authority.HandoffSealed:
+		return k.store.ClaimSealedLease(ctx, to.ID, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+	case isForced:
+		// The record names this node at that epoch: a renewal under it is
+		// the fenced proof, and its acknowledgement starts the self-fence.
+		return k.store.RenewLease(ctx, id, k.cfg.NodeID, f.epoch)
 	case first:
 		// Issue 27: the first claim since this process started takes
 		// back a live lease an earlier process with this node id left
@@ -317,7 +548,7 @@ func (k *Keeper) claim(ctx context.Context, id string, epoch uint64, holding, fi
 	}
 }
 
-func (k *Keeper) keep(ctx context.Context, id string) {
+func (k *Keeper) keep(ctx context.Context, id string, to authority.Handoff) {
 	k.mu.Lock()
 	h := k.leases[id]
 	var epoch uint64
@@ -330,12 +561,13 @@ func (k *Keeper) keep(ctx context.Context, id string) {
 	k.mu.Unlock()
 
 	sent := k.cfg.Clock.Now()
-	rec, err := k.claim(ctx, id, epoch, holding, first)
+	rec, err := k.claim(ctx, id, epoch, holding, first, to)
 	ack := k.cfg.Clock.Now()
 	if err != nil {
 		if holding && errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
 			k.lost(id, err)
-		} else if ctx.Err() == nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) {
+		} else if ctx.Err() == nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) &&
+			!errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
 			k.cfg.Logger.Warn("lease store", "partition", id, "renew", holding, "err", err)
 		}
 		return
@@ -443,4 +675,20 @@ func (k *Keeper) Report() (mapVersion uint64, primaries []authority.PrimaryRepor
 		}
 	}
 	return mapVersion, primaries
+}
+
+// Holding returns how many leases this node holds and how many partitions
+// the current map names it primary of: a draining node is done when both
+// are zero (R83, R84).
+func (k *Keeper) Holding() (leases, named int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.current != nil {
+		for _, p := range k.current.Map().Partitions {
+			if p.Primary.Node == k.cfg.NodeID {
+				named++
+			}
+		}
+	}
+	return len(k.leases), named
 }

@@ -116,21 +116,7 @@ func lease(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []
 	if *partition == "" || *operator == "" || *reason == "" {
 		return errors.New("lease force needs --partition, --operator and --reason (R28: a force-takeover records who and why)")
 	}
-	if *endpoint == "" {
-		nodes, err := st.ListNodes(ctx)
-		if err != nil {
-			return err
-		}
-		for _, n := range nodes {
-			if n.ID == *node {
-				*endpoint = controller.Endpoint(n.Endpoint)
-			}
-		}
-		if *endpoint == "" {
-			return fmt.Errorf("node %q has no registered endpoint: pass --endpoint", *node)
-		}
-	}
-	rec, err := st.ForceLease(ctx, *partition, *node, *endpoint, *operator, *reason)
+	rec, err := controller.Takeover(ctx, st, *partition, *node, *endpoint, *operator, *reason)
 	if err != nil {
 		return err
 	}

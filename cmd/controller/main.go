@@ -1,23 +1,39 @@
 // Command controller is Blobplane's placement controller (ZBP-5): it holds
-// the map-signing key and publishes the signed partition map. It is run by
-// an operator or by deployment tooling, never on a serving path (R109).
+// the map-signing key and publishes the signed partition map. As a service
+// (`controller run`) it moves partitions by itself: off draining nodes by
+// live handoff, off dead nodes once their leases expire; one instance acts
+// at a time. It is never on a serving path (R109).
 //
 //	controller [flags]                show the published map and leases (the default)
 //	controller [flags] show
 //	controller [flags] keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339]
 //	controller [flags] publish [--slot-bits B]
+//	controller [flags] run                                 the service (leader lock; standbys wait)
+//	controller [flags] plan [--dry-run] [--json]           what a round would do now, against live state
+//	controller [flags] apply [--override-reason R --operator O] [--wait 60s]
+//	controller [flags] freeze --operator O --reason R      halt new movement (R123)
+//	controller [flags] unfreeze
+//	controller [flags] status                              map, leases, freeze, recent moves
+//	controller [flags] takeover --partition P --node N --operator O --reason R [--endpoint host:port]
 //
 // Run `controller --help` for every setting and its environment variable.
+// Exit codes: 0 success, 1 failure (the error is printed), 2 usage.
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/controller"
@@ -36,10 +52,12 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
 	}
-	switch cmd {
-	case "show", "keygen", "publish":
-	default:
-		return fmt.Errorf("unknown command %q (show, keygen, publish)", cmd)
+	known := false
+	for _, c := range config.Commands[config.Controller] {
+		known = known || c == cmd
+	}
+	if !known {
+		return fmt.Errorf("unknown command %q (%v)", cmd, config.Commands[config.Controller])
 	}
 	// Connect first: every command needs the database, and keygen must not
 	// leave a key file behind when it cannot publish the public half.
@@ -52,32 +70,9 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	if keyPath == "" {
 		keyPath = controller.DefaultKeyPath(cfg.DataDir)
 	}
-
 	switch cmd {
 	case "keygen":
-		fs := flag.NewFlagSet("controller keygen", flag.ContinueOnError)
-		out := fs.String("out", keyPath, "where to write the private key (mode 0600; never overwritten)")
-		keyID := fs.String("key-id", "", "key id (default: map-<date>-<random>)")
-		validFor := fs.Duration("valid-for", controller.DefaultKeyValidity, "validity window length")
-		notBefore := fs.String("not-before", "", "start of the validity window, RFC 3339 (default: now)")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		nb := time.Now()
-		if *notBefore != "" {
-			if nb, err = time.Parse(time.RFC3339, *notBefore); err != nil {
-				return fmt.Errorf("--not-before: %w", err)
-			}
-		}
-		k, err := controller.Keygen(ctx, st, *out, *keyID, nb, *validFor)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, k.KeyID)
-		logger.Info("signing key generated and published", "key_id", k.KeyID, "path", *out,
-			"not_before", k.NotBefore, "not_after", k.NotAfter)
-		return nil
-
+		return keygen(ctx, st, logger, keyPath, args, stdout)
 	case "publish":
 		fs := flag.NewFlagSet("controller publish", flag.ContinueOnError)
 		slotBits := fs.Int("slot-bits", 0, "slot bits of the first map (default 12)")
@@ -94,8 +89,182 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		}
 		fmt.Fprintf(stdout, "published map version %d (%d partitions, signed by %s)\n", m.Version, len(m.Partitions), k.KeyID)
 		return nil
-
+	case "run", "plan", "apply":
+		return service(ctx, cfg, st, logger, keyPath, cmd, args, stdout)
+	case "freeze", "unfreeze":
+		return freeze(ctx, st, cmd == "freeze", args, stdout)
+	case "status":
+		return controller.Status(ctx, st, stdout, time.Now())
+	case "takeover":
+		return takeover(ctx, st, logger, args, stdout)
 	default: // show
 		return controller.Show(ctx, st, stdout, time.Now())
 	}
+}
+
+// freeze sets (R123) or lifts the global freeze.
+func freeze(ctx context.Context, st *store.Store, on bool, args []string, stdout io.Writer) error {
+	if !on {
+		was, err := st.Unfreeze(ctx)
+		if err != nil {
+			return err
+		}
+		if !was {
+			fmt.Fprintln(stdout, "not frozen")
+			return nil
+		}
+		fmt.Fprintln(stdout, "unfrozen: moves start again at the next round")
+		return nil
+	}
+	fs := flag.NewFlagSet("controller freeze", flag.ContinueOnError)
+	operator := fs.String("operator", "", "who freezes (required, recorded)")
+	reason := fs.String("reason", "", "why (required, recorded)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := st.Freeze(ctx, *operator, *reason); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "frozen: no new move starts; serving and handoffs past their seal continue (R123)")
+	return nil
+}
+
+func keygen(ctx context.Context, st *store.Store, logger *slog.Logger, keyPath string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("controller keygen", flag.ContinueOnError)
+	out := fs.String("out", keyPath, "where to write the private key (mode 0600; never overwritten)")
+	keyID := fs.String("key-id", "", "key id (default: map-<date>-<random>)")
+	validFor := fs.Duration("valid-for", controller.DefaultKeyValidity, "validity window length")
+	notBefore := fs.String("not-before", "", "start of the validity window, RFC 3339 (default: now)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	nb := time.Now()
+	if *notBefore != "" {
+		var err error
+		if nb, err = time.Parse(time.RFC3339, *notBefore); err != nil {
+			return fmt.Errorf("--not-before: %w", err)
+		}
+	}
+	k, err := controller.Keygen(ctx, st, *out, *keyID, nb, *validFor)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, k.KeyID)
+	logger.Info("signing key generated and published", "key_id", k.KeyID, "path", *out,
+		"not_before", k.NotBefore, "not_after", k.NotAfter)
+	return nil
+}
+
+func takeover(ctx context.Context, st *store.Store, logger *slog.Logger, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("controller takeover", flag.ContinueOnError)
+	partition := fs.String("partition", "", "partition id to take over (required)")
+	node := fs.String("node", "", "node that takes the lease (required)")
+	operator := fs.String("operator", "", "who is forcing the takeover (required; recorded as taken_by)")
+	reason := fs.String("reason", "", "why (required; recorded as taken_reason)")
+	endpoint := fs.String("endpoint", "", "host:port of that node (default: its registered endpoint)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rec, err := controller.Takeover(ctx, st, *partition, *node, *endpoint, *operator, *reason)
+	if err != nil {
+		return err
+	}
+	logger.Warn("lease force-takeover", "partition", rec.Partition, "epoch", rec.Epoch, "node", rec.OwnerNode,
+		"operator", rec.TakenBy, "reason", rec.TakenReason)
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rec)
+}
+
+// settings are the controller service's settings from cfg.
+func settings(cfg *config.Config) controller.Settings {
+	s := controller.Settings{
+		Tick: cfg.ControllerTick, HandoffDeadline: cfg.HandoffDeadline, FailoverGrace: cfg.ControllerFailoverGrace,
+		LiveNodeGrace: cfg.ControllerLiveGrace, Hysteresis: cfg.ControllerHysteresis, MaxConcurrent: cfg.ControllerMaxMoves,
+		MaxPerNode: cfg.ControllerMaxPerNode, MaxMoveFraction: cfg.ControllerMaxFraction,
+	}
+	if cfg.ControllerAuto != nil {
+		s.Auto = map[string]bool{}
+		for _, k := range cfg.ControllerAuto {
+			s.Auto[k] = true
+		}
+	}
+	return s
+}
+
+func service(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger, keyPath, cmd string, args []string, stdout io.Writer) error {
+	svc := &controller.Service{Store: st, Settings: settings(cfg), Logger: logger.With("service", "controller"), Metrics: controller.NewMetrics()}
+	if cmd == "plan" {
+		fs := flag.NewFlagSet("controller plan", flag.ContinueOnError)
+		fs.Bool("dry-run", true, "only print the plan (always: `controller apply` applies)")
+		asJSON := fs.Bool("json", false, "print the plan as JSON")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		o, err := svc.Observe(ctx)
+		if err != nil {
+			return err
+		}
+		p := controller.ComputePlan(o, svc.Settings, svc.Settings.Auto, controller.Override{})
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(p)
+		}
+		p.Print(stdout)
+		return nil
+	}
+	k, err := controller.LoadKey(cfg.SigningKey, keyPath)
+	if err != nil {
+		return err
+	}
+	svc.Signer = k.Signer()
+	if cmd == "apply" {
+		fs := flag.NewFlagSet("controller apply", flag.ContinueOnError)
+		operator := fs.String("operator", "", "who applies (recorded; required with --override-reason)")
+		override := fs.String("override-reason", "", "allow this plan to move more than BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION of the slots (R119), recorded")
+		wait := fs.Duration("wait", time.Minute, "how long to wait for the moves to finish")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if (*override != "") != (*operator != "") && *override != "" {
+			return errors.New("--override-reason needs --operator (R119: an override records who and why)")
+		}
+		if *operator != "" {
+			svc.AppliedBy = "controller apply by " + *operator
+		} else {
+			svc.AppliedBy = "controller apply"
+		}
+		p, moves, err := controller.Apply(ctx, svc, controller.Override{By: *operator, Reason: *override}, *wait)
+		p.Print(stdout)
+		for _, h := range moves {
+			fmt.Fprintf(stdout, "move %d %s %s→%s: %s %s\n", h.ID, h.Partition, h.From, h.To, h.State, h.AbortReason)
+		}
+		return err
+	}
+	// run
+	if cfg.ControllerListen != "" {
+		ln, err := net.Listen("tcp", cfg.ControllerListen)
+		if err != nil {
+			return fmt.Errorf("invalid BLOBPLANE_CONTROLLER_LISTEN: %v", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Metrics.Registry, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		logger.Info("controller metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+	wake := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	stop := st.StartCaches(ctx, store.CacheOptions{MapPublished: notify, HandoffChanged: notify})
+	defer stop()
+	logger.Info("controller service starting", "tick", svc.Settings.Tick, "auto", cfg.ControllerAuto)
+	return svc.Run(ctx, wake)
 }

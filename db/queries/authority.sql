@@ -99,10 +99,10 @@ RETURNING *;
 -- renewal interval.
 INSERT INTO leases AS l (partition_id, epoch, owner_node, owner_endpoint, state,
                          lease_ttl_ms, renew_interval_ms, expires_at, renewed_at,
-                         taken_by, taken_reason, taken_at)
+                         taken_by, taken_reason, taken_at, taken_epoch)
 SELECT @partition_id, 1, @node, @endpoint, 'RESTORING',
        t.ttl_ms, @renew_ms, now() + t.ttl_ms * interval '1 millisecond', now(),
-       @operator::text, @reason::text, now()
+       @operator::text, @reason::text, now(), 1
 FROM (SELECT @ttl_ms::bigint AS ttl_ms) AS t
 ON CONFLICT (partition_id) DO UPDATE
 SET epoch = l.epoch + 1,
@@ -113,7 +113,8 @@ SET epoch = l.epoch + 1,
     renewed_at = now(),
     taken_by = EXCLUDED.taken_by,
     taken_reason = EXCLUDED.taken_reason,
-    taken_at = now()
+    taken_at = now(),
+    taken_epoch = l.epoch + 1
 RETURNING *;
 
 -- name: GetLease :one

@@ -10,7 +10,8 @@ SET datacenter = EXCLUDED.datacenter,
     version = EXCLUDED.version,
     started_at = now(),
     heartbeat_at = now(),
-    state = 'up'
+    state = 'up',
+    draining_since = NULL
 RETURNING *;
 
 -- name: HeartbeatNode :execrows

@@ -29,7 +29,7 @@ SET epoch = l.epoch + 1,
 WHERE l.expires_at < now()
    OR ($6::boolean AND l.owner_node = EXCLUDED.owner_node
        AND l.state IN ('RESTORING', 'CATCHING_UP', 'SERVING'))
-RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at
+RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch
 `
 
 type AcquireLeaseParams struct {
@@ -80,6 +80,7 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeasePar
 		&i.TakenBy,
 		&i.TakenReason,
 		&i.TakenAt,
+		&i.TakenEpoch,
 	)
 	return i, err
 }
@@ -112,7 +113,7 @@ SET checkpoint_pointer = coalesce($1::text, checkpoint_pointer),
     state = coalesce($2::text, state),
     sealed_lsn = coalesce($3::bigint, sealed_lsn)
 WHERE partition_id = $4 AND epoch = $5 AND owner_node = $6
-RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at
+RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch
 `
 
 type FenceLeaseWriteParams struct {
@@ -152,6 +153,7 @@ func (q *Queries) FenceLeaseWrite(ctx context.Context, db DBTX, arg FenceLeaseWr
 		&i.TakenBy,
 		&i.TakenReason,
 		&i.TakenAt,
+		&i.TakenEpoch,
 	)
 	return i, err
 }
@@ -159,10 +161,10 @@ func (q *Queries) FenceLeaseWrite(ctx context.Context, db DBTX, arg FenceLeaseWr
 const forceLease = `-- name: ForceLease :one
 INSERT INTO leases AS l (partition_id, epoch, owner_node, owner_endpoint, state,
                          lease_ttl_ms, renew_interval_ms, expires_at, renewed_at,
-                         taken_by, taken_reason, taken_at)
+                         taken_by, taken_reason, taken_at, taken_epoch)
 SELECT $1, 1, $2, $3, 'RESTORING',
        t.ttl_ms, $4, now() + t.ttl_ms * interval '1 millisecond', now(),
-       $5::text, $6::text, now()
+       $5::text, $6::text, now(), 1
 FROM (SELECT $7::bigint AS ttl_ms) AS t
 ON CONFLICT (partition_id) DO UPDATE
 SET epoch = l.epoch + 1,
@@ -173,8 +175,9 @@ SET epoch = l.epoch + 1,
     renewed_at = now(),
     taken_by = EXCLUDED.taken_by,
     taken_reason = EXCLUDED.taken_reason,
-    taken_at = now()
-RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at
+    taken_at = now(),
+    taken_epoch = l.epoch + 1
+RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch
 `
 
 type ForceLeaseParams struct {
@@ -216,12 +219,13 @@ func (q *Queries) ForceLease(ctx context.Context, db DBTX, arg ForceLeaseParams)
 		&i.TakenBy,
 		&i.TakenReason,
 		&i.TakenAt,
+		&i.TakenEpoch,
 	)
 	return i, err
 }
 
 const getLease = `-- name: GetLease :one
-SELECT partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at FROM leases WHERE partition_id = $1
+SELECT partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch FROM leases WHERE partition_id = $1
 `
 
 func (q *Queries) GetLease(ctx context.Context, db DBTX, partitionID string) (Lease, error) {
@@ -242,6 +246,7 @@ func (q *Queries) GetLease(ctx context.Context, db DBTX, partitionID string) (Le
 		&i.TakenBy,
 		&i.TakenReason,
 		&i.TakenAt,
+		&i.TakenEpoch,
 	)
 	return i, err
 }
@@ -343,7 +348,7 @@ func (q *Queries) LatestMapVersion(ctx context.Context, db DBTX) (int64, error) 
 }
 
 const listLeases = `-- name: ListLeases :many
-SELECT partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at FROM leases ORDER BY partition_id
+SELECT partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch FROM leases ORDER BY partition_id
 `
 
 func (q *Queries) ListLeases(ctx context.Context, db DBTX) ([]Lease, error) {
@@ -370,6 +375,7 @@ func (q *Queries) ListLeases(ctx context.Context, db DBTX) ([]Lease, error) {
 			&i.TakenBy,
 			&i.TakenReason,
 			&i.TakenAt,
+			&i.TakenEpoch,
 		); err != nil {
 			return nil, err
 		}
@@ -449,7 +455,7 @@ UPDATE leases
 SET expires_at = now() + lease_ttl_ms * interval '1 millisecond',
     renewed_at = now()
 WHERE partition_id = $1 AND epoch = $2 AND owner_node = $3 AND state <> 'SEALED'
-RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at
+RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch
 `
 
 type RenewLeaseParams struct {
@@ -478,6 +484,7 @@ func (q *Queries) RenewLease(ctx context.Context, db DBTX, arg RenewLeaseParams)
 		&i.TakenBy,
 		&i.TakenReason,
 		&i.TakenAt,
+		&i.TakenEpoch,
 	)
 	return i, err
 }

@@ -90,6 +90,40 @@ type CollectorCursor struct {
 	UpdatedAt pgtype.Timestamptz
 }
 
+// One row while the controller is frozen (ZBP-5 R123): no new move starts; serving and handoffs past their seal continue. controller freeze / unfreeze.
+type ControllerFreeze struct {
+	// Always true: at most one row.
+	Singleton bool
+	// The operator who froze.
+	FrozenBy string
+	// Their stated reason.
+	Reason string
+	// Database time of the freeze.
+	FrozenAt pgtype.Timestamptz
+}
+
+// Every plan the controller applied (ZBP-5 R117, R118): its moves, what triggered it, and the movement-cap override when one was used (R119).
+type ControllerPlan struct {
+	// Identity of the plan; handoffs.plan_id points here.
+	PlanID int64
+	// What the controller observed: drain, expired leases, or an operator's apply.
+	Trigger string
+	// The moves: [{"partition","kind","from","to","slots","reason"}].
+	Moves []byte
+	// Slots the plan moves.
+	MovedSlots int64
+	// Slots of the map the plan was computed against.
+	TotalSlots int64
+	// The operator who allowed movement beyond the cap (R119).
+	OverrideBy pgtype.Text
+	// Their stated reason.
+	OverrideReason pgtype.Text
+	// controller run (automatic, by plan kind policy) or controller apply (an operator).
+	AppliedBy string
+	// Database time the plan was applied.
+	CreatedAt pgtype.Timestamptz
+}
+
 // Durable record of a collection decision, one per revoked placement: written in the transaction that marks the blob collected, finished by the byte-deletion job. An unfinished row is work still owed to the byte store.
 type Deletion struct {
 	// Surrogate key.
@@ -126,6 +160,48 @@ type Grant struct {
 	Permission string
 	// Database time the grant was created.
 	CreatedAt pgtype.Timestamptz
+}
+
+// Partition moves driven by the controller service (ZBP-5 A.4 live handoff, A.3 recovery after an expired lease): preparing -> synced -> sealed -> ready -> published, or aborted. At most one in flight per partition. Notifies channel blobplane_handoff with the partition id on every insert and state change.
+type Handoff struct {
+	// Identity of the move.
+	HandoffID int64
+	// The controller_plans row that started it (NULL for a handoff started by hand).
+	PlanID pgtype.Int8
+	// The partition moving.
+	PartitionID string
+	// handoff: live, sealed by the outgoing primary (A.4). recover: the lease expired and the target claims it (A.3).
+	Kind string
+	// The primary the map names when the move started.
+	FromNode string
+	// The lease epoch the outgoing primary held (the seal is written under it); for a recovery, the expired lease's epoch (0: no lease record).
+	FromEpoch int64
+	// The node taking the partition.
+	ToNode string
+	// The target's host:port, as the next map will publish it.
+	ToEndpoint string
+	// preparing (target asked), synced (target ready to take it; nothing has changed yet, R75), sealed (the point of no return, R74), ready (the target holds the lease at to_epoch and serves, R79), published (a map names the target), aborted (abort_reason says why).
+	State string
+	// What triggered the move: drain of <node>, lease expired on <node>, or an operator's words.
+	Reason string
+	// Before the seal: abort once passed (R82). After the seal: the controller completes it by recovery (R76, R82).
+	Deadline pgtype.Timestamptz
+	// Database time the move started.
+	CreatedAt pgtype.Timestamptz
+	// Start of the partition's outage: the seal, or the expired lease's last renewal (upper bound).
+	UnavailableSince pgtype.Timestamptz
+	// Database time of the seal (handoff only).
+	SealedAt pgtype.Timestamptz
+	// The epoch the target claimed.
+	ToEpoch pgtype.Int8
+	// Database time the target reported serving under to_epoch.
+	ReadyAt pgtype.Timestamptz
+	// The map version that named the target.
+	MapVersion pgtype.Int8
+	// Database time it was published or aborted.
+	FinishedAt pgtype.Timestamptz
+	// Why it was aborted (set exactly when state = aborted).
+	AbortReason pgtype.Text
 }
 
 // One upload/admission attempt (an OCI upload session), keyed by its operation id. Committed before any byte is staged, so every staged key is claimed. Terminal states admitted and abandoned are mutually exclusive and decided on this row under FOR UPDATE (S5).
@@ -196,6 +272,8 @@ type Lease struct {
 	TakenReason pgtype.Text
 	// Database time of the last force-takeover (R28).
 	TakenAt pgtype.Timestamptz
+	// Epoch of the last force-takeover (R26-R28): while epoch = taken_epoch the lease is the forced one and its owner adopts it at once.
+	TakenEpoch pgtype.Int8
 }
 
 // Signed deltas between published map versions, each naming its base (ZBP-5 R9, R10). Served to a client presenting base_version; immutable.
@@ -254,6 +332,8 @@ type Node struct {
 	MapVersion int64
 	// Partitions the node believes it is primary for, as [{"partition": id, "epoch": n}], as of its last heartbeat. Two nodes claiming one partition at one epoch is the blobplane_duplicate_primaries alarm (R134).
 	Primaries []byte
+	// Set when the node received its termination signal (ZBP-5 R83): the controller hands its partitions off and chooses it for nothing new. Cleared when the node registers again.
+	DrainingSince pgtype.Timestamptz
 }
 
 // The stored acknowledgement of each successful publication, keyed by operation id: a retry returns it instead of publishing again (S4). A refusal stores nothing.

@@ -22,7 +22,7 @@ func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, nodeID string) (in
 }
 
 const listNodes = `-- name: ListNodes :many
-SELECT node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries FROM nodes ORDER BY datacenter, node_id
+SELECT node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries, draining_since FROM nodes ORDER BY datacenter, node_id
 `
 
 func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]Node, error) {
@@ -47,6 +47,7 @@ func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]Node, error) {
 			&i.State,
 			&i.MapVersion,
 			&i.Primaries,
+			&i.DrainingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -157,8 +158,9 @@ SET datacenter = EXCLUDED.datacenter,
     version = EXCLUDED.version,
     started_at = now(),
     heartbeat_at = now(),
-    state = 'up'
-RETURNING node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries
+    state = 'up',
+    draining_since = NULL
+RETURNING node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries, draining_since
 `
 
 type UpsertNodeParams struct {
@@ -195,6 +197,7 @@ func (q *Queries) UpsertNode(ctx context.Context, db DBTX, arg UpsertNodeParams)
 		&i.State,
 		&i.MapVersion,
 		&i.Primaries,
+		&i.DrainingSince,
 	)
 	return i, err
 }

@@ -10,7 +10,7 @@ import (
 )
 
 const listLeasesOnDatabaseClock = `-- name: ListLeasesOnDatabaseClock :many
-SELECT leases.partition_id, leases.epoch, leases.owner_node, leases.owner_endpoint, leases.state, leases.lease_ttl_ms, leases.renew_interval_ms, leases.expires_at, leases.renewed_at, leases.checkpoint_pointer, leases.sealed_lsn, leases.taken_by, leases.taken_reason, leases.taken_at, (leases.expires_at > now())::bool AS live
+SELECT leases.partition_id, leases.epoch, leases.owner_node, leases.owner_endpoint, leases.state, leases.lease_ttl_ms, leases.renew_interval_ms, leases.expires_at, leases.renewed_at, leases.checkpoint_pointer, leases.sealed_lsn, leases.taken_by, leases.taken_reason, leases.taken_at, leases.taken_epoch, (leases.expires_at > now())::bool AS live
 FROM leases ORDER BY leases.partition_id
 `
 
@@ -46,6 +46,7 @@ func (q *Queries) ListLeasesOnDatabaseClock(ctx context.Context, db DBTX) ([]Lis
 			&i.Lease.TakenBy,
 			&i.Lease.TakenReason,
 			&i.Lease.TakenAt,
+			&i.Lease.TakenEpoch,
 			&i.Live,
 		); err != nil {
 			return nil, err

@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Takeover is the operator's force-takeover (R26–R28): partition's lease
+// at epoch + 1 for node (its registered endpoint unless endpoint is
+// given), recording operator and reason. The node's keeper adopts it at
+// once; a running controller then publishes a map naming it. Never
+// called by automated placement (R28).
+func Takeover(ctx context.Context, st *store.Store, partition, node, endpoint, operator, reason string) (authority.LeaseRecord, error) {
+	if partition == "" || node == "" || operator == "" || reason == "" {
+		return authority.LeaseRecord{}, blobplane.Errorf(blobplane.CodeInvalid,
+			"a takeover needs a partition, a node, an operator and a reason (R28: a force-takeover records who and why)")
+	}
+	if endpoint == "" {
+		nodes, err := st.ListNodes(ctx)
+		if err != nil {
+			return authority.LeaseRecord{}, err
+		}
+		for _, n := range nodes {
+			if n.ID == node {
+				endpoint = Endpoint(n.Endpoint)
+			}
+		}
+		if endpoint == "" {
+			return authority.LeaseRecord{}, blobplane.Errorf(blobplane.CodeInvalid, "node %q has no registered endpoint: pass --endpoint", node)
+		}
+	}
+	return st.ForceLease(ctx, partition, node, endpoint, operator, reason)
+}
+
+// Apply runs one round as an operator (`controller apply`): it takes the
+// leader lock (refusing while `controller run` holds it: the service
+// applies plans itself), applies every plan kind, and waits up to wait for
+// the moves it started to be published or aborted, rounding on. It
+// returns the plan of the first round and the moves as they ended.
+func Apply(ctx context.Context, svc *Service, ov Override, wait time.Duration) (Plan, []authority.Handoff, error) {
+	lock, err := svc.Store.TryControllerLock(ctx)
+	if err != nil {
+		return Plan{}, nil, err
+	}
+	if lock == nil {
+		return Plan{}, nil, blobplane.Errorf(blobplane.CodeConflict, "a controller service (`controller run`) is active and applies plans itself (see `controller plan --dry-run`); stop it to apply by hand")
+	}
+	defer lock.Release()
+	all := map[string]bool{TriggerDrain: true, TriggerRecover: true}
+	p, err := svc.Round(ctx, all, ov)
+	if err != nil || len(p.Moves) == 0 {
+		return p, nil, err
+	}
+	deadline := time.Now().Add(wait)
+	svc.Settings = svc.Settings.withDefaults()
+	for {
+		active, err := svc.Store.ActiveHandoffs(ctx)
+		if err != nil {
+			return p, nil, err
+		}
+		if len(active) == 0 || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return p, nil, ctx.Err()
+		case <-time.After(svc.Settings.Tick):
+		}
+		if _, err := svc.Round(ctx, map[string]bool{}, Override{}); err != nil {
+			return p, nil, err
+		}
+	}
+	recent, err := svc.Store.RecentHandoffs(ctx, len(p.Moves)+8)
+	return p, recent, err
+}
+
+// Status writes the map and leases (Show), the freeze, and the moves in
+// flight and recently finished.
+func Status(ctx context.Context, st *store.Store, w io.Writer, now time.Time) error {
+	if err := Show(ctx, st, w, now); err != nil {
+		return err
+	}
+	f, err := st.Frozen(ctx)
+	if err != nil {
+		return err
+	}
+	running, err := st.ControllerRunning(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if running {
+		fmt.Fprintln(w, "controller service: active")
+	} else {
+		fmt.Fprintln(w, "controller service: not running (nothing moves by itself: `controller run`)")
+	}
+	if f != nil {
+		fmt.Fprintf(w, "FROZEN by %s since %s: %s\n", f.By, f.At.UTC().Format(time.RFC3339), f.Reason)
+	}
+	hs, err := st.RecentHandoffs(ctx, 20)
+	if err != nil {
+		return err
+	}
+	if len(hs) == 0 {
+		fmt.Fprintln(w, "no moves yet")
+		return nil
+	}
+	fmt.Fprintln(w, "\nrecent moves (newest first):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPARTITION\tKIND\tFROM\tTO\tSTATE\tEPOCH\tUNAVAILABLE\tREASON")
+	for _, h := range hs {
+		un := "-"
+		if d := h.Unavailable(); h.State == authority.HandoffPublished {
+			un = d.Round(time.Millisecond).String()
+		}
+		reason := h.Reason
+		if h.AbortReason != "" {
+			reason += " (aborted: " + h.AbortReason + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d→%d\t%s\t%s\n", h.ID, h.Partition, h.Kind, h.From, h.To, h.State, h.FromEpoch, h.ToEpoch, un, reason)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,396 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Plan kinds: what triggered a move, each with its own apply policy
+// (R118: automatic, or held for an operator's `controller apply`).
+const (
+	// TriggerDrain moves the partitions of a node that received its
+	// termination signal (R83), live (A.4).
+	TriggerDrain = "drain"
+	// TriggerRecover moves a partition whose lease expired on a node that
+	// is gone or no longer renews (A.3).
+	TriggerRecover = "recover"
+)
+
+// Settings tune the controller service (docs/authority.md "Moves"; every
+// one is a BLOBPLANE_CONTROLLER_* setting).
+type Settings struct {
+	// Tick is the longest wait between two rounds; notifications on the
+	// handoffs and the map wake it sooner.
+	Tick time.Duration
+	// HandoffDeadline bounds a handoff before its seal (R82): past it,
+	// the handoff aborts and the outgoing primary keeps serving (R75);
+	// after the seal it completes by recovery (R76).
+	HandoffDeadline time.Duration
+	// FailoverGrace is how long a lease must have been expired before
+	// its partition is recovered elsewhere when its node is gone (its
+	// presence lock went with its connections) or draining.
+	FailoverGrace time.Duration
+	// LiveNodeGrace is the same wait when the node is still connected:
+	// its keeper claims the lease back by itself within a renewal
+	// interval, so a blip (Postgres restarting, a slow renewal) moves
+	// nothing; a node connected but not renewing for this long is stuck
+	// and its partitions move.
+	LiveNodeGrace time.Duration
+	// NodeDeadAfter: a node whose heartbeat is older is never a target.
+	NodeDeadAfter time.Duration
+	// Hysteresis: a partition that moved less than this long ago is not
+	// moved again by a planned move (R116). A recovery is not held by
+	// it: the partition has no primary, and an unowned partition is the
+	// worse outcome.
+	Hysteresis time.Duration
+	// MaxConcurrent and MaxPerNode bound the moves in flight, globally
+	// and per node as source or target (R81, R116).
+	MaxConcurrent int
+	MaxPerNode    int
+	// MaxMoveFraction caps the slots one plan moves, relative to the map
+	// (R119); a plan beyond it needs an override with a reason. The
+	// first move of a plan is always allowed, so a map of few partitions
+	// can still recover.
+	MaxMoveFraction float64
+	// Auto lists the plan kinds applied without an operator (R118);
+	// the others wait for `controller apply`.
+	Auto map[string]bool
+}
+
+// DefaultSettings are the controller service's defaults.
+var DefaultSettings = Settings{
+	Tick:            500 * time.Millisecond,
+	HandoffDeadline: 5 * time.Second,
+	FailoverGrace:   250 * time.Millisecond,
+	LiveNodeGrace:   30 * time.Second,
+	NodeDeadAfter:   45 * time.Second,
+	Hysteresis:      30 * time.Second,
+	MaxConcurrent:   8,
+	MaxPerNode:      4,
+	MaxMoveFraction: 0.5,
+	Auto:            map[string]bool{TriggerDrain: true, TriggerRecover: true},
+}
+
+// withDefaults fills zero fields from DefaultSettings.
+func (s Settings) withDefaults() Settings {
+	d := DefaultSettings
+	if s.Tick <= 0 {
+		s.Tick = d.Tick
+	}
+	if s.HandoffDeadline <= 0 {
+		s.HandoffDeadline = d.HandoffDeadline
+	}
+	if s.FailoverGrace <= 0 {
+		s.FailoverGrace = d.FailoverGrace
+	}
+	if s.LiveNodeGrace <= 0 {
+		s.LiveNodeGrace = d.LiveNodeGrace
+	}
+	if s.NodeDeadAfter <= 0 {
+		s.NodeDeadAfter = d.NodeDeadAfter
+	}
+	if s.Hysteresis < 0 {
+		s.Hysteresis = 0
+	}
+	if s.MaxConcurrent <= 0 {
+		s.MaxConcurrent = d.MaxConcurrent
+	}
+	if s.MaxPerNode <= 0 {
+		s.MaxPerNode = d.MaxPerNode
+	}
+	if s.MaxMoveFraction <= 0 {
+		s.MaxMoveFraction = d.MaxMoveFraction
+	}
+	if s.Auto == nil {
+		s.Auto = d.Auto
+	}
+	return s
+}
+
+// Observed is what one round reads (A.8 step 1), all on the database's
+// clock (Now).
+type Observed struct {
+	Map       *authority.Map
+	Leases    map[string]authority.LeaseRecord
+	Nodes     map[string]store.PlacementNode
+	Present   map[string]bool
+	Active    []authority.Handoff
+	LastMoves map[string]time.Duration
+	Frozen    *store.FreezeState
+	Now       time.Time
+}
+
+// Move is one planned move of a partition.
+type Move struct {
+	Partition  string                `json:"partition"`
+	Trigger    string                `json:"trigger"`
+	Kind       authority.HandoffKind `json:"kind"`
+	From       string                `json:"from"`
+	FromEpoch  uint64                `json:"from_epoch"`
+	To         string                `json:"to,omitempty"`
+	ToEndpoint string                `json:"to_endpoint,omitempty"`
+	Slots      uint64                `json:"slots"`
+	Reason     string                `json:"reason"`
+	// Since is when the partition stopped being served, for a recovery:
+	// the expired lease's last renewal.
+	Since time.Time `json:"-"`
+	// Held says why the move does not start now ("" when it does).
+	Held string `json:"held,omitempty"`
+}
+
+// Adoption is a map change that follows a lease already held elsewhere
+// than the map says (a force-takeover, R26): nothing moves, the map
+// catches up with the lease store.
+type Adoption struct {
+	Partition string `json:"partition"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Endpoint  string `json:"endpoint"`
+	Epoch     uint64 `json:"epoch"`
+}
+
+// Plan is what a round would do (A.8 steps 2–5, R117): the moves it
+// starts, the ones it holds back and why, and the adoptions.
+type Plan struct {
+	MapVersion uint64
+	Moves      []Move // to start
+	Held       []Move // planned but held: freeze, hysteresis, concurrency, cap, policy, no target
+	Adoptions  []Adoption
+	MovedSlots uint64
+	TotalSlots uint64
+	Frozen     *store.FreezeState
+}
+
+// Override lets one plan move more than MaxMoveFraction (R119): who
+// and why, recorded with the plan.
+type Override struct {
+	By, Reason string
+}
+
+// ComputePlan is A.8 steps 2–4 over what was observed: for every
+// partition with no move in flight, a drain handoff when its primary is
+// draining, a recovery when its lease expired past the grace, an adoption
+// when a live node holds its lease but the map names another; then the
+// brakes (freeze R123, hysteresis R116, concurrency R81, the movement cap
+// R119, the apply policy R118). Deterministic: partitions in id order,
+// targets by datacenter, load, then id.
+func ComputePlan(o Observed, s Settings, apply map[string]bool, ov Override) Plan {
+	s = s.withDefaults()
+	p := Plan{Frozen: o.Frozen}
+	if o.Map == nil {
+		return p
+	}
+	p.MapVersion = o.Map.Version
+	p.TotalSlots = authority.SlotCount(o.Map.SlotBits)
+	c := newCounts(o)
+	for _, part := range o.Map.Partitions {
+		if c.moving[part.ID] {
+			continue
+		}
+		if a, ok := adoption(o, part); ok {
+			p.Adoptions = append(p.Adoptions, a)
+			continue
+		}
+		m, ok := needsMove(o, s, part)
+		if !ok {
+			continue
+		}
+		m.Held = brake(o, s, c, &m, apply, ov, p.MovedSlots, p.TotalSlots, len(p.Moves))
+		if m.Held != "" {
+			p.Held = append(p.Held, m)
+			continue
+		}
+		c.start(m)
+		p.MovedSlots += m.Slots
+		p.Moves = append(p.Moves, m)
+	}
+	return p
+}
+
+// adoption: the lease is live on a present node other than the map's
+// primary (a force-takeover, R26): publish what already is.
+func adoption(o Observed, part authority.Partition) (Adoption, bool) {
+	l, ok := o.Leases[part.ID]
+	if !ok || !l.ExpiresAt.After(o.Now) || l.OwnerNode == part.Primary.Node || l.State == authority.PrimarySealed {
+		return Adoption{}, false
+	}
+	n, known := o.Nodes[l.OwnerNode]
+	if !known || !o.Present[l.OwnerNode] || Endpoint(n.Endpoint) == "" {
+		return Adoption{}, false
+	}
+	return Adoption{Partition: part.ID, From: part.Primary.Node, To: l.OwnerNode, Endpoint: Endpoint(n.Endpoint), Epoch: l.Epoch}, true
+}
+
+// needsMove says whether part must move and how: a drain handoff from a
+// draining primary that holds its lease, or a recovery of an expired (or
+// never claimed) lease past its grace.
+func needsMove(o Observed, s Settings, part authority.Partition) (Move, bool) {
+	primary := part.Primary.Node
+	node, known := o.Nodes[primary]
+	draining := known && node.Draining
+	present := o.Present[primary]
+	l, hasLease := o.Leases[part.ID]
+	m := Move{Partition: part.ID, From: primary, Slots: slotCount(part)}
+	live := hasLease && l.ExpiresAt.After(o.Now)
+	switch {
+	case live && draining && l.OwnerNode == primary && l.State != authority.PrimarySealed:
+		m.Trigger, m.Kind, m.FromEpoch = TriggerDrain, authority.KindHandoff, l.Epoch
+		m.Reason = "drain of " + primary
+		return m, true
+	case live:
+		return Move{}, false
+	}
+	grace := s.LiveNodeGrace
+	why := "connected but not renewing"
+	if !present || draining {
+		grace, why = s.FailoverGrace, "gone"
+		if draining && present {
+			why = "draining"
+		}
+	}
+	if hasLease {
+		if o.Now.Sub(l.ExpiresAt) < grace {
+			return Move{}, false
+		}
+		m.FromEpoch = l.Epoch
+		m.Since = l.ExpiresAt.Add(-l.TTL) // the last renewal: its holder proved it could write
+	} else if present && !draining {
+		return Move{}, false // never claimed, its node is up: its keeper claims it
+	}
+	m.Trigger, m.Kind = TriggerRecover, authority.KindRecover
+	m.Reason = fmt.Sprintf("lease expired on %s (%s)", primary, why)
+	return m, true
+}
+
+// counts are the per-node numbers the brakes and the target choice use.
+type counts struct {
+	moving   map[string]bool // partitions with a move in flight
+	busy     map[string]int  // moves in flight per node (source or target)
+	load     map[string]int  // partitions per node, moves in flight applied
+	inflight int
+}
+
+func newCounts(o Observed) *counts {
+	c := &counts{moving: map[string]bool{}, busy: map[string]int{}, load: map[string]int{}}
+	for _, part := range o.Map.Partitions {
+		c.load[part.Primary.Node]++
+	}
+	for _, h := range o.Active {
+		c.moving[h.Partition] = true
+		c.busy[h.From]++
+		c.busy[h.To]++
+		c.load[h.From]--
+		c.load[h.To]++
+		c.inflight++
+	}
+	return c
+}
+
+func (c *counts) start(m Move) {
+	c.moving[m.Partition] = true
+	c.busy[m.From]++
+	c.busy[m.To]++
+	c.load[m.From]--
+	c.load[m.To]++
+	c.inflight++
+}
+
+// brake returns why m must wait, "" when it may start now; it picks m's
+// target.
+func brake(o Observed, s Settings, c *counts, m *Move, apply map[string]bool, ov Override, moved, total uint64, started int) string {
+	switch {
+	case o.Frozen != nil:
+		return fmt.Sprintf("frozen by %s: %s", o.Frozen.By, o.Frozen.Reason)
+	case !apply[m.Trigger]:
+		return "awaiting an operator (controller apply): " + m.Trigger + " is not applied automatically"
+	case m.Kind == authority.KindHandoff && o.LastMoves[m.Partition] > 0 && o.LastMoves[m.Partition] < s.Hysteresis:
+		return fmt.Sprintf("hysteresis: moved %s ago (< %s)", o.LastMoves[m.Partition].Round(time.Second), s.Hysteresis)
+	case c.inflight >= s.MaxConcurrent:
+		return fmt.Sprintf("concurrency: %d moves in flight (max %d)", c.inflight, s.MaxConcurrent)
+	case m.Kind == authority.KindHandoff && c.busy[m.From] >= s.MaxPerNode:
+		return fmt.Sprintf("concurrency: %s is in %d moves (max %d per node)", m.From, c.busy[m.From], s.MaxPerNode)
+	case started > 0 && ov.Reason == "" && float64(moved+m.Slots) > s.MaxMoveFraction*float64(total):
+		return fmt.Sprintf("movement cap: %d + %d of %d slots exceeds %.0f%% (controller apply --override-reason)", moved, m.Slots, total, 100*s.MaxMoveFraction)
+	}
+	to, ok := target(o, s, c, m.From)
+	if !ok {
+		return "no target: no other api node is connected, fresh, not draining and below its move limit"
+	}
+	m.To, m.ToEndpoint = to.ID, Endpoint(to.Endpoint)
+	return ""
+}
+
+// target chooses where a partition of from goes: a present, fresh, up,
+// non-draining api node other than from, below its move limit; the same
+// datacenter as from first, then the least loaded, then by id.
+func target(o Observed, s Settings, c *counts, from string) (store.PlacementNode, bool) {
+	dc := o.Nodes[from].Datacenter
+	var cands []store.PlacementNode
+	for _, n := range o.Nodes {
+		if n.ID == from || !n.Up || n.Draining || !o.Present[n.ID] || n.HeartbeatAge > s.NodeDeadAfter ||
+			Endpoint(n.Endpoint) == "" || c.busy[n.ID] >= s.MaxPerNode {
+			continue
+		}
+		cands = append(cands, n)
+	}
+	if len(cands) == 0 {
+		return store.PlacementNode{}, false
+	}
+	slices.SortFunc(cands, func(a, b store.PlacementNode) int {
+		if (a.Datacenter == dc) != (b.Datacenter == dc) {
+			if a.Datacenter == dc {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(c.load[a.ID], c.load[b.ID]), cmp.Compare(a.ID, b.ID))
+	})
+	return cands[0], true
+}
+
+func slotCount(p authority.Partition) uint64 {
+	var n uint64
+	for _, r := range p.Slots {
+		n += uint64(r.High-r.Low) + 1
+	}
+	return n
+}
+
+// Print renders the plan for an operator (`controller plan --dry-run`).
+func (p Plan) Print(w io.Writer) {
+	if p.MapVersion == 0 {
+		fmt.Fprintln(w, "no partition map published yet (run: controller publish)")
+		return
+	}
+	fmt.Fprintf(w, "plan against map version %d: %d move(s), %d held, %d adoption(s); %d of %d slots move\n",
+		p.MapVersion, len(p.Moves), len(p.Held), len(p.Adoptions), p.MovedSlots, p.TotalSlots)
+	if p.Frozen != nil {
+		fmt.Fprintf(w, "FROZEN by %s since %s: %s\n", p.Frozen.By, p.Frozen.At.UTC().Format(time.RFC3339), p.Frozen.Reason)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(p.Moves)+len(p.Held) > 0 {
+		fmt.Fprintln(tw, "PARTITION\tKIND\tFROM\tEPOCH\tTO\tSLOTS\tREASON\tHELD")
+	}
+	for _, m := range append(slices.Clone(p.Moves), p.Held...) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", m.Partition, m.Kind, m.From, m.FromEpoch, dash(m.To), m.Slots, m.Reason, dash(m.Held))
+	}
+	for _, a := range p.Adoptions {
+		fmt.Fprintf(tw, "%s\tadopt\t%s\t%d\t%s\t-\tlease held by %s (force-takeover)\t-\n", a.Partition, a.From, a.Epoch, a.To, a.To)
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}

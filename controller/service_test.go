@@ -1,0 +1,396 @@
+package controller_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/authority/keeper"
+	"github.com/blobplane/blobplane/controller"
+	"github.com/blobplane/blobplane/store"
+)
+
+// fleet is a published map over api nodes a and b (datacenter eu-1), each
+// with a lease keeper on a manual clock and its presence lock held, and a
+// controller service; nothing runs by itself: the test drives every step.
+type fleet struct {
+	st      *store.Store
+	svc     *controller.Service
+	keepers map[string]*keeper.Keeper
+	present map[string]*store.Presence
+	clock   *authority.ManualClock
+}
+
+func newFleet(t *testing.T, partitions int, nodes ...string) *fleet {
+	t.Helper()
+	ctx := context.Background()
+	st, k := setup(t)
+	f := &fleet{st: st, keepers: map[string]*keeper.Keeper{}, present: map[string]*store.Presence{}, clock: &authority.ManualClock{}}
+	for i, n := range nodes {
+		register(t, st, n, "http://127.0.0.1:"+string(rune('1'+i))+"000")
+		f.hold(t, n)
+		kp, err := keeper.New(st, keeper.Config{NodeID: n, Endpoint: "127.0.0.1:" + string(rune('1'+i)) + "000", Clock: f.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.keepers[n] = kp
+	}
+	if _, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	f.svc = &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.Settings{Hysteresis: time.Hour}}
+	f.tick(t, nodes...)
+	t.Cleanup(func() {
+		for _, p := range f.present {
+			p.Release()
+		}
+	})
+	return f
+}
+
+func (f *fleet) hold(t *testing.T, node string) {
+	t.Helper()
+	p, err := f.st.HoldPresence(context.Background(), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.present[node] = p
+}
+
+// gone releases node's presence: its process died (the lock went with its
+// Postgres sessions).
+func (f *fleet) gone(node string) {
+	f.present[node].Release()
+	delete(f.present, node)
+}
+
+func (f *fleet) tick(t *testing.T, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		f.keepers[n].RefreshMap(context.Background())
+		f.keepers[n].Tick(context.Background())
+	}
+}
+
+func (f *fleet) round(t *testing.T) controller.Plan {
+	t.Helper()
+	p, err := f.svc.Round(context.Background(), nil, controller.Override{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (f *fleet) held(node string) []string {
+	m := f.keepers[node].Map().Map()
+	var out []string
+	for _, p := range m.Partitions {
+		if f.keepers[node].Lease(p.ID).Held {
+			out = append(out, p.ID)
+		}
+	}
+	return out
+}
+
+func (f *fleet) primaryOf(t *testing.T, partition string) (string, uint64) {
+	t.Helper()
+	m, err := f.st.LatestMap(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.Partition(partition)
+	return p.Primary.Node, m.Version
+}
+
+func (f *fleet) handoff(t *testing.T, partition string) authority.Handoff {
+	t.Helper()
+	hs, err := f.st.RecentHandoffs(context.Background(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Partition == partition {
+			return h
+		}
+	}
+	t.Fatalf("no handoff of %s", partition)
+	return authority.Handoff{}
+}
+
+// A draining node's partition moves by live handoff, one step per actor,
+// and the map names the target only once it serves (ZBP-5 A.4, R74, R75,
+// R79, R83).
+func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 2, "a", "b")
+	part := f.held("a")[0]
+	from := f.keepers["a"].Lease(part).Epoch
+	if err := f.st.MarkNodeDraining(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	p := f.round(t)
+	if len(p.Moves) != 1 || p.Moves[0].Partition != part || p.Moves[0].To != "b" || p.Moves[0].Kind != authority.KindHandoff {
+		t.Fatalf("plan %+v: one handoff of %s to b", p, part)
+	}
+	if h := f.handoff(t, part); h.State != authority.HandoffPreparing || h.FromEpoch != from {
+		t.Fatalf("handoff %+v", h)
+	}
+	// Nothing has changed yet (R75): a still admits under its epoch.
+	if _, err := f.keepers["a"].Admit(part, from); err != nil {
+		t.Fatalf("before the seal a must serve: %v", err)
+	}
+
+	f.tick(t, "b") // target: synced
+	if h := f.handoff(t, part); h.State != authority.HandoffSynced {
+		t.Fatalf("after the target's tick: %s", h.State)
+	}
+	f.tick(t, "a") // outgoing: seal
+	if h := f.handoff(t, part); h.State != authority.HandoffSealed {
+		t.Fatalf("after the outgoing primary's tick: %s", h.State)
+	}
+	if _, err := f.keepers["a"].Admit(part, from); err == nil {
+		t.Fatal("R74: after the seal the outgoing primary admits nothing")
+	}
+	rec, err := f.st.Lease(ctx, part)
+	if err != nil || rec.State != authority.PrimarySealed || rec.Epoch != from || rec.OwnerNode != "a" {
+		t.Fatalf("lease after the seal: %+v %v", rec, err)
+	}
+	if _, err := f.st.RenewLease(ctx, part, "a", from); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		t.Fatalf("R74: renewal of a sealed lease: %v", err)
+	}
+
+	// R79: no map names b before b reports ready.
+	f.round(t)
+	if primary, v := f.primaryOf(t, part); primary != "a" || v != 1 {
+		t.Fatalf("map v%d names %s before the target is ready", v, primary)
+	}
+	f.tick(t, "b") // target: claims the sealed lease at epoch + 1, serves, reports ready
+	h := f.handoff(t, part)
+	if h.State != authority.HandoffReady || h.ToEpoch != from+1 {
+		t.Fatalf("after the target's claim: %+v", h)
+	}
+	if ls := f.keepers["b"].Lease(part); !ls.Held || !ls.Serving || ls.Epoch != from+1 {
+		t.Fatalf("b's lease %+v", ls)
+	}
+	f.round(t)
+	primary, v := f.primaryOf(t, part)
+	if primary != "b" || v != 2 {
+		t.Fatalf("after ready: map v%d names %s", v, primary)
+	}
+	h = f.handoff(t, part)
+	if h.State != authority.HandoffPublished || h.MapVersion != 2 || h.Unavailable() <= 0 {
+		t.Fatalf("published handoff %+v (unavailable %s)", h, h.Unavailable())
+	}
+	if n := testutil.CollectAndCount(f.svc.Metrics.Registry, "blobplane_partition_unavailability_seconds"); n != 1 {
+		t.Fatalf("unavailability histogram series: %d", n)
+	}
+	m, _ := f.st.LatestMap(ctx)
+	if m.Partition(part).Epoch != from+1 {
+		t.Fatalf("R16: the map's epoch %d, the lease's %d", m.Partition(part).Epoch, from+1)
+	}
+	f.tick(t, "a")
+	if l, n := f.keepers["a"].Holding(); l+n != 0 {
+		t.Fatalf("drained node still holds %d leases, named in %d partitions", l, n)
+	}
+}
+
+// A lease that expires on a node that is gone is recovered on a live node
+// and published once it serves; a lease that expires on a node still
+// connected is left for that node's keeper (a blip moves nothing).
+func TestRecoverAfterExpiryOnAGoneNodeOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 2, "a", "b")
+	part := f.held("a")[0]
+	expire := func() {
+		t.Helper()
+		if _, err := f.st.Pool().Exec(ctx, `UPDATE leases SET expires_at = now() - interval '1 second' WHERE partition_id = $1`, part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expire()
+	if p := f.round(t); len(p.Moves)+len(p.Held) != 0 {
+		t.Fatalf("a is connected: nothing moves within the live grace: %+v", p)
+	}
+	f.gone("a")
+	p := f.round(t)
+	if len(p.Moves) != 1 || p.Moves[0].Kind != authority.KindRecover || p.Moves[0].To != "b" {
+		t.Fatalf("plan %+v: recover %s on b", p, part)
+	}
+	f.round(t)
+	if primary, _ := f.primaryOf(t, part); primary != "a" {
+		t.Fatal("R79: published before the target serves")
+	}
+	f.tick(t, "b")
+	if h := f.handoff(t, part); h.State != authority.HandoffReady {
+		t.Fatalf("recover after b's tick: %+v", h)
+	}
+	f.round(t)
+	if primary, _ := f.primaryOf(t, part); primary != "b" {
+		t.Fatalf("after recovery the map names %s", primary)
+	}
+	h := f.handoff(t, part)
+	if h.UnavailableSince.IsZero() || h.Unavailable() <= time.Second {
+		t.Fatalf("a recovery's outage runs from the old lease's last renewal: %+v", h)
+	}
+}
+
+// Past its deadline before the seal a handoff aborts: the outgoing primary
+// keeps serving, the map and the lease are unchanged (R75, R82).
+func TestHandoffAbortsBeforeTheSeal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 2, "a", "b")
+	part := f.held("a")[0]
+	from := f.keepers["a"].Lease(part).Epoch
+	if err := f.st.MarkNodeDraining(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	f.round(t)
+	first := f.handoff(t, part)
+	f.tick(t, "b")
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE handoffs SET deadline = now() - interval '1 second' WHERE partition_id = $1`, part); err != nil {
+		t.Fatal(err)
+	}
+	f.tick(t, "a") // the seal is refused: the deadline passed
+	if _, err := f.keepers["a"].Admit(part, from); err != nil {
+		t.Fatalf("R75: a refused seal leaves the primary serving: %v", err)
+	}
+	p := f.round(t)
+	h, err := f.st.Handoff(ctx, first.ID)
+	if err != nil || h.State != authority.HandoffAborted || !strings.Contains(h.AbortReason, "deadline") {
+		t.Fatalf("handoff %+v", h)
+	}
+	rec, _ := f.st.Lease(ctx, part)
+	if rec.OwnerNode != "a" || rec.Epoch != from || rec.State != authority.PrimaryServing {
+		t.Fatalf("R75: lease after the abort %+v", rec)
+	}
+	if primary, v := f.primaryOf(t, part); primary != "a" || v != 1 {
+		t.Fatalf("R75: map v%d names %s", v, primary)
+	}
+	// a still drains: the next round starts a new handoff (A.8 step 6:
+	// a failed step ends its plan, the next plan starts from observed state).
+	if len(p.Moves) != 1 || p.Moves[0].Partition != part {
+		t.Fatalf("the round after the abort: %+v", p)
+	}
+	if ok, err := f.st.AbortHandoff(ctx, h.ID, "again"); ok || err != nil {
+		t.Fatalf("an aborted handoff aborts once: %v %v", ok, err)
+	}
+}
+
+// The freeze holds new moves but never a handoff past its seal (R76,
+// R122, R123); after the seal a handoff cannot be aborted.
+func TestFreezeHoldsNewMovesNotSealedOnes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 4, "a", "b", "c")
+	parts := f.held("a")
+	if len(parts) < 2 {
+		t.Fatalf("a holds %v", parts)
+	}
+	f.svc.Settings.MaxPerNode = 1 // one move off a at a time
+	if err := f.st.MarkNodeDraining(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	p := f.round(t)
+	if len(p.Moves) != 1 || len(p.Held) != 1 || !strings.HasPrefix(p.Held[0].Held, "concurrency") {
+		t.Fatalf("plan %+v", p)
+	}
+	first := p.Moves[0]
+	f.tick(t, first.To)
+	f.tick(t, "a")
+	h := f.handoff(t, first.Partition)
+	if h.State != authority.HandoffSealed {
+		t.Fatalf("%+v", h)
+	}
+	if ok, _ := f.st.AbortHandoff(ctx, h.ID, "changed my mind"); ok {
+		t.Fatal("R76: a sealed handoff aborted")
+	}
+	if err := f.st.Freeze(ctx, "alice", "incident 42"); err != nil {
+		t.Fatal(err)
+	}
+	f.tick(t, first.To)
+	p = f.round(t)
+	if primary, _ := f.primaryOf(t, first.Partition); primary != first.To {
+		t.Fatalf("R122/R123: the freeze held back a sealed handoff's publication (primary %s)", primary)
+	}
+	if len(p.Moves) != 0 || len(p.Held) == 0 || !strings.HasPrefix(p.Held[0].Held, "frozen by alice") {
+		t.Fatalf("R123: frozen plan %+v", p)
+	}
+	if _, err := f.st.Unfreeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.round(t); len(p.Moves) != 1 {
+		t.Fatalf("after unfreeze: %+v", p)
+	}
+}
+
+// A force-takeover is served by its target at once, not after a TTL, and
+// the controller's map follows it (R26).
+func TestForcedTakeoverIsAdoptedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 2, "a", "b")
+	part := f.held("a")[0]
+	from := f.keepers["a"].Lease(part).Epoch
+	rec, err := controller.Takeover(ctx, f.st, part, "b", "", "alice", "a is wedged")
+	if err != nil || rec.Epoch != from+1 {
+		t.Fatalf("takeover %+v %v", rec, err)
+	}
+	f.tick(t, "b")
+	if ls := f.keepers["b"].Lease(part); !ls.Held || !ls.Serving || ls.Epoch != from+1 {
+		t.Fatalf("R26: b serves the forced lease at once: %+v", ls)
+	}
+	f.tick(t, "a")
+	if ls := f.keepers["a"].Lease(part); ls.Held {
+		t.Fatalf("the displaced node still holds it: %+v", ls)
+	}
+	p := f.round(t)
+	_ = p
+	if primary, _ := f.primaryOf(t, part); primary != "b" {
+		t.Fatalf("the map follows the forced lease: %s", primary)
+	}
+	f.tick(t, "a", "b")
+	if ls := f.keepers["b"].Lease(part); !ls.Held || ls.Epoch != from+1 {
+		t.Fatalf("b keeps it under the map: %+v", ls)
+	}
+}
+
+// One controller acts at a time; a standby takes over when the leader's
+// session ends; `controller apply` refuses while a service is active.
+func TestOneControllerActsAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, k := setup(t)
+	l1, err := st.TryControllerLock(ctx)
+	if err != nil || l1 == nil {
+		t.Fatalf("first lock: %v %v", l1, err)
+	}
+	if err := l1.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if running, _ := st.ControllerRunning(ctx); !running {
+		t.Fatal("ControllerRunning misses the leader")
+	}
+	l2, err := st.TryControllerLock(ctx)
+	if err != nil || l2 != nil {
+		t.Fatalf("second lock while the first is held: %v %v", l2, err)
+	}
+	svc := &controller.Service{Store: st, Signer: k.Signer()}
+	if _, _, err := controller.Apply(ctx, svc, controller.Override{}, time.Second); blobplane.ErrorCode(err) != blobplane.CodeConflict {
+		t.Fatalf("apply while a service is active: %v", err)
+	}
+	l1.Release()
+	l2, err = st.TryControllerLock(ctx)
+	if err != nil || l2 == nil {
+		t.Fatalf("standby after release: %v %v", l2, err)
+	}
+	l2.Release()
+}

@@ -1,0 +1,128 @@
+-- name: CreateHandoff :one
+-- A move starts (A.4 step 1, A.3). At most one per partition is in flight
+-- (handoffs_active_key): a second is a unique violation.
+INSERT INTO handoffs (plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, reason, deadline, unavailable_since)
+SELECT nullif(@plan_id::bigint, 0), @partition_id, @kind, @from_node, @from_epoch, @to_node, @to_endpoint, @reason,
+       now() + d.ms * interval '1 millisecond', nullif(@outage_since::timestamptz, '-infinity'::timestamptz)
+FROM (SELECT @deadline_ms::bigint AS ms) AS d
+RETURNING *;
+
+-- name: ActiveHandoffs :many
+SELECT * FROM handoffs WHERE state IN ('preparing', 'synced', 'sealed', 'ready') ORDER BY handoff_id;
+
+-- name: HandoffsForNode :many
+-- What a keeper acts on: the moves in flight from or to it.
+SELECT * FROM handoffs
+WHERE state IN ('preparing', 'synced', 'sealed', 'ready') AND (from_node = @node OR to_node = @node)
+ORDER BY handoff_id;
+
+-- name: GetHandoff :one
+SELECT * FROM handoffs WHERE handoff_id = @handoff_id;
+
+-- name: RecentHandoffs :many
+SELECT * FROM handoffs ORDER BY handoff_id DESC LIMIT @max_rows;
+
+-- name: MarkHandoffSynced :execrows
+-- A.4 step 3: the target is ready to take the partition. Blobplane's
+-- partitions are DERIVED (their state is in Postgres), so there is nothing
+-- to restore or catch up (R78 holds at once): synced says the target is
+-- alive and will claim the sealed lease.
+UPDATE handoffs SET state = 'synced'
+WHERE handoff_id = @handoff_id AND to_node = @node AND kind = 'handoff' AND state = 'preparing' AND deadline > now();
+
+-- name: SealHandoff :one
+-- A.4 step 4, first half: the handoff moves to sealed while it is synced
+-- and inside its deadline, else no row and nothing changes (R75). The
+-- caller seals the lease in the same transaction (SealLeaseForHandoff).
+UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
+WHERE handoff_id = @handoff_id AND from_node = @node AND from_epoch = @epoch AND state = 'synced' AND deadline > now()
+RETURNING partition_id;
+
+-- name: SealLeaseForHandoff :one
+-- A.4 step 4, second half: FENCE state SEALED under the outgoing primary's
+-- epoch (R74). state is a key column (migration 00029), so this waits for
+-- every write fenced under the epoch and none lands after it.
+UPDATE leases SET state = 'SEALED', sealed_lsn = 0
+WHERE partition_id = @partition_id AND epoch = @epoch AND owner_node = @node AND state <> 'SEALED'
+RETURNING *;
+
+-- name: ClaimSealedLease :one
+-- A.4 step 7: the handoff's target ACQUIREs the sealed lease at epoch + 1
+-- (R15, R27) without waiting for its expiry: the seal ended the outgoing
+-- primary's writes. Only the target named by a sealed handoff of this
+-- epoch may.
+UPDATE leases
+SET epoch = leases.epoch + 1,
+    owner_node = @node,
+    owner_endpoint = @endpoint,
+    state = 'RESTORING',
+    lease_ttl_ms = t.ttl_ms,
+    renew_interval_ms = @renew_ms,
+    expires_at = now() + t.ttl_ms * interval '1 millisecond',
+    renewed_at = now()
+FROM (SELECT @ttl_ms::bigint AS ttl_ms) AS t
+WHERE leases.partition_id = @partition_id AND leases.state = 'SEALED'
+  AND EXISTS (SELECT 1 FROM handoffs h
+              WHERE h.handoff_id = @handoff_id AND h.partition_id = leases.partition_id AND h.to_node = @node
+                AND h.state = 'sealed' AND h.from_epoch = leases.epoch)
+RETURNING leases.*;
+
+-- name: MarkHandoffReady :execrows
+-- A.4 step 7 / A.3 step 10: the target serves under to_epoch; the
+-- controller may now publish a map naming it (R79).
+UPDATE handoffs SET state = 'ready', ready_at = now(), to_epoch = @to_epoch::bigint
+WHERE handoff_id = @handoff_id AND to_node = @node
+  AND (state = 'sealed' OR (kind = 'recover' AND state = 'preparing'))
+  AND @to_epoch::bigint > from_epoch;
+
+-- name: PublishedHandoffs :many
+-- A.4 step 8: the map naming the targets is published. Returns the
+-- outage of each: from unavailable_since (the seal, or the last renewal)
+-- to finished_at.
+UPDATE handoffs SET state = 'published', map_version = @map_version::bigint, finished_at = now()
+WHERE handoff_id = ANY(@handoff_ids::bigint[]) AND state IN ('ready', 'sealed')
+RETURNING *;
+
+-- name: AbortHandoff :execrows
+-- Before the seal a handoff is abandoned at no cost (R75); after it, never
+-- (R76): no row.
+UPDATE handoffs SET state = 'aborted', abort_reason = @abort_reason::text, finished_at = now()
+WHERE handoff_id = @handoff_id AND state IN ('preparing', 'synced');
+
+-- name: LastMoves :many
+-- When each partition last moved (hysteresis, R116).
+SELECT DISTINCT ON (partition_id) partition_id, finished_at::timestamptz AS finished_at,
+       extract(epoch FROM now() - finished_at)::float8 AS age_seconds
+FROM handoffs WHERE state = 'published'
+ORDER BY partition_id, finished_at DESC;
+
+-- name: InsertControllerPlan :one
+INSERT INTO controller_plans (trigger, moves, moved_slots, total_slots, override_by, override_reason, applied_by)
+VALUES (@trigger, @moves, @moved_slots, @total_slots, sqlc.narg(override_by), sqlc.narg(override_reason), @applied_by)
+RETURNING plan_id;
+
+-- name: Freeze :exec
+INSERT INTO controller_freeze (frozen_by, reason) VALUES (@frozen_by, @reason)
+ON CONFLICT (singleton) DO UPDATE SET frozen_by = EXCLUDED.frozen_by, reason = EXCLUDED.reason, frozen_at = now();
+
+-- name: Unfreeze :execrows
+DELETE FROM controller_freeze;
+
+-- name: GetFreeze :many
+SELECT * FROM controller_freeze;
+
+-- name: MarkNodeDraining :execrows
+UPDATE nodes SET draining_since = coalesce(draining_since, now()) WHERE node_id = @node_id;
+
+-- name: ForcedLeasesFor :many
+-- Leases an operator forced onto node (R26) that are live: its keeper
+-- adopts them at once instead of waiting for a map to name it.
+SELECT * FROM leases
+WHERE owner_node = @node AND taken_epoch = epoch AND expires_at > now() AND state <> 'SEALED'
+ORDER BY partition_id;
+
+-- name: PlacementNodes :many
+-- The controller's view of the fleet, on the database clock.
+SELECT node_id, datacenter, endpoint, class, capacity, state, (draining_since IS NOT NULL)::boolean AS draining,
+       (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint AS heartbeat_age_ms
+FROM nodes WHERE role = 'api' ORDER BY node_id;

@@ -1,0 +1,480 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+)
+
+// Moves of partitions between nodes (issue 30; ZBP-5 A.3, A.4, A.8):
+// the handoffs the controller service starts and the keepers carry out,
+// the plans it records, its freeze switch and its leader lock. The table
+// and every state are described in db/migrations/00030_handoffs.sql and
+// docs/authority.md "Moves".
+
+// HandoffChannel is notified with the partition id whenever a handoff
+// starts or changes state (trigger handoffs_notify).
+const HandoffChannel = "blobplane_handoff"
+
+func handoffFromRow(r dbsqlc.Handoff) authority.Handoff {
+	h := authority.Handoff{
+		ID: r.HandoffID, PlanID: r.PlanID.Int64, Partition: r.PartitionID, Kind: authority.HandoffKind(r.Kind),
+		From: r.FromNode, FromEpoch: uint64(r.FromEpoch), To: r.ToNode, ToEndpoint: r.ToEndpoint,
+		State: authority.HandoffState(r.State), Reason: r.Reason, Deadline: r.Deadline.Time, CreatedAt: r.CreatedAt.Time,
+		UnavailableSince: r.UnavailableSince.Time, SealedAt: r.SealedAt.Time, ToEpoch: uint64(r.ToEpoch.Int64),
+		ReadyAt: r.ReadyAt.Time, MapVersion: uint64(r.MapVersion.Int64), FinishedAt: r.FinishedAt.Time,
+		AbortReason: r.AbortReason.String,
+	}
+	return h
+}
+
+func handoffsFromRows(rows []dbsqlc.Handoff) []authority.Handoff {
+	out := make([]authority.Handoff, len(rows))
+	for i, r := range rows {
+		out[i] = handoffFromRow(r)
+	}
+	return out
+}
+
+// CreateHandoff starts a move of h.Partition (state preparing) that must
+// pass its seal within deadline (R82). A move already in flight for the
+// partition is CodeConflict.
+func (s *Store) CreateHandoff(ctx context.Context, h authority.Handoff, deadline time.Duration) (authority.Handoff, error) {
+	const op = "store.CreateHandoff"
+	if h.Kind != authority.KindHandoff && h.Kind != authority.KindRecover {
+		return authority.Handoff{}, &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: fmt.Sprintf("handoff kind %q", h.Kind)}
+	}
+	if h.FromEpoch > math.MaxInt64 || deadline <= 0 {
+		return authority.Handoff{}, &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: "epoch or deadline out of range"}
+	}
+	since := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	if !h.UnavailableSince.IsZero() {
+		since = ts(h.UnavailableSince)
+	}
+	row, err := s.q.CreateHandoff(ctx, s.pool, dbsqlc.CreateHandoffParams{
+		PlanID: h.PlanID, PartitionID: h.Partition, Kind: string(h.Kind), FromNode: h.From, FromEpoch: int64(h.FromEpoch),
+		ToNode: h.To, ToEndpoint: h.ToEndpoint, Reason: h.Reason, OutageSince: since, DeadlineMs: deadline.Milliseconds(),
+	})
+	if err != nil {
+		return authority.Handoff{}, dbErr(op, err)
+	}
+	return handoffFromRow(row), nil
+}
+
+// ActiveHandoffs returns every move in flight, oldest first.
+func (s *Store) ActiveHandoffs(ctx context.Context) ([]authority.Handoff, error) {
+	rows, err := s.q.ActiveHandoffs(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.ActiveHandoffs", err)
+	}
+	return handoffsFromRows(rows), nil
+}
+
+// HandoffsFor returns the moves in flight from or to node.
+func (s *Store) HandoffsFor(ctx context.Context, node string) ([]authority.Handoff, error) {
+	rows, err := s.q.HandoffsForNode(ctx, s.pool, node)
+	if err != nil {
+		return nil, dbErr("store.HandoffsFor", err)
+	}
+	return handoffsFromRows(rows), nil
+}
+
+// Handoff returns one move, or CodeNotFound.
+func (s *Store) Handoff(ctx context.Context, id int64) (authority.Handoff, error) {
+	row, err := s.q.GetHandoff(ctx, s.pool, id)
+	if err != nil {
+		return authority.Handoff{}, dbErr("store.Handoff", err)
+	}
+	return handoffFromRow(row), nil
+}
+
+// RecentHandoffs returns the newest n moves, newest first.
+func (s *Store) RecentHandoffs(ctx context.Context, n int) ([]authority.Handoff, error) {
+	rows, err := s.q.RecentHandoffs(ctx, s.pool, int32(min(max(n, 1), 10000)))
+	if err != nil {
+		return nil, dbErr("store.RecentHandoffs", err)
+	}
+	return handoffsFromRows(rows), nil
+}
+
+// MarkHandoffSynced is the target's answer to a handoff in preparing
+// (A.4 step 3): it will take the partition. False when the handoff is no
+// longer preparing, targets another node, or its deadline passed.
+func (s *Store) MarkHandoffSynced(ctx context.Context, id int64, node string) (bool, error) {
+	n, err := s.q.MarkHandoffSynced(ctx, s.pool, dbsqlc.MarkHandoffSyncedParams{HandoffID: id, Node: node})
+	return n == 1, dbErr("store.MarkHandoffSynced", err)
+}
+
+// SealForHandoff is the seal (A.4 step 4, R74): in one transaction the
+// synced handoff moves to sealed and node's lease at epoch to SEALED. The
+// lease write waits for every write fenced under the epoch (FOR KEY SHARE,
+// migration 00029) and none lands after it. Nothing changes, and the
+// outgoing primary keeps serving (R75), when the handoff is not synced or
+// its deadline passed (CodeConflict) or node no longer holds the lease at
+// epoch (CodeStaleEpoch).
+func (s *Store) SealForHandoff(ctx context.Context, id int64, node string, epoch uint64) (authority.LeaseRecord, error) {
+	const op = "store.SealForHandoff"
+	if epoch > math.MaxInt64 {
+		return authority.LeaseRecord{}, staleLease(op, "?", node, epoch)
+	}
+	var rec authority.LeaseRecord
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		partition, err := s.q.SealHandoff(ctx, tx, dbsqlc.SealHandoffParams{HandoffID: id, Node: node, Epoch: int64(epoch)})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op,
+				Message: fmt.Sprintf("handoff %d is not synced from %s at epoch %d, or its deadline passed", id, node, epoch)}
+		}
+		if err != nil {
+			return dbErr(op, err)
+		}
+		row, err := s.q.SealLeaseForHandoff(ctx, tx, dbsqlc.SealLeaseForHandoffParams{PartitionID: partition, Node: node, Epoch: int64(epoch)})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return staleLease(op, partition, node, epoch)
+		}
+		if err != nil {
+			return leaseErr(op, err)
+		}
+		rec = leaseFromRow(row)
+		return nil
+	})
+	return rec, err
+}
+
+// ClaimSealedLease is the target's ACQUIRE after the seal (A.4 step 7):
+// the sealed lease at epoch + 1, at once, only for the node a sealed
+// handoff names. CodeConflict chaining to authority.ErrLeaseHeld otherwise.
+func (s *Store) ClaimSealedLease(ctx context.Context, id int64, partition, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error) {
+	const op = "store.ClaimSealedLease"
+	if err := checkClaim(op, partition, node, endpoint, ttl, renew); err != nil {
+		return authority.LeaseRecord{}, err
+	}
+	row, err := s.q.ClaimSealedLease(ctx, s.pool, dbsqlc.ClaimSealedLeaseParams{
+		HandoffID: id, PartitionID: partition, Node: node, Endpoint: endpoint, TtlMs: ttl.Milliseconds(), RenewMs: renew.Milliseconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		cause := fmt.Errorf("no sealed handoff %d of %s to %s: %w", id, partition, node, authority.ErrLeaseHeld)
+		return authority.LeaseRecord{}, &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: cause.Error(), Err: cause}
+	}
+	if err != nil {
+		return authority.LeaseRecord{}, leaseErr(op, err)
+	}
+	return leaseFromRow(row), nil
+}
+
+// MarkHandoffReady records that node serves the handoff's partition under
+// epoch (A.4 step 7, A.3 step 10): the controller may publish a map naming
+// it (R79). False when the handoff is not waiting for it.
+func (s *Store) MarkHandoffReady(ctx context.Context, id int64, node string, epoch uint64) (bool, error) {
+	if epoch > math.MaxInt64 {
+		return false, nil
+	}
+	n, err := s.q.MarkHandoffReady(ctx, s.pool, dbsqlc.MarkHandoffReadyParams{HandoffID: id, Node: node, ToEpoch: int64(epoch)})
+	return n == 1, dbErr("store.MarkHandoffReady", err)
+}
+
+// PublishHandoffs records that map version names the targets of ids
+// (ready, or sealed and completed by recovery) and returns them published,
+// each with its outage (authority.Handoff.Unavailable).
+func (s *Store) PublishHandoffs(ctx context.Context, ids []int64, version uint64) ([]authority.Handoff, error) {
+	rows, err := s.q.PublishedHandoffs(ctx, s.pool, dbsqlc.PublishedHandoffsParams{HandoffIds: ids, MapVersion: int64(min(version, math.MaxInt64))})
+	if err != nil {
+		return nil, dbErr("store.PublishHandoffs", err)
+	}
+	return handoffsFromRows(rows), nil
+}
+
+// AbortHandoff abandons a move before its seal (R75, R82): false once it
+// is sealed or finished (R76: it only goes forward).
+func (s *Store) AbortHandoff(ctx context.Context, id int64, reason string) (bool, error) {
+	n, err := s.q.AbortHandoff(ctx, s.pool, dbsqlc.AbortHandoffParams{HandoffID: id, AbortReason: reason})
+	return n == 1, dbErr("store.AbortHandoff", err)
+}
+
+// LastMoves returns, per partition that ever moved, how long ago (database
+// clock) its last move was published (R116's hysteresis).
+func (s *Store) LastMoves(ctx context.Context) (map[string]time.Duration, error) {
+	rows, err := s.q.LastMoves(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.LastMoves", err)
+	}
+	out := make(map[string]time.Duration, len(rows))
+	for _, r := range rows {
+		out[r.PartitionID] = time.Duration(r.AgeSeconds * float64(time.Second))
+	}
+	return out, nil
+}
+
+// PlanRecord is an applied plan as controller_plans keeps it (R117, R118).
+type PlanRecord struct {
+	Trigger        string
+	Moves          any // marshalled to the moves column (a JSON array)
+	MovedSlots     uint64
+	TotalSlots     uint64
+	OverrideBy     string
+	OverrideReason string
+	AppliedBy      string
+}
+
+// RecordPlan stores an applied plan and returns its id.
+func (s *Store) RecordPlan(ctx context.Context, p PlanRecord) (int64, error) {
+	doc, err := json.Marshal(p.Moves)
+	if err != nil {
+		return 0, err
+	}
+	arg := dbsqlc.InsertControllerPlanParams{
+		Trigger: p.Trigger, Moves: doc, MovedSlots: int64(min(p.MovedSlots, math.MaxInt64)), TotalSlots: int64(min(p.TotalSlots, math.MaxInt64)), AppliedBy: p.AppliedBy,
+	}
+	if p.OverrideBy != "" || p.OverrideReason != "" {
+		arg.OverrideBy = pgtype.Text{String: p.OverrideBy, Valid: true}
+		arg.OverrideReason = pgtype.Text{String: p.OverrideReason, Valid: true}
+	}
+	id, err := s.q.InsertControllerPlan(ctx, s.pool, arg)
+	return id, dbErr("store.RecordPlan", err)
+}
+
+// FreezeState is the controller's global freeze (R123).
+type FreezeState struct {
+	By, Reason string
+	At         time.Time
+}
+
+// Freeze halts new movement (R123) until Unfreeze; by and reason are
+// required and recorded.
+func (s *Store) Freeze(ctx context.Context, by, reason string) error {
+	if by == "" || reason == "" {
+		return &blobplane.Error{Code: blobplane.CodeInvalid, Op: "store.Freeze", Message: "a freeze needs an operator and a reason"}
+	}
+	return dbErr("store.Freeze", s.q.Freeze(ctx, s.pool, dbsqlc.FreezeParams{FrozenBy: by, Reason: reason}))
+}
+
+// Unfreeze lifts the freeze; false when there was none.
+func (s *Store) Unfreeze(ctx context.Context) (bool, error) {
+	n, err := s.q.Unfreeze(ctx, s.pool)
+	return n > 0, dbErr("store.Unfreeze", err)
+}
+
+// Frozen returns the freeze, or nil when movement is allowed.
+func (s *Store) Frozen(ctx context.Context) (*FreezeState, error) {
+	rows, err := s.q.GetFreeze(ctx, s.pool)
+	if err != nil || len(rows) == 0 {
+		return nil, dbErr("store.Frozen", err)
+	}
+	return &FreezeState{By: rows[0].FrozenBy, Reason: rows[0].Reason, At: rows[0].FrozenAt.Time}, nil
+}
+
+// MarkNodeDraining records that node received its termination signal
+// (R83): the controller hands its partitions off and places nothing new
+// there. Registering again clears it.
+func (s *Store) MarkNodeDraining(ctx context.Context, node string) error {
+	n, err := s.q.MarkNodeDraining(ctx, s.pool, node)
+	if err == nil && n == 0 {
+		err = errNoRows
+	}
+	return dbErr("store.MarkNodeDraining", err)
+}
+
+// ForcedLeasesFor returns the live leases an operator forced onto node
+// (R26), for its keeper to adopt at once.
+func (s *Store) ForcedLeasesFor(ctx context.Context, node string) ([]authority.LeaseRecord, error) {
+	rows, err := s.q.ForcedLeasesFor(ctx, s.pool, node)
+	if err != nil {
+		return nil, dbErr("store.ForcedLeasesFor", err)
+	}
+	out := make([]authority.LeaseRecord, len(rows))
+	for i, r := range rows {
+		out[i] = leaseFromRow(r)
+	}
+	return out, nil
+}
+
+// PlacementNode is an api node as the controller sees it, judged on the
+// database clock.
+type PlacementNode struct {
+	ID, Datacenter, Endpoint, Class string
+	Capacity                        int
+	Up                              bool // state = 'up'
+	Draining                        bool
+	HeartbeatAge                    time.Duration
+}
+
+// PlacementNodes returns every registered api node.
+func (s *Store) PlacementNodes(ctx context.Context) ([]PlacementNode, error) {
+	rows, err := s.q.PlacementNodes(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.PlacementNodes", err)
+	}
+	out := make([]PlacementNode, len(rows))
+	for i, r := range rows {
+		out[i] = PlacementNode{
+			ID: r.NodeID, Datacenter: r.Datacenter, Endpoint: r.Endpoint, Class: r.Class, Capacity: int(r.Capacity),
+			Up: r.State == "up", Draining: r.Draining, HeartbeatAge: time.Duration(r.HeartbeatAgeMs) * time.Millisecond,
+		}
+	}
+	return out, nil
+}
+
+// controllerLockKey is the session advisory lock the active controller
+// holds (pg_advisory_lock(bigint); below 2^31 so pg_locks shows it as
+// classid 0, objid key, objsubid 1).
+const controllerLockKey = 0x626c6f62 // "blob"
+
+// ControllerLock is the leader lock of the controller service: one
+// controller acts at a time, standbys wait for it.
+type ControllerLock struct {
+	conn *pgxpool.Conn
+}
+
+// TryControllerLock takes the leader lock without waiting; nil when
+// another controller holds it.
+func (s *Store) TryControllerLock(ctx context.Context) (*ControllerLock, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, dbErr("store.TryControllerLock", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(controllerLockKey)).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, dbErr("store.TryControllerLock", err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, nil
+	}
+	return &ControllerLock{conn: conn}, nil
+}
+
+// Check proves the lock is still held: its session is alive (a session
+// lock dies with its connection, and then another controller may hold
+// it). The caller stops acting on an error.
+func (l *ControllerLock) Check(ctx context.Context) error {
+	var held bool
+	err := l.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND granted
+		AND pid = pg_backend_pid() AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1)`, int64(controllerLockKey)).Scan(&held)
+	if err != nil {
+		return dbErr("store.ControllerLock.Check", err)
+	}
+	if !held {
+		return &blobplane.Error{Code: blobplane.CodeConflict, Op: "store.ControllerLock.Check", Message: "the controller lock is no longer held"}
+	}
+	return nil
+}
+
+// Release gives the lock up (closing the session so nothing lingers).
+func (l *ControllerLock) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := l.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(controllerLockKey))
+	if err != nil {
+		// Unknown state: close the session, which releases the lock.
+		_ = l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+}
+
+// ControllerRunning reports whether a controller service holds the leader
+// lock: a draining api waits for its handoffs only when one does.
+func (s *Store) ControllerRunning(ctx context.Context) (bool, error) {
+	var held bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND granted
+		AND classid = 0 AND objid = $1::bigint::oid AND objsubid = 1)`, int64(controllerLockKey)).Scan(&held)
+	return held, dbErr("store.ControllerRunning", err)
+}
+
+// presenceClass is the first key of every node's presence lock
+// (pg_advisory_lock(int, int): pg_locks shows classid = presenceClass,
+// objid = the node's key, objsubid = 2).
+const presenceClass = 0x62706e64 // "bpnd"
+
+// Presence is an api node's session advisory lock on its own id, held for
+// as long as the process lives and reaches Postgres. The controller reads
+// it to tell a dead node (the lock went with its connections) from a live
+// one whose lease merely lapsed: a killed node's partitions are recovered
+// as soon as their leases expire, a live node gets a grace period to claim
+// them back (docs/authority.md "Moves").
+type Presence struct {
+	conn *pgxpool.Conn
+}
+
+// HoldPresence takes node's presence lock on a connection of its own;
+// CodeConflict when another live session holds it (two processes sharing
+// a node id).
+func (s *Store) HoldPresence(ctx context.Context, node string) (*Presence, error) {
+	const op = "store.HoldPresence"
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, dbErr(op, err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1::int4, (hashtext($2) & 2147483647)::int4)", int32(presenceClass), node).Scan(&ok); err != nil {
+		conn.Release()
+		return nil, dbErr(op, err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: fmt.Sprintf("another live process holds node id %s", node)}
+	}
+	return &Presence{conn: conn}, nil
+}
+
+// Check proves the presence session is alive.
+func (p *Presence) Check(ctx context.Context) error {
+	_, err := p.conn.Exec(ctx, "SELECT 1")
+	return dbErr("store.Presence.Check", err)
+}
+
+// Release drops the lock by closing its session: the node is gone.
+func (p *Presence) Release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.conn.Conn().Close(ctx)
+	p.conn.Release()
+}
+
+// NodePresence is whether each registered api node holds its presence
+// lock, with the database's clock at the same instant.
+type NodePresence struct {
+	Present map[string]bool
+	Now     time.Time
+}
+
+// PresentNodes reads every api node's presence.
+func (s *Store) PresentNodes(ctx context.Context) (NodePresence, error) {
+	rows, err := s.pool.Query(ctx, `SELECT n.node_id,
+		EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.granted AND l.classid = $1::bigint::oid
+		        AND l.objid = (hashtext(n.node_id) & 2147483647)::bigint::oid AND l.objsubid = 2),
+		now()
+		FROM nodes n WHERE n.role = 'api'`, int64(presenceClass))
+	if err != nil {
+		return NodePresence{}, dbErr("store.PresentNodes", err)
+	}
+	defer rows.Close()
+	out := NodePresence{Present: map[string]bool{}}
+	for rows.Next() {
+		var id string
+		var present bool
+		if err := rows.Scan(&id, &present, &out.Now); err != nil {
+			return NodePresence{}, dbErr("store.PresentNodes", err)
+		}
+		out.Present[id] = present
+	}
+	if err := rows.Err(); err != nil {
+		return NodePresence{}, dbErr("store.PresentNodes", err)
+	}
+	if out.Now.IsZero() {
+		if err := s.pool.QueryRow(ctx, "SELECT now()").Scan(&out.Now); err != nil {
+			return NodePresence{}, dbErr("store.PresentNodes", err)
+		}
+	}
+	return out, nil
+}
