@@ -51,6 +51,7 @@ type API struct {
 	cfg      *config.Config
 	logger   *slog.Logger
 	store    *store.Store
+	leases   *store.Store // the lease keeper's and the presence lock's pool
 	listener net.Listener
 	server   *http.Server
 	riverUI  *riverui.Handler
@@ -127,23 +128,34 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	if err := cfg.ResolveClusterSecret(); err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
-	st, err := store.OpenWith(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg))
+	st, err := store.OpenAs(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg), store.NodeApplicationName(cfg.NodeID, ""))
 	if err != nil {
 		return nil, err
 	}
-	a := &API{cfg: cfg, logger: logger, store: st}
+	// The lease keeper and the presence lock use a pool of their own: a
+	// renewal never waits behind request traffic for a connection, or a
+	// busy node would fence itself (issue 30).
+	leases, err := store.OpenAs(ctx, cfg.DatabaseURL, logger, dbTimeouts(cfg), store.NodeApplicationName(cfg.NodeID, "/leases"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	a := &API{cfg: cfg, logger: logger, store: st, leases: leases}
 	if err := a.checkShutdown(ctx); err != nil {
 		st.Close()
+		leases.Close()
 		return nil, err
 	}
 	if a.backends, err = OpenBackends(ctx, cfg.Backends); err != nil {
 		st.Close()
+		leases.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		a.backends.Close()
 		st.Close()
+		leases.Close()
 		return nil, fmt.Errorf("invalid BLOBPLANE_LISTEN: cannot listen on %s: %v", cfg.Listen, errors.Unwrap(err))
 	}
 	a.listener = ln
@@ -191,7 +203,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Reports: st,
 		Retry:   authority.RetryDelays{NotReady: time.Second, StaleMap: time.Second},
 	}
-	a.keeper, err = keeper.New(st, keeper.Config{
+	a.keeper, err = keeper.New(leases, keeper.Config{
 		NodeID: cfg.NodeID, Endpoint: a.advertise, Logger: logger.With("service", "lease_keeper"),
 		OnReject: routing.MapRejected,
 	})
@@ -471,6 +483,7 @@ func (a *API) Close() {
 	}
 	a.backends.Close()
 	a.store.Close()
+	a.leases.Close()
 }
 
 // Migrate applies goose and River migrations and reports what it did.
@@ -579,6 +592,12 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	if err := client.Start(bg); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
+	// Issue 30: a new map means a home moved; the uploads answered 202
+	// while it was unreachable are finalized at once, not after their
+	// backoff.
+	wakeDone := make(chan struct{})
+	go func() { defer close(wakeDone); wakeFinalizations(bg, st, client, logger) }()
+	defer func() { stopBG(); <-wakeDone }()
 	logger.Info("worker started", "node_id", cfg.NodeID, "datacenter", cfg.Datacenter, "queues", cfg.Queues, "cron", cfg.Cron, "backends", backends.Describe())
 	<-ctx.Done()
 

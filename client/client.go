@@ -59,6 +59,10 @@ type Client struct {
 	core      atomic.Pointer[authority.Client]
 	misrouted atomic.Uint64
 	next      atomic.Int64 // unix nanos of the next periodic refresh
+	// lastUnreachable is when a home last failed to answer (unix nanos):
+	// it makes Do refresh the map before giving up, at most once per
+	// unreachableRefresh across calls.
+	lastUnreachable atomic.Int64
 	// keysMu serialises the first fetch of the signing keys: concurrent
 	// first calls (a worker's finalize jobs) fetch them once and share
 	// one core, not each install their own.
@@ -208,6 +212,9 @@ func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Cont
 		}
 		resp, err := c.send(ctx, key, t, build)
 		if err != nil {
+			if c.homeMoved(ctx, t.MapVersion) {
+				continue // issue 30: a dead home's partition moved; route again
+			}
 			return nil, err
 		}
 		env, ok := routingAnswer(resp)
@@ -220,6 +227,23 @@ func (c *Client) Do(ctx context.Context, key string, build func(ctx context.Cont
 			return nil, err
 		}
 	}
+}
+
+// unreachableRefresh bounds how often an unreachable home makes the
+// client read the map again.
+const unreachableRefresh = 250 * time.Millisecond
+
+// homeMoved refreshes the map after a home did not answer (its node died,
+// and the controller may have moved its partitions, issue 30) and reports
+// whether a newer map than the one the request was routed by is installed.
+// Concurrent failures share one refresh per unreachableRefresh.
+func (c *Client) homeMoved(ctx context.Context, routedBy uint64) bool {
+	now := time.Now().UnixNano()
+	last := c.lastUnreachable.Load()
+	if now-last >= int64(unreachableRefresh) && c.lastUnreachable.CompareAndSwap(last, now) {
+		_ = c.Refresh(ctx) // a failed refresh leaves the map as it was
+	}
+	return c.MapVersion() > routedBy
 }
 
 // routing returns the core to route with, refreshing the map first when

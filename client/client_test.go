@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/ed25519"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -122,5 +123,83 @@ func TestConcurrentFirstCallsFetchTheKeysOnce(t *testing.T) {
 	}
 	if r := c.Rejected(); r != 0 {
 		t.Fatalf("%d maps rejected", r)
+	}
+}
+
+// movingMaps is a MapSource whose latest map can be replaced.
+type movingMaps struct {
+	key    authority.TrustedKey
+	latest atomic.Pointer[authority.Map]
+	reads  atomic.Int32
+}
+
+func (m *movingMaps) LatestMap(context.Context) (*authority.Map, error) {
+	m.reads.Add(1)
+	return m.latest.Load(), nil
+}
+
+func (m *movingMaps) SigningKeys(context.Context) ([]authority.TrustedKey, error) {
+	return []authority.TrustedKey{m.key}, nil
+}
+
+// A home that does not answer makes the client read the map again before
+// it gives up: when the controller moved the partition off the dead node
+// (issue 30), the same call reaches the new home; when nothing moved, the
+// call fails as unavailable after one refresh.
+func TestUnreachableHomeRoutesByTheNewerMap(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	signer := authority.Signer{KeyID: "k1", Key: priv}
+	build := func(version uint64, endpoint string) *authority.Map {
+		m, err := authority.EvenSplit{
+			Version: version, GeneratedAt: now, Partitions: 1, State: authority.PrimaryServing, Epoch: version, Class: "standard", Mode: authority.ModeDerived,
+			Nodes: []authority.NodeAddr{{Node: "node-" + endpoint, Endpoint: endpoint}},
+		}.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := signer.SignMap(m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	dead := "127.0.0.1:1" // nothing listens on port 1
+	src := &movingMaps{key: authority.TrustedKey{KeyID: "k1", Alg: authority.SignatureAlg, PublicKey: pub, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}}
+	src.latest.Store(build(1, dead))
+	c := New(Config{Maps: src})
+	var sentTo []string
+	do := func() error {
+		resp, err := c.Do(context.Background(), "team/app", func(ctx context.Context, base string) (*http.Request, error) {
+			sentTo = append(sentTo, base)
+			return http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/", nil)
+		})
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := do(); blobplane.ErrorCode(err) != blobplane.CodeUnavailable || len(sentTo) != 1 || src.reads.Load() != 2 {
+		t.Fatalf("nothing moved: %v, sent to %v, %d map reads (want unavailable, once, one refresh)", err, sentTo, src.reads.Load())
+	}
+
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	src.latest.Store(build(2, ln.Addr().String()))
+	c.lastUnreachable.Store(0) // past the refresh interval
+	sentTo = nil
+	if err := do(); err != nil {
+		t.Fatalf("after the move: %v (sent to %v)", err, sentTo)
+	}
+	if len(sentTo) != 2 || sentTo[1] != "http://"+ln.Addr().String() || c.MapVersion() != 2 {
+		t.Fatalf("sent to %v, map v%d: want the dead home, then the new one by map 2", sentTo, c.MapVersion())
 	}
 }

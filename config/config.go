@@ -138,7 +138,6 @@ type Config struct {
 	ControllerTick          time.Duration
 	ControllerFailoverGrace time.Duration
 	ControllerLiveGrace     time.Duration
-	ControllerHysteresis    time.Duration
 	ControllerMaxMoves      int
 	ControllerMaxPerNode    int
 	ControllerMaxFraction   float64
@@ -649,7 +648,6 @@ var Settings = []Setting{
 	duration("controller-tick", "BLOBPLANE_CONTROLLER_TICK", "500ms", "longest wait between two controller rounds (handoff and map notifications wake it sooner)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerTick }),
 	duration("controller-failover-grace", "BLOBPLANE_CONTROLLER_FAILOVER_GRACE", "250ms", "how long a lease must have expired before its partition is recovered on another node when its node is gone (no Postgres session) or draining", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerFailoverGrace }),
 	duration("controller-live-grace", "BLOBPLANE_CONTROLLER_LIVE_GRACE", "30s", "the same wait when the lease's node is still connected (its keeper claims the lease back by itself: a blip moves nothing)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerLiveGrace }),
-	duration("controller-hysteresis", "BLOBPLANE_CONTROLLER_HYSTERESIS", "30s", "a partition moved less than this long ago is not moved again by a planned move (ZBP-5 R116)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerHysteresis }),
 	count("controller-max-moves", "BLOBPLANE_CONTROLLER_MAX_MOVES", "8", "most moves in flight at once (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxMoves }),
 	count("controller-max-moves-per-node", "BLOBPLANE_CONTROLLER_MAX_MOVES_PER_NODE", "4", "most moves in flight from or to one node (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxPerNode }),
 	{Flag: "controller-max-move-fraction", Env: "BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION", Default: "0.5", Usage: "most slots one plan moves, as a fraction of the map; more needs `controller apply --override-reason` (ZBP-5 R119)", For: []string{Controller},

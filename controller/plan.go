@@ -46,11 +46,6 @@ type Settings struct {
 	LiveNodeGrace time.Duration
 	// NodeDeadAfter: a node whose heartbeat is older is never a target.
 	NodeDeadAfter time.Duration
-	// Hysteresis: a partition that moved less than this long ago is not
-	// moved again by a planned move (R116). A recovery is not held by
-	// it: the partition has no primary, and an unowned partition is the
-	// worse outcome.
-	Hysteresis time.Duration
 	// MaxConcurrent and MaxPerNode bound the moves in flight, globally
 	// and per node as source or target (R81, R116).
 	MaxConcurrent int
@@ -72,7 +67,6 @@ var DefaultSettings = Settings{
 	FailoverGrace:   250 * time.Millisecond,
 	LiveNodeGrace:   30 * time.Second,
 	NodeDeadAfter:   45 * time.Second,
-	Hysteresis:      30 * time.Second,
 	MaxConcurrent:   8,
 	MaxPerNode:      4,
 	MaxMoveFraction: 0.5,
@@ -97,9 +91,6 @@ func (s Settings) withDefaults() Settings {
 	if s.NodeDeadAfter <= 0 {
 		s.NodeDeadAfter = d.NodeDeadAfter
 	}
-	if s.Hysteresis < 0 {
-		s.Hysteresis = 0
-	}
 	if s.MaxConcurrent <= 0 {
 		s.MaxConcurrent = d.MaxConcurrent
 	}
@@ -118,14 +109,13 @@ func (s Settings) withDefaults() Settings {
 // Observed is what one round reads (A.8 step 1), all on the database's
 // clock (Now).
 type Observed struct {
-	Map       *authority.Map
-	Leases    map[string]authority.LeaseRecord
-	Nodes     map[string]store.PlacementNode
-	Present   map[string]bool
-	Active    []authority.Handoff
-	LastMoves map[string]time.Duration
-	Frozen    *store.FreezeState
-	Now       time.Time
+	Map     *authority.Map
+	Leases  map[string]authority.LeaseRecord
+	Nodes   map[string]store.PlacementNode
+	Present map[string]bool
+	Active  []authority.Handoff
+	Frozen  *store.FreezeState
+	Now     time.Time
 }
 
 // Move is one planned move of a partition.
@@ -142,6 +132,10 @@ type Move struct {
 	// Since is when the partition stopped being served, for a recovery:
 	// the expired lease's last renewal.
 	Since time.Time `json:"-"`
+	// Stuck: the recovery is from a node still connected to Postgres
+	// that stopped renewing (paused, wedged); its sessions are ended
+	// before the move starts (store.TerminateNodeSessions).
+	Stuck bool `json:"stuck,omitempty"`
 	// Held says why the move does not start now ("" when it does).
 	Held string `json:"held,omitempty"`
 }
@@ -162,7 +156,7 @@ type Adoption struct {
 type Plan struct {
 	MapVersion uint64
 	Moves      []Move // to start
-	Held       []Move // planned but held: freeze, hysteresis, concurrency, cap, policy, no target
+	Held       []Move // planned but held: freeze, concurrency, cap, policy, no target
 	Adoptions  []Adoption
 	MovedSlots uint64
 	TotalSlots uint64
@@ -179,7 +173,7 @@ type Override struct {
 // partition with no move in flight, a drain handoff when its primary is
 // draining, a recovery when its lease expired past the grace, an adoption
 // when a live node holds its lease but the map names another; then the
-// brakes (freeze R123, hysteresis R116, concurrency R81, the movement cap
+// brakes (freeze R123, concurrency R81 and R116, the movement cap
 // R119, the apply policy R118). Deterministic: partitions in id order,
 // targets by datacenter, load, then id.
 func ComputePlan(o Observed, s Settings, apply map[string]bool, ov Override) Plan {
@@ -266,6 +260,7 @@ func needsMove(o Observed, s Settings, part authority.Partition) (Move, bool) {
 		return Move{}, false // never claimed, its node is up: its keeper claims it
 	}
 	m.Trigger, m.Kind = TriggerRecover, authority.KindRecover
+	m.Stuck = present && !draining
 	m.Reason = fmt.Sprintf("lease expired on %s (%s)", primary, why)
 	return m, true
 }
@@ -311,8 +306,6 @@ func brake(o Observed, s Settings, c *counts, m *Move, apply map[string]bool, ov
 		return fmt.Sprintf("frozen by %s: %s", o.Frozen.By, o.Frozen.Reason)
 	case !apply[m.Trigger]:
 		return "awaiting an operator (controller apply): " + m.Trigger + " is not applied automatically"
-	case m.Kind == authority.KindHandoff && o.LastMoves[m.Partition] > 0 && o.LastMoves[m.Partition] < s.Hysteresis:
-		return fmt.Sprintf("hysteresis: moved %s ago (< %s)", o.LastMoves[m.Partition].Round(time.Second), s.Hysteresis)
 	case c.inflight >= s.MaxConcurrent:
 		return fmt.Sprintf("concurrency: %d moves in flight (max %d)", c.inflight, s.MaxConcurrent)
 	case m.Kind == authority.KindHandoff && c.busy[m.From] >= s.MaxPerNode:

@@ -16,7 +16,7 @@ func observed(t *testing.T, n int, nodes ...store.PlacementNode) controller.Obse
 	t.Helper()
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	addrs := make([]authority.NodeAddr, len(nodes))
-	o := controller.Observed{Leases: map[string]authority.LeaseRecord{}, Nodes: map[string]store.PlacementNode{}, Present: map[string]bool{}, LastMoves: map[string]time.Duration{}, Now: now}
+	o := controller.Observed{Leases: map[string]authority.LeaseRecord{}, Nodes: map[string]store.PlacementNode{}, Present: map[string]bool{}, Now: now}
 	for i, nd := range nodes {
 		nd.Up, nd.Endpoint = true, "http://"+nd.ID+":8080"
 		o.Nodes[nd.ID], o.Present[nd.ID] = nd, true
@@ -37,7 +37,7 @@ var auto = controller.DefaultSettings.Auto
 
 func TestPlanBrakes(t *testing.T) {
 	t.Parallel()
-	s := controller.Settings{Hysteresis: time.Minute, MaxConcurrent: 8, MaxPerNode: 8, MaxMoveFraction: 0.25}
+	s := controller.Settings{MaxConcurrent: 8, MaxPerNode: 8, MaxMoveFraction: 0.25}
 	nodes := []store.PlacementNode{{ID: "a", Datacenter: "eu-1"}, {ID: "b", Datacenter: "us-1"}, {ID: "c", Datacenter: "eu-1"}}
 	drainA := func(t *testing.T) controller.Observed {
 		o := observed(t, 12, nodes...)
@@ -66,21 +66,10 @@ func TestPlanBrakes(t *testing.T) {
 			t.Fatalf("%+v", p)
 		}
 	})
-	t.Run("hysteresis R116", func(t *testing.T) {
-		o := drainA(t)
-		for _, part := range o.Map.Partitions {
-			o.LastMoves[part.ID] = 10 * time.Second
-		}
-		p := controller.ComputePlan(o, s, auto, controller.Override{})
-		if len(p.Moves) != 0 || len(p.Held) != 4 || !strings.HasPrefix(p.Held[0].Held, "hysteresis") {
-			t.Fatalf("%+v", p)
-		}
-	})
-	t.Run("recovery is not held by hysteresis", func(t *testing.T) {
+	t.Run("recovery of a gone node's expired leases", func(t *testing.T) {
 		o := observed(t, 12, nodes...)
 		o.Present["a"] = false
 		for id, l := range o.Leases {
-			o.LastMoves[id] = time.Second
 			if l.OwnerNode == "a" {
 				l.ExpiresAt = o.Now.Add(-time.Second)
 				o.Leases[id] = l

@@ -62,7 +62,7 @@ func NewMetrics() *Metrics {
 		}, []string{"kind", "outcome"}),
 		held: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "blobplane_controller_moves_held_total",
-			Help: "Planned moves held back in a round, by brake (frozen, policy, hysteresis, concurrency, cap, no_target).",
+			Help: "Planned moves held back in a round, by brake (frozen, policy, concurrency, cap, no_target).",
 		}, []string{"brake"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "blobplane_controller_leader",
@@ -134,9 +134,6 @@ func (s *Service) Observe(ctx context.Context) (Observed, error) {
 	if o.Active, err = st.ActiveHandoffs(ctx); err != nil {
 		return o, err
 	}
-	if o.LastMoves, err = st.LastMoves(ctx); err != nil {
-		return o, err
-	}
 	if o.Frozen, err = st.Frozen(ctx); err != nil {
 		return o, err
 	}
@@ -183,7 +180,7 @@ func (s *Service) Round(ctx context.Context, apply map[string]bool, ov Override)
 }
 
 func brakeLabel(held string) string {
-	for _, b := range []string{"frozen", "awaiting", "hysteresis", "concurrency", "movement cap", "no target"} {
+	for _, b := range []string{"frozen", "awaiting", "concurrency", "movement cap", "no target"} {
 		if len(held) >= len(b) && held[:len(b)] == b {
 			switch b {
 			case "awaiting":
@@ -224,7 +221,19 @@ func (s *Service) start(ctx context.Context, p Plan, ov Override) error {
 	if err != nil {
 		return err
 	}
+	ended := map[string]bool{}
 	for _, m := range p.Moves {
+		if m.Stuck && !ended[m.From] {
+			// A paused node's open transactions hold its lease rows:
+			// end them, or the recovery waits for Postgres's idle
+			// timeout (and the target's claims for their lock timeout).
+			ended[m.From] = true
+			n, err := s.Store.TerminateNodeSessions(ctx, m.From)
+			if err != nil {
+				return err
+			}
+			s.logger().Warn("ended the sessions of a node that stopped renewing", "node", m.From, "sessions", n)
+		}
 		h, err := s.Store.CreateHandoff(ctx, authority.Handoff{
 			PlanID: id, Partition: m.Partition, Kind: m.Kind, From: m.From, FromEpoch: m.FromEpoch,
 			To: m.To, ToEndpoint: m.ToEndpoint, Reason: m.Reason, UnavailableSince: m.Since,

@@ -43,7 +43,7 @@ func newFleet(t *testing.T, partitions int, nodes ...string) *fleet {
 	if _, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: partitions}); err != nil {
 		t.Fatal(err)
 	}
-	f.svc = &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.Settings{Hysteresis: time.Hour}}
+	f.svc = &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.Settings{}}
 	f.tick(t, nodes...)
 	t.Cleanup(func() {
 		for _, p := range f.present {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/client"
@@ -248,9 +250,23 @@ type FinalizeWorker struct {
 // Timeout bounds one attempt.
 func (w *FinalizeWorker) Timeout(*river.Job[FinalizeArgs]) time.Duration { return time.Minute }
 
-// NextRetry is River's backoff (attempt^4 seconds) capped at
+// FinalizeFastRetries is how many attempts of a finalize job follow each
+// other FinalizeFastRetry apart before the backoff grows: a home that
+// moves (a node killed and its partitions recovered elsewhere within the
+// lease TTL, issue 30) is found within seconds, not after the 256 s of
+// River's fourth retry.
+const (
+	FinalizeFastRetries = 10
+	FinalizeFastRetry   = 2 * time.Second
+)
+
+// NextRetry is FinalizeFastRetry for the first FinalizeFastRetries
+// retries, then River's backoff (attempt^4 seconds) capped at
 // FinalizeMaxBackoff, so a home back after days is found within minutes.
 func (w *FinalizeWorker) NextRetry(job *river.Job[FinalizeArgs]) time.Time {
+	if len(job.Errors) < FinalizeFastRetries {
+		return time.Now().Add(FinalizeFastRetry)
+	}
 	n := float64(len(job.Errors) + 1)
 	return time.Now().Add(min(time.Duration(n*n*n*n)*time.Second, FinalizeMaxBackoff))
 }
@@ -268,4 +284,31 @@ func (w *FinalizeWorker) Work(ctx context.Context, job *river.Job[FinalizeArgs])
 		return river.JobCancel(err)
 	}
 	return err
+}
+
+// WakeFinalizations retries now every finalize job waiting out its
+// backoff (issue 30): called when a map is published, since a new map
+// means a home moved, and an upload answered 202 while its home was
+// unreachable can be published at the new one at once instead of after
+// River's attempt^4 s backoff. A job whose home is still missing fails
+// again and returns to its backoff. It returns how many it woke.
+func WakeFinalizations(ctx context.Context, client *river.Client[pgx.Tx]) (int, error) {
+	woke := 0
+	params := river.NewJobListParams().Kinds(FinalizeArgs{}.Kind()).States(rivertype.JobStateRetryable).First(1000)
+	for {
+		res, err := client.JobList(ctx, params)
+		if err != nil {
+			return woke, err
+		}
+		for _, j := range res.Jobs {
+			if _, err := client.JobRetry(ctx, j.ID); err != nil && !errors.Is(err, river.ErrNotFound) {
+				return woke, err
+			}
+			woke++
+		}
+		if len(res.Jobs) < 1000 {
+			return woke, nil
+		}
+		params = params.After(res.LastCursor)
+	}
 }

@@ -81,7 +81,8 @@ func TestFinalizeJobUniqueByOperation(t *testing.T) {
 }
 
 // An accepted upload's job outlasts any outage (issue 27): practically
-// unbounded attempts, the backoff capped at FinalizeMaxBackoff.
+// unbounded attempts, FinalizeFastRetry apart while a home moves (issue
+// 30), then backing off, capped at FinalizeMaxBackoff.
 func TestFinalizeJobRetriesForEverAtABoundedPace(t *testing.T) {
 	if got := (FinalizeArgs{}).InsertOpts().MaxAttempts; got != FinalizeMaxAttempts {
 		t.Fatalf("MaxAttempts %d", got)
@@ -90,7 +91,8 @@ func TestFinalizeJobRetriesForEverAtABoundedPace(t *testing.T) {
 	for _, tc := range []struct {
 		errors   int
 		min, max time.Duration
-	}{{0, time.Second - 50*time.Millisecond, time.Second}, {2, 80 * time.Second, 81 * time.Second}, {50, FinalizeMaxBackoff - time.Second, FinalizeMaxBackoff + time.Second}} {
+	}{{0, FinalizeFastRetry - 50*time.Millisecond, FinalizeFastRetry}, {FinalizeFastRetries - 1, FinalizeFastRetry - 50*time.Millisecond, FinalizeFastRetry},
+		{FinalizeFastRetries, FinalizeMaxBackoff - time.Second, FinalizeMaxBackoff + time.Second}, {50, FinalizeMaxBackoff - time.Second, FinalizeMaxBackoff + time.Second}} {
 		job := &river.Job[FinalizeArgs]{JobRow: &rivertype.JobRow{Errors: make([]rivertype.AttemptError, tc.errors)}}
 		if d := time.Until(w.NextRetry(job)); d < tc.min || d > tc.max {
 			t.Fatalf("after %d errors: retry in %s, want %s to %s", tc.errors, d, tc.min, tc.max)

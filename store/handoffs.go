@@ -201,20 +201,6 @@ func (s *Store) AbortHandoff(ctx context.Context, id int64, reason string) (bool
 	return n == 1, dbErr("store.AbortHandoff", err)
 }
 
-// LastMoves returns, per partition that ever moved, how long ago (database
-// clock) its last move was published (R116's hysteresis).
-func (s *Store) LastMoves(ctx context.Context) (map[string]time.Duration, error) {
-	rows, err := s.q.LastMoves(ctx, s.pool)
-	if err != nil {
-		return nil, dbErr("store.LastMoves", err)
-	}
-	out := make(map[string]time.Duration, len(rows))
-	for _, r := range rows {
-		out[r.PartitionID] = time.Duration(r.AgeSeconds * float64(time.Second))
-	}
-	return out, nil
-}
-
 // PlanRecord is an applied plan as controller_plans keeps it (R117, R118).
 type PlanRecord struct {
 	Trigger        string
@@ -477,4 +463,21 @@ func (s *Store) PresentNodes(ctx context.Context) (NodePresence, error) {
 		}
 	}
 	return out, nil
+}
+
+// TerminateNodeSessions ends every Postgres session of node (by its
+// application_name, NodeApplicationName) and returns how many. The
+// controller calls it before it recovers the partitions of a node that is
+// connected but stopped renewing (paused, wedged): a transaction such a
+// node left open holds its lease rows (FOR KEY SHARE) and would hold the
+// recovery up until Postgres's idle_in_transaction_session_timeout. Ending
+// it rolls back what it had not committed, which its clients never saw
+// acknowledged; its epoch is fenced by the recovery either way (R20).
+func (s *Store) TerminateNodeSessions(ctx context.Context, node string) (int, error) {
+	prefix := NodeApplicationName(node, "")
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		  AND (application_name = $1 OR left(application_name, length($1) + 1) = $1 || '/')`, prefix).Scan(&n)
+	return n, dbErr("store.TerminateNodeSessions", err)
 }

@@ -97,6 +97,22 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger) (*Store,
 // with timeouts, and checks that the server answers. The error names
 // DATABASE_URL and never includes the password.
 func OpenWith(ctx context.Context, databaseURL string, logger *slog.Logger, timeouts Timeouts) (*Store, error) {
+	return OpenAs(ctx, databaseURL, logger, timeouts, ApplicationName)
+}
+
+// ApplicationName is the application_name of Blobplane's sessions; an api
+// node's are ApplicationName + "/" + its node id (NodeApplicationName).
+const ApplicationName = "blobplane"
+
+// NodeApplicationName is the application_name of node's sessions, what
+// TerminateNodeSessions finds them by; suffix ("" or "/leases") names a
+// pool of the node's.
+func NodeApplicationName(node, suffix string) string {
+	return ApplicationName + "/" + node + suffix
+}
+
+// OpenAs is OpenWith with the sessions' application_name.
+func OpenAs(ctx context.Context, databaseURL string, logger *slog.Logger, timeouts Timeouts, applicationName string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "invalid DATABASE_URL: cannot be parsed")
@@ -104,7 +120,7 @@ func OpenWith(ctx context.Context, databaseURL string, logger *slog.Logger, time
 	if cfg.MaxConns < 8 {
 		cfg.MaxConns = 8
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "blobplane"
+	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
 	for name, v := range timeouts.params() {
 		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
 			cfg.ConnConfig.RuntimeParams[name] = v

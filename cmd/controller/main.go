@@ -180,7 +180,7 @@ func takeover(ctx context.Context, st *store.Store, logger *slog.Logger, args []
 func settings(cfg *config.Config) controller.Settings {
 	s := controller.Settings{
 		Tick: cfg.ControllerTick, HandoffDeadline: cfg.HandoffDeadline, FailoverGrace: cfg.ControllerFailoverGrace,
-		LiveNodeGrace: cfg.ControllerLiveGrace, Hysteresis: cfg.ControllerHysteresis, MaxConcurrent: cfg.ControllerMaxMoves,
+		LiveNodeGrace: cfg.ControllerLiveGrace, MaxConcurrent: cfg.ControllerMaxMoves,
 		MaxPerNode: cfg.ControllerMaxPerNode, MaxMoveFraction: cfg.ControllerMaxFraction,
 	}
 	if cfg.ControllerAuto != nil {

@@ -42,7 +42,6 @@ CREATE TABLE handoffs (
 -- At most one handoff in flight per partition.
 CREATE UNIQUE INDEX handoffs_active_key ON handoffs (partition_id) WHERE state IN ('preparing', 'synced', 'sealed', 'ready');
 CREATE INDEX handoffs_nodes_idx ON handoffs (from_node, to_node) WHERE state IN ('preparing', 'synced', 'sealed', 'ready');
-CREATE INDEX handoffs_finished_idx ON handoffs (partition_id, finished_at DESC) WHERE state = 'published';
 
 COMMENT ON TABLE handoffs IS 'Partition moves driven by the controller service (ZBP-5 A.4 live handoff, A.3 recovery after an expired lease): preparing -> synced -> sealed -> ready -> published, or aborted. At most one in flight per partition. Notifies channel blobplane_handoff with the partition id on every insert and state change.';
 COMMENT ON COLUMN handoffs.handoff_id IS 'Identity of the move.';

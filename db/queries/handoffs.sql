@@ -89,13 +89,6 @@ RETURNING *;
 UPDATE handoffs SET state = 'aborted', abort_reason = @abort_reason::text, finished_at = now()
 WHERE handoff_id = @handoff_id AND state IN ('preparing', 'synced');
 
--- name: LastMoves :many
--- When each partition last moved (hysteresis, R116).
-SELECT DISTINCT ON (partition_id) partition_id, finished_at::timestamptz AS finished_at,
-       extract(epoch FROM now() - finished_at)::float8 AS age_seconds
-FROM handoffs WHERE state = 'published'
-ORDER BY partition_id, finished_at DESC;
-
 -- name: InsertControllerPlan :one
 INSERT INTO controller_plans (trigger, moves, moved_slots, total_slots, override_by, override_reason, applied_by)
 VALUES (@trigger, @moves, @moved_slots, @total_slots, sqlc.narg(override_by), sqlc.narg(override_reason), @applied_by)

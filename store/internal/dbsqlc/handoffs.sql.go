@@ -394,40 +394,6 @@ func (q *Queries) InsertControllerPlan(ctx context.Context, db DBTX, arg InsertC
 	return plan_id, err
 }
 
-const lastMoves = `-- name: LastMoves :many
-SELECT DISTINCT ON (partition_id) partition_id, finished_at::timestamptz AS finished_at,
-       extract(epoch FROM now() - finished_at)::float8 AS age_seconds
-FROM handoffs WHERE state = 'published'
-ORDER BY partition_id, finished_at DESC
-`
-
-type LastMovesRow struct {
-	PartitionID string
-	FinishedAt  pgtype.Timestamptz
-	AgeSeconds  float64
-}
-
-// When each partition last moved (hysteresis, R116).
-func (q *Queries) LastMoves(ctx context.Context, db DBTX) ([]LastMovesRow, error) {
-	rows, err := db.Query(ctx, lastMoves)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []LastMovesRow{}
-	for rows.Next() {
-		var i LastMovesRow
-		if err := rows.Scan(&i.PartitionID, &i.FinishedAt, &i.AgeSeconds); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const markHandoffReady = `-- name: MarkHandoffReady :execrows
 UPDATE handoffs SET state = 'ready', ready_at = now(), to_epoch = $1::bigint
 WHERE handoff_id = $2 AND to_node = $3

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/controller"
+	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -96,7 +101,7 @@ func (a *API) holdPresence(ctx context.Context) {
 		}
 		if p == nil {
 			var err error
-			p, err = a.store.HoldPresence(ctx, a.cfg.NodeID)
+			p, err = a.leases.HoldPresence(ctx, a.cfg.NodeID)
 			if err != nil && ctx.Err() == nil && !warned {
 				warned = true
 				a.logger.Warn("presence lock not held (another live process with this node id?); retrying", "node_id", a.cfg.NodeID, "err", err)
@@ -175,4 +180,33 @@ func (a *API) checkShutdown(ctx context.Context) error {
 		return err
 	}
 	return checkShutdownBudget(cfg, n)
+}
+
+// wakeFinalizations retries the finalize jobs in backoff whenever a map
+// is published (jobs.WakeFinalizations), until ctx ends.
+func wakeFinalizations(ctx context.Context, st *store.Store, client *river.Client[pgx.Tx], logger *slog.Logger) {
+	maps := make(chan struct{}, 1)
+	stop := st.StartCaches(ctx, store.CacheOptions{MapPublished: func() {
+		select {
+		case maps <- struct{}{}:
+		default:
+		}
+	}})
+	defer stop()
+	for {
+		// Also at each start of the listener: a publication may have
+		// landed while it was not listening (or this worker was down).
+		select {
+		case <-ctx.Done():
+			return
+		case <-maps:
+		}
+		n, err := jobs.WakeFinalizations(ctx, client)
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("wake finalize jobs after a map publication", "err", err)
+		}
+		if n > 0 {
+			logger.Info("a map was published: finalize jobs in backoff retried now", "jobs", n)
+		}
+	}
 }
