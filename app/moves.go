@@ -134,21 +134,26 @@ func (a *API) drain(ctx context.Context) {
 	if leases+named == 0 {
 		return
 	}
-	running, err := a.store.ControllerRunning(dctx)
-	if err != nil || !running {
-		a.logger.Warn("drain: no controller is running, so nothing hands the partitions off; they are released and wait for `controller run` or `controller publish`",
-			"leases", leases, "err", err)
+	if why := a.cannotHandOff(dctx); why != "" {
+		a.logger.Warn("drain: nothing can take the partitions ("+why+"); they are released and wait for a node and `controller run`",
+			"leases", leases)
 		return
 	}
 	start := time.Now()
 	a.logger.Info("drain: handing partitions off", "leases", leases, "named_in_map", named, "timeout", a.cfg.DrainTimeout)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for i := 1; ; i++ {
 		l, n := a.keeper.Holding()
 		if l+n == 0 {
 			a.logger.Info("drain: every partition handed off", "took", time.Since(start))
 			return
+		}
+		if i%25 == 0 { // every half second: the fleet may be stopping with us
+			if why := a.cannotHandOff(dctx); why != "" {
+				a.logger.Warn("drain: stopped waiting ("+why+"); the rest are released", "leases", l, "named_in_map", n, "took", time.Since(start))
+				return
+			}
 		}
 		select {
 		case <-dctx.Done():
@@ -209,4 +214,27 @@ func wakeFinalizations(ctx context.Context, st *store.Store, client *river.Clien
 			logger.Info("a map was published: finalize jobs in backoff retried now", "jobs", n)
 		}
 	}
+}
+
+// cannotHandOff says why no handoff off this node can happen now ("" when
+// one can): no controller service is running, or no other api node is up,
+// fresh and not draining (the whole fleet stopping, `make run`'s Ctrl-C).
+func (a *API) cannotHandOff(ctx context.Context) string {
+	running, err := a.store.ControllerRunning(ctx)
+	if err != nil {
+		return "cannot read the controller lock: " + err.Error()
+	}
+	if !running {
+		return "no controller service is running"
+	}
+	nodes, err := a.store.PlacementNodes(ctx)
+	if err != nil {
+		return "cannot read the nodes: " + err.Error()
+	}
+	for _, n := range nodes {
+		if n.ID != a.cfg.NodeID && n.Up && !n.Draining && n.HeartbeatAge < controller.DefaultSettings.NodeDeadAfter {
+			return ""
+		}
+	}
+	return "no other api node is up and not draining"
 }

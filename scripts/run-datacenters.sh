@@ -96,7 +96,7 @@ cleanup() {
 }
 trap cleanup INT TERM HUP EXIT
 
-# start NAME PROGRAM [ENV=VALUE...]: runs PROGRAM in the background with
+# start NAME PROGRAM [ENV=VALUE...] [-- ARG...]: runs PROGRAM (with ARGs) in the background with
 # the environment given, each line of its output prefixed with NAME. Job
 # control (set -m) puts it in a process group of its own, so a terminal's
 # Ctrl-C reaches this script alone and each process is stopped by one
@@ -104,8 +104,18 @@ trap cleanup INT TERM HUP EXIT
 start() {
 	local name=$1 prog=$2
 	shift 2
+	local envs=() args=()
+	while (($#)); do
+		if [[ $1 == -- ]]; then
+			shift
+			args=("$@")
+			break
+		fi
+		envs+=("$1")
+		shift
+	done
 	set -m
-	env "$@" "$prog" > >(awk -v p="$name | " '{ print p $0; fflush() }' >&2) 2>&1 &
+	env "${envs[@]}" "$prog" "${args[@]}" > >(awk -v p="$name | " '{ print p $0; fflush() }' >&2) 2>&1 &
 	pids+=($!)
 	set +m
 }
@@ -152,6 +162,11 @@ if [[ -z ${BLOBPLANE_SIGNING_KEY:-} && ! -f ${BLOBPLANE_SIGNING_KEY_FILE:-$BLOBP
 	bin/controller keygen
 fi
 bin/controller publish || echo "run.sh: controller publish made no new map (above); the apis serve the latest published one, if any" >&2
+# The controller service: a home that dies or stops is replaced by a live
+# node without anyone acting; an api stopped with SIGTERM hands its
+# partitions off first (docs/authority.md "Moves", docs/operations.md).
+ctl_listen=${BLOBPLANE_CONTROLLER_LISTEN-127.0.0.1:$((api_port + 90))}
+start controller bin/controller BLOBPLANE_CONTROLLER_LISTEN="$ctl_listen" -- run
 
 # The admin token: printed now, or kept by an earlier run and still valid.
 first="http://$url_host:$api_port"
@@ -177,6 +192,7 @@ fi
 	  admin token  $token_line
 	  map          $first/v1/map   $first/v1/partitions
 	  River UI     $first/riverui/ (every api serves the one queue)
+	  controller   bin/controller status   (metrics: http://$ctl_listen/metrics)
 	  DATABASE_URL=$DATABASE_URL
 	  Ctrl-C stops everything.
 
