@@ -635,8 +635,11 @@ var Settings = []Setting{
 	duration("drain-timeout", "BLOBPLANE_DRAIN_TIMEOUT", "20s", "on SIGTERM, how long the api waits for the running controller to hand its partitions off (ZBP-5 R83) before it stops being chosen and closes its listener", []string{API}, func(c *Config) *time.Duration { return &c.DrainTimeout }),
 	duration("shutdown-budget", "BLOBPLANE_SHUTDOWN_BUDGET", "60s", "the platform's termination budget (Kubernetes terminationGracePeriodSeconds, docker stop's timeout): the api refuses to boot when drain-timeout + shutdown-timeout + 5s, or the handoffs of its partitions, cannot fit (ZBP-5 R85)", []string{API}, func(c *Config) *time.Duration { return &c.ShutdownBudget }),
 	duration("handoff-deadline", "BLOBPLANE_HANDOFF_DEADLINE", "5s", "how long one handoff may take before its seal; past it the handoff aborts and the old primary keeps serving (ZBP-5 R82)", []string{API, Controller}, func(c *Config) *time.Duration { return &c.HandoffDeadline }),
-	{Flag: "controller-listen", Env: "BLOBPLANE_CONTROLLER_LISTEN", Default: "127.0.0.1:9190", Usage: "where `controller run` serves /metrics and /healthz (empty: nowhere)", For: []string{Controller},
+	{Flag: "controller-listen", Env: "BLOBPLANE_CONTROLLER_LISTEN", Default: "127.0.0.1:9190", Usage: "where `controller run` serves /metrics and /healthz (off: nowhere)", For: []string{Controller},
 		set: func(c *Config, v string) error {
+			if v == "off" {
+				v = ""
+			}
 			if v != "" {
 				if err := listenAddr(v); err != nil {
 					return err

@@ -165,7 +165,9 @@ bin/controller publish || echo "run.sh: controller publish made no new map (abov
 # The controller service: a home that dies or stops is replaced by a live
 # node without anyone acting; an api stopped with SIGTERM hands its
 # partitions off first (docs/authority.md "Moves", docs/operations.md).
-ctl_listen=${BLOBPLANE_CONTROLLER_LISTEN-127.0.0.1:$((api_port + 90))}
+# Its metrics only where asked (BLOBPLANE_CONTROLLER_LISTEN): a fixed
+# default port could be taken on a shared machine.
+ctl_listen=${BLOBPLANE_CONTROLLER_LISTEN:-off}
 start controller bin/controller BLOBPLANE_CONTROLLER_LISTEN="$ctl_listen" -- run
 
 # The admin token: printed now, or kept by an earlier run and still valid.
@@ -192,7 +194,7 @@ fi
 	  admin token  $token_line
 	  map          $first/v1/map   $first/v1/partitions
 	  River UI     $first/riverui/ (every api serves the one queue)
-	  controller   bin/controller status   (metrics: http://$ctl_listen/metrics)
+	  controller   bin/controller status   (homes move by themselves: docs/operations.md)
 	  DATABASE_URL=$DATABASE_URL
 	  Ctrl-C stops everything.
 
