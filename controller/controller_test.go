@@ -17,7 +17,7 @@ import (
 	"github.com/blobplane/blobplane/store"
 )
 
-func setup(t *testing.T) (*store.Store, controller.KeyFile) {
+func setup(t testing.TB) (*store.Store, controller.KeyFile) {
 	t.Helper()
 	s := pgtest.NewStore(t)
 	path := filepath.Join(t.TempDir(), "controller", "signing-key.json")
@@ -28,7 +28,7 @@ func setup(t *testing.T) (*store.Store, controller.KeyFile) {
 	return s, k
 }
 
-func register(t *testing.T, s *store.Store, id, endpoint string) {
+func register(t testing.TB, s *store.Store, id, endpoint string) {
 	t.Helper()
 	if _, err := s.RegisterNode(context.Background(), store.Node{ID: id, Datacenter: "eu-1", Role: "api", Endpoint: endpoint}); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 // observed is a map of n partitions over nodes, every lease live on its
 // primary, every node present and fresh.
-func observed(t *testing.T, n int, nodes ...store.PlacementNode) controller.Observed {
+func observed(t testing.TB, n int, nodes ...store.PlacementNode) controller.Observed {
 	t.Helper()
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	addrs := make([]authority.NodeAddr, len(nodes))
