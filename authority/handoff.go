@@ -12,7 +12,24 @@ const (
 	// KindRecover is the cold path (A.3): the primary's lease expired (its
 	// node died or stopped renewing); the target claims the expired lease.
 	KindRecover HandoffKind = "recover"
+	// KindSplit and KindMerge seal the parent(s) of a group and the target
+	// claims the children's leases (A.5, A.6): Handoff.Children.
+	KindSplit HandoffKind = "split"
+	KindMerge HandoffKind = "merge"
 )
+
+// Grouped reports whether k is a split or a merge.
+func (k HandoffKind) Grouped() bool { return k == KindSplit || k == KindMerge }
+
+// Child is a partition a split or merge creates (R89–R91).
+type Child struct {
+	ID         string      `json:"id"`
+	Generation uint64      `json:"generation"`
+	Epoch      uint64      `json:"epoch"` // its first epoch: above every parent's (R16)
+	Slots      []SlotRange `json:"slots"`
+	Parents    []ParentRef `json:"parents"`
+	Ready      bool        `json:"ready"`
+}
 
 // HandoffState is where a move stands. preparing → synced → sealed →
 // ready → published for a handoff; preparing → ready → published for a
@@ -53,6 +70,10 @@ type Handoff struct {
 	MapVersion       uint64
 	FinishedAt       time.Time
 	AbortReason      string
+	// GroupID and Children: a split or merge's group (its parents are
+	// the group's handoffs) and the partitions that replace them.
+	GroupID  int64
+	Children []Child
 }
 
 // Active reports whether the move is in flight.

@@ -128,3 +128,46 @@ func Status(ctx context.Context, st *store.Store, w io.Writer, now time.Time) er
 	}
 	return tw.Flush()
 }
+
+// Finish carries a split or merge forward until its group is published or
+// aborted, or wait passes: rounds of its own when no `controller run` is
+// active (holding the leader lock meanwhile), else waiting for the
+// service's. It returns the group's handoffs as they ended.
+func Finish(ctx context.Context, svc *Service, group int64, wait time.Duration) ([]authority.Handoff, error) {
+	lock, err := svc.Store.TryControllerLock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if lock != nil {
+		defer lock.Release()
+	}
+	svc.Settings = svc.Settings.withDefaults()
+	deadline := time.Now().Add(wait)
+	for {
+		if lock != nil {
+			if _, err := svc.Round(ctx, map[string]bool{}, Override{}); err != nil {
+				return nil, err
+			}
+		}
+		hs, err := svc.Store.RecentHandoffs(ctx, 64)
+		if err != nil {
+			return nil, err
+		}
+		var mine []authority.Handoff
+		done := true
+		for _, h := range hs {
+			if h.GroupID == group {
+				mine = append(mine, h)
+				done = done && !h.Active()
+			}
+		}
+		if done || time.Now().After(deadline) {
+			return mine, nil
+		}
+		select {
+		case <-ctx.Done():
+			return mine, ctx.Err()
+		case <-time.After(svc.Settings.Tick / 5):
+		}
+	}
+}

@@ -264,6 +264,17 @@ func (s *Service) progress(ctx context.Context, o Observed) (changed bool, err e
 		case h.State == authority.HandoffReady,
 			h.State == authority.HandoffSealed && !o.Now.Before(h.Deadline):
 			publish = append(publish, h)
+		case why != "" && h.Kind.Grouped():
+			// A group is abandoned whole: its parents are sealed together.
+			for _, x := range o.Active {
+				if x.GroupID == h.GroupID && !x.PastSeal() {
+					if _, err := s.Store.AbortHandoff(ctx, x.ID, why); err != nil {
+						return changed, err
+					}
+					changed = true
+				}
+			}
+			s.logger().Warn("split/merge aborted before its seal; nothing changed", "group", h.GroupID, "reason", why)
 		case why != "":
 			ok, err := s.Store.AbortHandoff(ctx, h.ID, why)
 			if err != nil {
@@ -300,7 +311,7 @@ func abortReason(o Observed, h authority.Handoff) string {
 	}
 	l, ok := o.Leases[h.Partition]
 	switch h.Kind {
-	case authority.KindHandoff:
+	case authority.KindHandoff, authority.KindSplit, authority.KindMerge:
 		if !ok || l.Epoch != h.FromEpoch || l.OwnerNode != h.From {
 			return "the lease moved before the seal"
 		}
@@ -318,8 +329,18 @@ func abortReason(o Observed, h authority.Handoff) string {
 func (s *Service) publishMoves(ctx context.Context, o Observed, moves []authority.Handoff, adopt []Adoption) error {
 	next := o.Map.Clone()
 	next.Signature = nil
+	groups := map[int64]bool{}
 	for _, h := range moves {
-		setPrimary(next, h.Partition, h.To, h.ToEndpoint)
+		if !h.Kind.Grouped() {
+			setPrimary(next, h.Partition, h.To, h.ToEndpoint)
+			continue
+		}
+		if !groups[h.GroupID] { // once per split or merge: its parents give way to its children
+			groups[h.GroupID] = true
+			if err := applyGroup(next, h); err != nil {
+				return err
+			}
+		}
 	}
 	for _, a := range adopt {
 		setPrimary(next, a.Partition, a.To, a.Endpoint)

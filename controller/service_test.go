@@ -28,6 +28,11 @@ type fleet struct {
 
 func newFleet(t *testing.T, partitions int, nodes ...string) *fleet {
 	t.Helper()
+	return newFleetBits(t, 0, partitions, nodes...)
+}
+
+func newFleetBits(t *testing.T, slotBits, partitions int, nodes ...string) *fleet {
+	t.Helper()
 	ctx := context.Background()
 	st, k := setup(t)
 	f := &fleet{st: st, keepers: map[string]*keeper.Keeper{}, present: map[string]*store.Presence{}, clock: &authority.ManualClock{}}
@@ -40,7 +45,7 @@ func newFleet(t *testing.T, partitions int, nodes ...string) *fleet {
 		}
 		f.keepers[n] = kp
 	}
-	if _, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: partitions}); err != nil {
+	if _, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: partitions, SlotBits: slotBits}); err != nil {
 		t.Fatal(err)
 	}
 	f.svc = &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.Settings{}}

@@ -34,9 +34,41 @@ func handoffFromRow(r dbsqlc.Handoff) authority.Handoff {
 		State: authority.HandoffState(r.State), Reason: r.Reason, Deadline: r.Deadline.Time, CreatedAt: r.CreatedAt.Time,
 		UnavailableSince: r.UnavailableSince.Time, SealedAt: r.SealedAt.Time, ToEpoch: uint64(r.ToEpoch.Int64),
 		ReadyAt: r.ReadyAt.Time, MapVersion: uint64(r.MapVersion.Int64), FinishedAt: r.FinishedAt.Time,
-		AbortReason: r.AbortReason.String,
+		AbortReason: r.AbortReason.String, GroupID: r.GroupID.Int64,
 	}
 	return h
+}
+
+// withChildren attaches the children of every split or merge among hs.
+func (s *Store) withChildren(ctx context.Context, hs []authority.Handoff) ([]authority.Handoff, error) {
+	var groups []int64
+	for _, h := range hs {
+		if h.GroupID != 0 {
+			groups = append(groups, h.GroupID)
+		}
+	}
+	if len(groups) == 0 {
+		return hs, nil
+	}
+	rows, err := s.q.GroupChildren(ctx, s.pool, groups)
+	if err != nil {
+		return nil, dbErr("store.GroupChildren", err)
+	}
+	byGroup := map[int64][]authority.Child{}
+	for _, r := range rows {
+		c := authority.Child{ID: r.ChildID, Generation: uint64(r.Generation), Epoch: uint64(r.Epoch), Ready: r.ReadyAt.Valid}
+		if err := json.Unmarshal(r.Slots, &c.Slots); err != nil {
+			return nil, fmt.Errorf("store.GroupChildren: child %s slots: %w", r.ChildID, err)
+		}
+		if err := json.Unmarshal(r.Parents, &c.Parents); err != nil {
+			return nil, fmt.Errorf("store.GroupChildren: child %s parents: %w", r.ChildID, err)
+		}
+		byGroup[r.GroupID] = append(byGroup[r.GroupID], c)
+	}
+	for i := range hs {
+		hs[i].Children = byGroup[hs[i].GroupID]
+	}
+	return hs, nil
 }
 
 func handoffsFromRows(rows []dbsqlc.Handoff) []authority.Handoff {
@@ -72,13 +104,129 @@ func (s *Store) CreateHandoff(ctx context.Context, h authority.Handoff, deadline
 	return handoffFromRow(row), nil
 }
 
+// CreateGroup starts a split or merge (A.5, A.6) in one transaction: one
+// handoff per parent (kind split or merge, all from the one node holding
+// the parents, to one target) and the children that replace them. It
+// returns the group id. A move of any parent already in flight is
+// CodeConflict and nothing is created.
+func (s *Store) CreateGroup(ctx context.Context, parents []authority.Handoff, children []authority.Child, deadline time.Duration) (int64, error) {
+	const op = "store.CreateGroup"
+	if len(parents) == 0 || len(children) == 0 {
+		return 0, &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: "a split or merge needs parents and children"}
+	}
+	var group int64
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		g, err := s.q.NextHandoffGroup(ctx, tx)
+		if err != nil {
+			return dbErr(op, err)
+		}
+		group = g
+		for _, h := range parents {
+			if !h.Kind.Grouped() || h.FromEpoch > math.MaxInt64 {
+				return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: fmt.Sprintf("parent %s: kind %q", h.Partition, h.Kind)}
+			}
+			if _, err := s.q.CreateHandoff(ctx, tx, dbsqlc.CreateHandoffParams{
+				PlanID: h.PlanID, GroupID: g, PartitionID: h.Partition, Kind: string(h.Kind), FromNode: h.From, FromEpoch: int64(h.FromEpoch),
+				ToNode: h.To, ToEndpoint: h.ToEndpoint, Reason: h.Reason,
+				OutageSince: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, DeadlineMs: deadline.Milliseconds(),
+			}); err != nil {
+				return dbErr(op, err)
+			}
+		}
+		for _, c := range children {
+			slots, err := json.Marshal(c.Slots)
+			if err != nil {
+				return err
+			}
+			ps, err := json.Marshal(c.Parents)
+			if err != nil {
+				return err
+			}
+			if err := s.q.InsertHandoffChild(ctx, tx, dbsqlc.InsertHandoffChildParams{
+				GroupID: g, ChildID: c.ID, Generation: int64(c.Generation), Epoch: int64(c.Epoch), Slots: slots, Parents: ps,
+			}); err != nil {
+				return dbErr(op, err)
+			}
+		}
+		return nil
+	})
+	return group, err
+}
+
+// SealGroup is the seal of a split or merge (A.5 step 4, A.6, R74): every
+// parent of group, all held by node, moves to sealed and its lease to
+// SEALED under its epoch, in one transaction; if any parent is not
+// synced, is past its deadline or is no longer held at its epoch, nothing
+// changes (R75): CodeConflict or CodeStaleEpoch.
+func (s *Store) SealGroup(ctx context.Context, group int64, node string) error {
+	const op = "store.SealGroup"
+	return s.InTx(ctx, func(tx pgx.Tx) error {
+		want, err := s.q.CountGroupHandoffs(ctx, tx, group)
+		if err != nil {
+			return dbErr(op, err)
+		}
+		rows, err := s.q.SealGroupHandoffs(ctx, tx, dbsqlc.SealGroupHandoffsParams{GroupID: group, Node: node})
+		if err != nil {
+			return dbErr(op, err)
+		}
+		if int64(len(rows)) != want || want == 0 {
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op,
+				Message: fmt.Sprintf("group %d: %d of %d parents synced from %s inside their deadline", group, len(rows), want, node)}
+		}
+		for _, r := range rows {
+			if _, err := s.q.SealLeaseForHandoff(ctx, tx, dbsqlc.SealLeaseForHandoffParams{PartitionID: r.PartitionID, Node: node, Epoch: r.FromEpoch}); errors.Is(err, pgx.ErrNoRows) {
+				return staleLease(op, r.PartitionID, node, uint64(r.FromEpoch))
+			} else if err != nil {
+				return leaseErr(op, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ClaimChildLease is the target's claim of a split or merge child (A.5
+// step 5): its lease created at its planned epoch, above every parent's,
+// only once every parent of its group is sealed (R16, R74). CodeConflict
+// (authority.ErrLeaseHeld) otherwise, or when the lease exists already
+// (the caller then claims it as any lease).
+func (s *Store) ClaimChildLease(ctx context.Context, child, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error) {
+	const op = "store.ClaimChildLease"
+	if err := checkClaim(op, child, node, endpoint, ttl, renew); err != nil {
+		return authority.LeaseRecord{}, err
+	}
+	row, err := s.q.ClaimChildLease(ctx, s.pool, dbsqlc.ClaimChildLeaseParams{ChildID: child, Node: node, Endpoint: endpoint, TtlMs: ttl.Milliseconds(), RenewMs: renew.Milliseconds()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		cause := fmt.Errorf("child %s: its parents are not all sealed, or its lease exists: %w", child, authority.ErrLeaseHeld)
+		return authority.LeaseRecord{}, &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: cause.Error(), Err: cause}
+	}
+	if err != nil {
+		return authority.LeaseRecord{}, leaseErr(op, err)
+	}
+	return leaseFromRow(row), nil
+}
+
+// MarkChildReady records that node serves child under its planned epoch;
+// when every child of group serves, the group's parents turn ready (R79).
+func (s *Store) MarkChildReady(ctx context.Context, group int64, child, node string) (groupReady bool, err error) {
+	const op = "store.MarkChildReady"
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := s.q.MarkChildReady(ctx, tx, dbsqlc.MarkChildReadyParams{ChildID: child, Node: node}); err != nil {
+			return dbErr(op, err)
+		}
+		n, err := s.q.MarkGroupReady(ctx, tx, group)
+		groupReady = n > 0
+		return dbErr(op, err)
+	})
+	return groupReady, err
+}
+
 // ActiveHandoffs returns every move in flight, oldest first.
 func (s *Store) ActiveHandoffs(ctx context.Context) ([]authority.Handoff, error) {
 	rows, err := s.q.ActiveHandoffs(ctx, s.pool)
 	if err != nil {
 		return nil, dbErr("store.ActiveHandoffs", err)
 	}
-	return handoffsFromRows(rows), nil
+	return s.withChildren(ctx, handoffsFromRows(rows))
 }
 
 // HandoffsFor returns the moves in flight from or to node.
@@ -87,7 +235,7 @@ func (s *Store) HandoffsFor(ctx context.Context, node string) ([]authority.Hando
 	if err != nil {
 		return nil, dbErr("store.HandoffsFor", err)
 	}
-	return handoffsFromRows(rows), nil
+	return s.withChildren(ctx, handoffsFromRows(rows))
 }
 
 // Handoff returns one move, or CodeNotFound.
@@ -96,7 +244,11 @@ func (s *Store) Handoff(ctx context.Context, id int64) (authority.Handoff, error
 	if err != nil {
 		return authority.Handoff{}, dbErr("store.Handoff", err)
 	}
-	return handoffFromRow(row), nil
+	hs, err := s.withChildren(ctx, []authority.Handoff{handoffFromRow(row)})
+	if err != nil {
+		return authority.Handoff{}, err
+	}
+	return hs[0], nil
 }
 
 // RecentHandoffs returns the newest n moves, newest first.
@@ -105,7 +257,7 @@ func (s *Store) RecentHandoffs(ctx context.Context, n int) ([]authority.Handoff,
 	if err != nil {
 		return nil, dbErr("store.RecentHandoffs", err)
 	}
-	return handoffsFromRows(rows), nil
+	return s.withChildren(ctx, handoffsFromRows(rows))
 }
 
 // MarkHandoffSynced is the target's answer to a handoff in preparing

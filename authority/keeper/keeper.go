@@ -65,6 +65,15 @@ type Store interface {
 	// ForcedLeasesFor returns the live leases an operator forced onto node
 	// (R26): adopted at once.
 	ForcedLeasesFor(ctx context.Context, node string) ([]authority.LeaseRecord, error)
+	// SealGroup seals every parent of a split or merge group, all held by
+	// node, in one transaction (A.5 step 4, A.6); nothing otherwise.
+	SealGroup(ctx context.Context, group int64, node string) error
+	// ClaimChildLease creates a split or merge child's lease for node once
+	// every parent of its group is sealed (A.5 step 5, R16).
+	ClaimChildLease(ctx context.Context, child, node, endpoint string, ttl, renew time.Duration) (authority.LeaseRecord, error)
+	// MarkChildReady records that node serves child; true once every
+	// child of group does (R79).
+	MarkChildReady(ctx context.Context, group int64, child, node string) (bool, error)
 }
 
 // Config tunes a Keeper.
@@ -409,14 +418,9 @@ func (k *Keeper) wanted() (mine map[string]bool, targets map[string]authority.Ha
 		}
 	}
 	for _, h := range k.handoffs {
-		if h.To != k.cfg.NodeID {
-			continue
-		}
-		if h.State == authority.HandoffSealed || h.State == authority.HandoffReady ||
-			(h.Kind == authority.KindRecover && h.State == authority.HandoffPreparing) {
-			mine[h.Partition] = true
-			targets[h.Partition] = h
-			delete(k.sealed, h.Partition)
+		for _, id := range k.incoming(h) {
+			mine[id] = true
+			targets[id] = h
 		}
 	}
 	for id, f := range k.forced {
@@ -433,23 +437,111 @@ func (k *Keeper) wanted() (mine map[string]bool, targets map[string]authority.Ha
 	return mine, targets
 }
 
+// incoming is what h brings this node to hold now: the partition of a
+// handoff past its seal or of a recovery, the children of a split or
+// merge past its seal (the parents stay sealed). Called with k.mu held.
+func (k *Keeper) incoming(h authority.Handoff) []string {
+	if h.To != k.cfg.NodeID {
+		return nil
+	}
+	pastSeal := h.State == authority.HandoffSealed || h.State == authority.HandoffReady
+	switch {
+	case h.Kind.Grouped() && pastSeal:
+		ids := make([]string, len(h.Children))
+		for i, c := range h.Children {
+			ids[i] = c.ID
+		}
+		return ids
+	case h.Kind.Grouped():
+		return nil
+	case pastSeal || (h.Kind == authority.KindRecover && h.State == authority.HandoffPreparing):
+		delete(k.sealed, h.Partition)
+		return []string{h.Partition}
+	}
+	return nil
+}
+
 // handOff does this node's steps of the handoffs in flight: as a target it
 // answers synced (A.4 step 3: a DERIVED partition has nothing to restore,
 // R78); as the outgoing primary of a synced handoff it seals (step 4).
 func (k *Keeper) handOff(ctx context.Context, hs []authority.Handoff) {
+	groups := map[int64][]authority.Handoff{}
 	for _, h := range hs {
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
-		case h.Kind == authority.KindHandoff && h.To == k.cfg.NodeID && h.State == authority.HandoffPreparing:
+		case h.Kind != authority.KindRecover && h.To == k.cfg.NodeID && h.State == authority.HandoffPreparing:
 			if _, err := k.store.MarkHandoffSynced(ctx, h.ID, k.cfg.NodeID); err != nil && ctx.Err() == nil {
 				k.cfg.Logger.Warn("handoff: report synced", "handoff", h.ID, "partition", h.Partition, "err", err)
 			}
 		case h.Kind == authority.KindHandoff && h.From == k.cfg.NodeID && h.State == authority.HandoffSynced:
 			k.seal(ctx, h)
 		}
+		if h.Kind.Grouped() && h.From == k.cfg.NodeID {
+			groups[h.GroupID] = append(groups[h.GroupID], h)
+		}
 	}
+	for g, parents := range groups {
+		synced := true
+		for _, h := range parents {
+			synced = synced && h.State == authority.HandoffSynced
+		}
+		if synced && ctx.Err() == nil {
+			k.sealGroup(ctx, g, parents)
+		}
+	}
+}
+
+// sealGroup is the seal of a split or merge (A.5 step 4, A.6): every
+// parent stops admitting, then all are sealed in one transaction, then
+// forgotten; a refused seal changes nothing and they keep serving (R75).
+func (k *Keeper) sealGroup(ctx context.Context, group int64, parents []authority.Handoff) {
+	k.mu.Lock()
+	var locked []*held
+	for _, h := range parents {
+		l := k.leases[h.Partition]
+		if l == nil || l.fence.Check(k.cfg.Clock.Now()) != nil {
+			for _, x := range locked {
+				x.sealing = false
+			}
+			k.mu.Unlock()
+			return
+		}
+		if _, e, _ := l.fence.Deadline(); e != h.FromEpoch {
+			for _, x := range locked {
+				x.sealing = false
+			}
+			k.mu.Unlock()
+			return
+		}
+		l.sealing = true
+		locked = append(locked, l)
+	}
+	k.mu.Unlock()
+	err := k.store.SealGroup(ctx, group, k.cfg.NodeID)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, h := range parents {
+		l := locked[i]
+		if err != nil {
+			l.sealing = false
+			continue
+		}
+		l.fence.Lost()
+		l.cancel()
+		if k.leases[h.Partition] == l {
+			delete(k.leases, h.Partition)
+		}
+		k.sealed[h.Partition] = h.FromEpoch
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			k.cfg.Logger.Warn("split/merge: seal refused; the parents still serve", "group", group, "err", err)
+		}
+		return
+	}
+	k.cfg.Logger.Info("split/merge: parents sealed; the children take over", "group", group, "parents", len(parents), "kind", parents[0].Kind)
 }
 
 // seal is A.4 step 4 at the outgoing primary: stop admitting, seal the
@@ -506,6 +598,10 @@ func (k *Keeper) reportReady(ctx context.Context, targets map[string]authority.H
 		if h.State == authority.HandoffReady {
 			continue
 		}
+		if h.Kind.Grouped() {
+			k.reportChildReady(ctx, id, h)
+			continue
+		}
 		ls := k.Lease(id)
 		if !ls.Held || !ls.Serving || ls.Epoch <= h.FromEpoch {
 			continue
@@ -532,6 +628,13 @@ func (k *Keeper) claim(ctx context.Context, id string, epoch uint64, holding, fi
 		return k.store.RenewLease(ctx, id, k.cfg.NodeID, epoch)
 	case to.Kind == authority.KindHandoff && to.State == authority.HandoffSealed:
 		return k.store.ClaimSealedLease(ctx, to.ID, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+	case to.Kind.Grouped():
+		rec, err := k.store.ClaimChildLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+		if err != nil && first && errors.Is(err, &blobplane.Error{Code: blobplane.CodeConflict}) {
+			// Its lease exists: an earlier process of this node made it.
+			return k.store.TakeBackLease(ctx, id, k.cfg.NodeID, k.cfg.Endpoint, k.cfg.Timing.TTL, k.cfg.Timing.RenewInterval)
+		}
+		return rec, err
 	case isForced:
 		// The record names this node at that epoch: a renewal under it is
 		// the fenced proof, and its acknowledgement starts the self-fence.
@@ -654,6 +757,25 @@ func (k *Keeper) releaseAll(ctx context.Context) {
 	k.mu.Unlock()
 	for _, id := range ids {
 		k.release(ctx, id)
+	}
+}
+
+// reportChildReady tells the controller a split or merge child serves
+// under its planned epoch (R79: the map replacing the parents waits for
+// every child).
+func (k *Keeper) reportChildReady(ctx context.Context, id string, h authority.Handoff) {
+	ls := k.Lease(id)
+	for _, c := range h.Children {
+		if c.ID != id || c.Ready || !ls.Held || !ls.Serving || ls.Epoch != c.Epoch {
+			continue
+		}
+		all, err := k.store.MarkChildReady(ctx, h.GroupID, id, k.cfg.NodeID)
+		if err != nil && ctx.Err() == nil {
+			k.cfg.Logger.Warn("split/merge: report a child ready", "group", h.GroupID, "child", id, "err", err)
+		}
+		if all {
+			k.cfg.Logger.Info("split/merge: every child serves", "group", h.GroupID, "kind", h.Kind)
+		}
 	}
 }
 

@@ -15,6 +15,8 @@
 //	controller [flags] unfreeze
 //	controller [flags] status                              map, leases, freeze, recent moves
 //	controller [flags] takeover --partition P --node N --operator O --reason R [--endpoint host:port]
+//	controller [flags] split --partition P [--at SLOT] [--to N] --operator O --reason R [--wait 1m]
+//	controller [flags] merge --partitions P1,P2[,...] [--to N] --operator O --reason R [--wait 1m]
 //
 // Run `controller --help` for every setting and its environment variable.
 // Exit codes: 0 success, 1 failure (the error is printed), 2 usage.
@@ -31,10 +33,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/internal/cli"
@@ -91,6 +95,8 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		return nil
 	case "run", "plan", "apply":
 		return service(ctx, cfg, st, logger, keyPath, cmd, args, stdout)
+	case "split", "merge":
+		return reshape(ctx, cfg, st, logger, keyPath, cmd, args, stdout)
 	case "freeze", "unfreeze":
 		return freeze(ctx, st, cmd == "freeze", args, stdout)
 	case "status":
@@ -174,6 +180,60 @@ func takeover(ctx context.Context, st *store.Store, logger *slog.Logger, args []
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rec)
+}
+
+// reshape runs `controller split` and `controller merge` (A.5, A.6): the
+// group is started, then carried forward until published or aborted.
+func reshape(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger, keyPath, cmd string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("controller "+cmd, flag.ContinueOnError)
+	partition := fs.String("partition", "", "split: the partition to split (required)")
+	partitions := fs.String("partitions", "", "merge: the partitions to merge, comma-separated, all served by one node (required)")
+	at := fs.Uint64("at", 0, "split: the first slot of the second child (default: halves)")
+	to := fs.String("to", "", "the node that serves the children (default: the parent's primary)")
+	operator := fs.String("operator", "", "who (required, recorded)")
+	reason := fs.String("reason", "", "why (required, recorded)")
+	wait := fs.Duration("wait", time.Minute, "how long to wait for the move to finish")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	k, err := controller.LoadKey(cfg.SigningKey, keyPath)
+	if err != nil {
+		return err
+	}
+	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: settings(cfg), Logger: logger.With("service", "controller")}
+	var group int64
+	if cmd == "split" {
+		group, err = svc.Split(ctx, controller.SplitRequest{Partition: *partition, At: authority.Slot(*at), To: *to, By: *operator, Reason: *reason})
+	} else {
+		group, err = svc.Merge(ctx, controller.MergeRequest{Partitions: splitList(*partitions), To: *to, By: *operator, Reason: *reason})
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s started (group %d)\n", cmd, group)
+	hs, err := controller.Finish(ctx, svc, group, *wait)
+	for _, h := range hs {
+		fmt.Fprintf(stdout, "  parent %s: %s %s\n", h.Partition, h.State, h.AbortReason)
+	}
+	if err == nil && len(hs) > 0 && hs[0].State != authority.HandoffPublished {
+		err = fmt.Errorf("%s group %d did not finish within %s: %s (see controller status)", cmd, group, *wait, hs[0].State)
+	}
+	if err == nil && len(hs) > 0 {
+		for _, c := range hs[0].Children {
+			fmt.Fprintf(stdout, "  child %s: slots %v, epoch %d\n", c.ID, c.Slots, c.Epoch)
+		}
+	}
+	return err
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // settings are the controller service's settings from cfg.

@@ -47,9 +47,12 @@ SELECT document FROM map_deltas WHERE base_version = @base_version ORDER BY vers
 -- which the new epoch fences (R20). Only a record held the ordinary way
 -- (RESTORING, CATCHING_UP, SERVING): after a seal the partition moves
 -- only to its successor (R74), and a quarantined one is not placed (R59).
+--
+-- A split or merge child's first lease is at its planned epoch, above
+-- its parents' (R16; handoff_children), whoever creates it.
 INSERT INTO leases AS l (partition_id, epoch, owner_node, owner_endpoint, state,
                          lease_ttl_ms, renew_interval_ms, expires_at, renewed_at)
-SELECT @partition_id, 1, @node, @endpoint, 'RESTORING',
+SELECT @partition_id, coalesce((SELECT c.epoch FROM handoff_children c WHERE c.child_id = @partition_id), 1), @node, @endpoint, 'RESTORING',
        t.ttl_ms, @renew_ms, now() + t.ttl_ms * interval '1 millisecond', now()
 FROM (SELECT @ttl_ms::bigint AS ttl_ms) AS t
 ON CONFLICT (partition_id) DO UPDATE

@@ -1,8 +1,8 @@
 -- name: CreateHandoff :one
 -- A move starts (A.4 step 1, A.3). At most one per partition is in flight
 -- (handoffs_active_key): a second is a unique violation.
-INSERT INTO handoffs (plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, reason, deadline, unavailable_since)
-SELECT nullif(@plan_id::bigint, 0), @partition_id, @kind, @from_node, @from_epoch, @to_node, @to_endpoint, @reason,
+INSERT INTO handoffs (plan_id, group_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, reason, deadline, unavailable_since)
+SELECT nullif(@plan_id::bigint, 0), nullif(@group_id::bigint, 0), @partition_id, @kind, @from_node, @from_epoch, @to_node, @to_endpoint, @reason,
        now() + d.ms * interval '1 millisecond', nullif(@outage_since::timestamptz, '-infinity'::timestamptz)
 FROM (SELECT @deadline_ms::bigint AS ms) AS d
 RETURNING *;
@@ -28,7 +28,7 @@ SELECT * FROM handoffs ORDER BY handoff_id DESC LIMIT @max_rows;
 -- to restore or catch up (R78 holds at once): synced says the target is
 -- alive and will claim the sealed lease.
 UPDATE handoffs SET state = 'synced'
-WHERE handoff_id = @handoff_id AND to_node = @node AND kind = 'handoff' AND state = 'preparing' AND deadline > now();
+WHERE handoff_id = @handoff_id AND to_node = @node AND kind IN ('handoff', 'split', 'merge') AND state = 'preparing' AND deadline > now();
 
 -- name: SealHandoff :one
 -- A.4 step 4, first half: the handoff moves to sealed while it is synced
@@ -36,7 +36,62 @@ WHERE handoff_id = @handoff_id AND to_node = @node AND kind = 'handoff' AND stat
 -- caller seals the lease in the same transaction (SealLeaseForHandoff).
 UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
 WHERE handoff_id = @handoff_id AND from_node = @node AND from_epoch = @epoch AND state = 'synced' AND deadline > now()
+  AND kind = 'handoff'
 RETURNING partition_id;
+
+-- name: NextHandoffGroup :one
+SELECT nextval('handoff_groups')::bigint;
+
+-- name: InsertHandoffChild :exec
+INSERT INTO handoff_children (group_id, child_id, generation, epoch, slots, parents)
+VALUES (@group_id, @child_id, @generation, @epoch, @slots, @parents);
+
+-- name: GroupChildren :many
+SELECT * FROM handoff_children WHERE group_id = ANY(@group_ids::bigint[]) ORDER BY group_id, child_id;
+
+-- name: SealGroupHandoffs :many
+-- A.5 step 4 / A.6: every parent of a split or merge group moves to
+-- sealed in one statement, all from node, synced and inside their
+-- deadline; the caller seals their leases in the same transaction and
+-- commits only if every parent of the group did (nothing otherwise, R75).
+UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
+WHERE group_id = @group_id::bigint AND from_node = @node AND state = 'synced' AND deadline > now()
+RETURNING partition_id, from_epoch;
+
+-- name: CountGroupHandoffs :one
+SELECT count(*) FROM handoffs WHERE group_id = @group_id::bigint AND state <> 'aborted';
+
+-- name: ClaimChildLease :one
+-- A.5 step 5 / A.6: the group's target creates the child's lease at its
+-- planned epoch, above every parent's (R16), only when every parent of the
+-- group is sealed at the epoch it was planned from (R74): no slot is ever
+-- served by a parent and a child at once.
+INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, state,
+                    lease_ttl_ms, renew_interval_ms, expires_at, renewed_at)
+SELECT c.child_id, c.epoch, @node, @endpoint, 'RESTORING',
+       t.ttl_ms, @renew_ms, now() + t.ttl_ms * interval '1 millisecond', now()
+FROM handoff_children c, (SELECT @ttl_ms::bigint AS ttl_ms) AS t
+WHERE c.child_id = @child_id
+  AND EXISTS (SELECT 1 FROM handoffs h WHERE h.group_id = c.group_id)
+  AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.group_id = c.group_id AND (h.state <> 'sealed' OR h.to_node <> @node))
+  AND NOT EXISTS (SELECT 1 FROM handoffs h JOIN leases l ON l.partition_id = h.partition_id
+                  WHERE h.group_id = c.group_id AND (l.state <> 'SEALED' OR l.epoch <> h.from_epoch))
+ON CONFLICT (partition_id) DO NOTHING
+RETURNING *;
+
+-- name: MarkChildReady :execrows
+UPDATE handoff_children AS c SET ready_at = now()
+WHERE c.child_id = @child_id AND c.ready_at IS NULL
+  AND EXISTS (SELECT 1 FROM handoffs h WHERE h.group_id = c.group_id AND h.to_node = @node AND h.state = 'sealed')
+  AND EXISTS (SELECT 1 FROM leases l WHERE l.partition_id = c.child_id AND l.owner_node = @node AND l.epoch = c.epoch AND l.state = 'SERVING');
+
+-- name: MarkGroupReady :execrows
+-- Every child serves: the group's parents are ready to be replaced by its
+-- children in the next map (R79).
+UPDATE handoffs AS h SET state = 'ready', ready_at = now(),
+       to_epoch = (SELECT max(c.epoch) FROM handoff_children c WHERE c.group_id = h.group_id)
+WHERE h.group_id = @group_id::bigint AND h.state = 'sealed'
+  AND NOT EXISTS (SELECT 1 FROM handoff_children c WHERE c.group_id = h.group_id AND c.ready_at IS NULL);
 
 -- name: SealLeaseForHandoff :one
 -- A.4 step 4, second half: FENCE state SEALED under the outgoing primary's

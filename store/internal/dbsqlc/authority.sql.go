@@ -14,7 +14,7 @@ import (
 const acquireLease = `-- name: AcquireLease :one
 INSERT INTO leases AS l (partition_id, epoch, owner_node, owner_endpoint, state,
                          lease_ttl_ms, renew_interval_ms, expires_at, renewed_at)
-SELECT $1, 1, $2, $3, 'RESTORING',
+SELECT $1, coalesce((SELECT c.epoch FROM handoff_children c WHERE c.child_id = $1), 1), $2, $3, 'RESTORING',
        t.ttl_ms, $4, now() + t.ttl_ms * interval '1 millisecond', now()
 FROM (SELECT $5::bigint AS ttl_ms) AS t
 ON CONFLICT (partition_id) DO UPDATE
@@ -55,6 +55,9 @@ type AcquireLeaseParams struct {
 // which the new epoch fences (R20). Only a record held the ordinary way
 // (RESTORING, CATCHING_UP, SERVING): after a seal the partition moves
 // only to its successor (R74), and a quarantined one is not placed (R59).
+//
+// A split or merge child's first lease is at its planned epoch, above
+// its parents' (R16; handoff_children), whoever creates it.
 func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg AcquireLeaseParams) (Lease, error) {
 	row := db.QueryRow(ctx, acquireLease,
 		arg.PartitionID,

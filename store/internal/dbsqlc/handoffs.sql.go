@@ -32,7 +32,7 @@ func (q *Queries) AbortHandoff(ctx context.Context, db DBTX, arg AbortHandoffPar
 }
 
 const activeHandoffs = `-- name: ActiveHandoffs :many
-SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason FROM handoffs WHERE state IN ('preparing', 'synced', 'sealed', 'ready') ORDER BY handoff_id
+SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason, group_id FROM handoffs WHERE state IN ('preparing', 'synced', 'sealed', 'ready') ORDER BY handoff_id
 `
 
 func (q *Queries) ActiveHandoffs(ctx context.Context, db DBTX) ([]Handoff, error) {
@@ -64,6 +64,7 @@ func (q *Queries) ActiveHandoffs(ctx context.Context, db DBTX) ([]Handoff, error
 			&i.MapVersion,
 			&i.FinishedAt,
 			&i.AbortReason,
+			&i.GroupID,
 		); err != nil {
 			return nil, err
 		}
@@ -73,6 +74,62 @@ func (q *Queries) ActiveHandoffs(ctx context.Context, db DBTX) ([]Handoff, error
 		return nil, err
 	}
 	return items, nil
+}
+
+const claimChildLease = `-- name: ClaimChildLease :one
+INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, state,
+                    lease_ttl_ms, renew_interval_ms, expires_at, renewed_at)
+SELECT c.child_id, c.epoch, $1, $2, 'RESTORING',
+       t.ttl_ms, $3, now() + t.ttl_ms * interval '1 millisecond', now()
+FROM handoff_children c, (SELECT $4::bigint AS ttl_ms) AS t
+WHERE c.child_id = $5
+  AND EXISTS (SELECT 1 FROM handoffs h WHERE h.group_id = c.group_id)
+  AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.group_id = c.group_id AND (h.state <> 'sealed' OR h.to_node <> $1))
+  AND NOT EXISTS (SELECT 1 FROM handoffs h JOIN leases l ON l.partition_id = h.partition_id
+                  WHERE h.group_id = c.group_id AND (l.state <> 'SEALED' OR l.epoch <> h.from_epoch))
+ON CONFLICT (partition_id) DO NOTHING
+RETURNING partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch
+`
+
+type ClaimChildLeaseParams struct {
+	Node     string
+	Endpoint string
+	RenewMs  int64
+	TtlMs    int64
+	ChildID  string
+}
+
+// A.5 step 5 / A.6: the group's target creates the child's lease at its
+// planned epoch, above every parent's (R16), only when every parent of the
+// group is sealed at the epoch it was planned from (R74): no slot is ever
+// served by a parent and a child at once.
+func (q *Queries) ClaimChildLease(ctx context.Context, db DBTX, arg ClaimChildLeaseParams) (Lease, error) {
+	row := db.QueryRow(ctx, claimChildLease,
+		arg.Node,
+		arg.Endpoint,
+		arg.RenewMs,
+		arg.TtlMs,
+		arg.ChildID,
+	)
+	var i Lease
+	err := row.Scan(
+		&i.PartitionID,
+		&i.Epoch,
+		&i.OwnerNode,
+		&i.OwnerEndpoint,
+		&i.State,
+		&i.LeaseTtlMs,
+		&i.RenewIntervalMs,
+		&i.ExpiresAt,
+		&i.RenewedAt,
+		&i.CheckpointPointer,
+		&i.SealedLsn,
+		&i.TakenBy,
+		&i.TakenReason,
+		&i.TakenAt,
+		&i.TakenEpoch,
+	)
+	return i, err
 }
 
 const claimSealedLease = `-- name: ClaimSealedLease :one
@@ -136,16 +193,28 @@ func (q *Queries) ClaimSealedLease(ctx context.Context, db DBTX, arg ClaimSealed
 	return i, err
 }
 
+const countGroupHandoffs = `-- name: CountGroupHandoffs :one
+SELECT count(*) FROM handoffs WHERE group_id = $1::bigint AND state <> 'aborted'
+`
+
+func (q *Queries) CountGroupHandoffs(ctx context.Context, db DBTX, groupID int64) (int64, error) {
+	row := db.QueryRow(ctx, countGroupHandoffs, groupID)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const createHandoff = `-- name: CreateHandoff :one
-INSERT INTO handoffs (plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, reason, deadline, unavailable_since)
-SELECT nullif($1::bigint, 0), $2, $3, $4, $5, $6, $7, $8,
-       now() + d.ms * interval '1 millisecond', nullif($9::timestamptz, '-infinity'::timestamptz)
-FROM (SELECT $10::bigint AS ms) AS d
-RETURNING handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason
+INSERT INTO handoffs (plan_id, group_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, reason, deadline, unavailable_since)
+SELECT nullif($1::bigint, 0), nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, $9,
+       now() + d.ms * interval '1 millisecond', nullif($10::timestamptz, '-infinity'::timestamptz)
+FROM (SELECT $11::bigint AS ms) AS d
+RETURNING handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason, group_id
 `
 
 type CreateHandoffParams struct {
 	PlanID      int64
+	GroupID     int64
 	PartitionID string
 	Kind        string
 	FromNode    string
@@ -162,6 +231,7 @@ type CreateHandoffParams struct {
 func (q *Queries) CreateHandoff(ctx context.Context, db DBTX, arg CreateHandoffParams) (Handoff, error) {
 	row := db.QueryRow(ctx, createHandoff,
 		arg.PlanID,
+		arg.GroupID,
 		arg.PartitionID,
 		arg.Kind,
 		arg.FromNode,
@@ -193,6 +263,7 @@ func (q *Queries) CreateHandoff(ctx context.Context, db DBTX, arg CreateHandoffP
 		&i.MapVersion,
 		&i.FinishedAt,
 		&i.AbortReason,
+		&i.GroupID,
 	)
 	return i, err
 }
@@ -286,7 +357,7 @@ func (q *Queries) GetFreeze(ctx context.Context, db DBTX) ([]ControllerFreeze, e
 }
 
 const getHandoff = `-- name: GetHandoff :one
-SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason FROM handoffs WHERE handoff_id = $1
+SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason, group_id FROM handoffs WHERE handoff_id = $1
 `
 
 func (q *Queries) GetHandoff(ctx context.Context, db DBTX, handoffID int64) (Handoff, error) {
@@ -312,12 +383,45 @@ func (q *Queries) GetHandoff(ctx context.Context, db DBTX, handoffID int64) (Han
 		&i.MapVersion,
 		&i.FinishedAt,
 		&i.AbortReason,
+		&i.GroupID,
 	)
 	return i, err
 }
 
+const groupChildren = `-- name: GroupChildren :many
+SELECT group_id, child_id, generation, epoch, slots, parents, ready_at FROM handoff_children WHERE group_id = ANY($1::bigint[]) ORDER BY group_id, child_id
+`
+
+func (q *Queries) GroupChildren(ctx context.Context, db DBTX, groupIds []int64) ([]HandoffChild, error) {
+	rows, err := db.Query(ctx, groupChildren, groupIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HandoffChild{}
+	for rows.Next() {
+		var i HandoffChild
+		if err := rows.Scan(
+			&i.GroupID,
+			&i.ChildID,
+			&i.Generation,
+			&i.Epoch,
+			&i.Slots,
+			&i.Parents,
+			&i.ReadyAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const handoffsForNode = `-- name: HandoffsForNode :many
-SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason FROM handoffs
+SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason, group_id FROM handoffs
 WHERE state IN ('preparing', 'synced', 'sealed', 'ready') AND (from_node = $1 OR to_node = $1)
 ORDER BY handoff_id
 `
@@ -352,6 +456,7 @@ func (q *Queries) HandoffsForNode(ctx context.Context, db DBTX, node string) ([]
 			&i.MapVersion,
 			&i.FinishedAt,
 			&i.AbortReason,
+			&i.GroupID,
 		); err != nil {
 			return nil, err
 		}
@@ -394,6 +499,69 @@ func (q *Queries) InsertControllerPlan(ctx context.Context, db DBTX, arg InsertC
 	return plan_id, err
 }
 
+const insertHandoffChild = `-- name: InsertHandoffChild :exec
+INSERT INTO handoff_children (group_id, child_id, generation, epoch, slots, parents)
+VALUES ($1, $2, $3, $4, $5, $6)
+`
+
+type InsertHandoffChildParams struct {
+	GroupID    int64
+	ChildID    string
+	Generation int64
+	Epoch      int64
+	Slots      []byte
+	Parents    []byte
+}
+
+func (q *Queries) InsertHandoffChild(ctx context.Context, db DBTX, arg InsertHandoffChildParams) error {
+	_, err := db.Exec(ctx, insertHandoffChild,
+		arg.GroupID,
+		arg.ChildID,
+		arg.Generation,
+		arg.Epoch,
+		arg.Slots,
+		arg.Parents,
+	)
+	return err
+}
+
+const markChildReady = `-- name: MarkChildReady :execrows
+UPDATE handoff_children AS c SET ready_at = now()
+WHERE c.child_id = $1 AND c.ready_at IS NULL
+  AND EXISTS (SELECT 1 FROM handoffs h WHERE h.group_id = c.group_id AND h.to_node = $2 AND h.state = 'sealed')
+  AND EXISTS (SELECT 1 FROM leases l WHERE l.partition_id = c.child_id AND l.owner_node = $2 AND l.epoch = c.epoch AND l.state = 'SERVING')
+`
+
+type MarkChildReadyParams struct {
+	ChildID string
+	Node    string
+}
+
+func (q *Queries) MarkChildReady(ctx context.Context, db DBTX, arg MarkChildReadyParams) (int64, error) {
+	result, err := db.Exec(ctx, markChildReady, arg.ChildID, arg.Node)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const markGroupReady = `-- name: MarkGroupReady :execrows
+UPDATE handoffs AS h SET state = 'ready', ready_at = now(),
+       to_epoch = (SELECT max(c.epoch) FROM handoff_children c WHERE c.group_id = h.group_id)
+WHERE h.group_id = $1::bigint AND h.state = 'sealed'
+  AND NOT EXISTS (SELECT 1 FROM handoff_children c WHERE c.group_id = h.group_id AND c.ready_at IS NULL)
+`
+
+// Every child serves: the group's parents are ready to be replaced by its
+// children in the next map (R79).
+func (q *Queries) MarkGroupReady(ctx context.Context, db DBTX, groupID int64) (int64, error) {
+	result, err := db.Exec(ctx, markGroupReady, groupID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const markHandoffReady = `-- name: MarkHandoffReady :execrows
 UPDATE handoffs SET state = 'ready', ready_at = now(), to_epoch = $1::bigint
 WHERE handoff_id = $2 AND to_node = $3
@@ -419,7 +587,7 @@ func (q *Queries) MarkHandoffReady(ctx context.Context, db DBTX, arg MarkHandoff
 
 const markHandoffSynced = `-- name: MarkHandoffSynced :execrows
 UPDATE handoffs SET state = 'synced'
-WHERE handoff_id = $1 AND to_node = $2 AND kind = 'handoff' AND state = 'preparing' AND deadline > now()
+WHERE handoff_id = $1 AND to_node = $2 AND kind IN ('handoff', 'split', 'merge') AND state = 'preparing' AND deadline > now()
 `
 
 type MarkHandoffSyncedParams struct {
@@ -449,6 +617,17 @@ func (q *Queries) MarkNodeDraining(ctx context.Context, db DBTX, nodeID string) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const nextHandoffGroup = `-- name: NextHandoffGroup :one
+SELECT nextval('handoff_groups')::bigint
+`
+
+func (q *Queries) NextHandoffGroup(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, nextHandoffGroup)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const placementNodes = `-- name: PlacementNodes :many
@@ -501,7 +680,7 @@ func (q *Queries) PlacementNodes(ctx context.Context, db DBTX) ([]PlacementNodes
 const publishedHandoffs = `-- name: PublishedHandoffs :many
 UPDATE handoffs SET state = 'published', map_version = $1::bigint, finished_at = now()
 WHERE handoff_id = ANY($2::bigint[]) AND state IN ('ready', 'sealed')
-RETURNING handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason
+RETURNING handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason, group_id
 `
 
 type PublishedHandoffsParams struct {
@@ -541,6 +720,7 @@ func (q *Queries) PublishedHandoffs(ctx context.Context, db DBTX, arg PublishedH
 			&i.MapVersion,
 			&i.FinishedAt,
 			&i.AbortReason,
+			&i.GroupID,
 		); err != nil {
 			return nil, err
 		}
@@ -553,7 +733,7 @@ func (q *Queries) PublishedHandoffs(ctx context.Context, db DBTX, arg PublishedH
 }
 
 const recentHandoffs = `-- name: RecentHandoffs :many
-SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason FROM handoffs ORDER BY handoff_id DESC LIMIT $1
+SELECT handoff_id, plan_id, partition_id, kind, from_node, from_epoch, to_node, to_endpoint, state, reason, deadline, created_at, unavailable_since, sealed_at, to_epoch, ready_at, map_version, finished_at, abort_reason, group_id FROM handoffs ORDER BY handoff_id DESC LIMIT $1
 `
 
 func (q *Queries) RecentHandoffs(ctx context.Context, db DBTX, maxRows int32) ([]Handoff, error) {
@@ -585,7 +765,48 @@ func (q *Queries) RecentHandoffs(ctx context.Context, db DBTX, maxRows int32) ([
 			&i.MapVersion,
 			&i.FinishedAt,
 			&i.AbortReason,
+			&i.GroupID,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sealGroupHandoffs = `-- name: SealGroupHandoffs :many
+UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
+WHERE group_id = $1::bigint AND from_node = $2 AND state = 'synced' AND deadline > now()
+RETURNING partition_id, from_epoch
+`
+
+type SealGroupHandoffsParams struct {
+	GroupID int64
+	Node    string
+}
+
+type SealGroupHandoffsRow struct {
+	PartitionID string
+	FromEpoch   int64
+}
+
+// A.5 step 4 / A.6: every parent of a split or merge group moves to
+// sealed in one statement, all from node, synced and inside their
+// deadline; the caller seals their leases in the same transaction and
+// commits only if every parent of the group did (nothing otherwise, R75).
+func (q *Queries) SealGroupHandoffs(ctx context.Context, db DBTX, arg SealGroupHandoffsParams) ([]SealGroupHandoffsRow, error) {
+	rows, err := db.Query(ctx, sealGroupHandoffs, arg.GroupID, arg.Node)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SealGroupHandoffsRow{}
+	for rows.Next() {
+		var i SealGroupHandoffsRow
+		if err := rows.Scan(&i.PartitionID, &i.FromEpoch); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -599,6 +820,7 @@ func (q *Queries) RecentHandoffs(ctx context.Context, db DBTX, maxRows int32) ([
 const sealHandoff = `-- name: SealHandoff :one
 UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
 WHERE handoff_id = $1 AND from_node = $2 AND from_epoch = $3 AND state = 'synced' AND deadline > now()
+  AND kind = 'handoff'
 RETURNING partition_id
 `
 

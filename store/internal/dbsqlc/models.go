@@ -170,7 +170,7 @@ type Handoff struct {
 	PlanID pgtype.Int8
 	// The partition moving.
 	PartitionID string
-	// handoff: live, sealed by the outgoing primary (A.4). recover: the lease expired and the target claims it (A.3).
+	// handoff: live, sealed by the outgoing primary (A.4). recover: the lease expired and the target claims it (A.3). split / merge: the parent(s) of group_id are sealed and the target claims the children (A.5, A.6).
 	Kind string
 	// The primary the map names when the move started.
 	FromNode string
@@ -202,6 +202,26 @@ type Handoff struct {
 	FinishedAt pgtype.Timestamptz
 	// Why it was aborted (set exactly when state = aborted).
 	AbortReason pgtype.Text
+	// split / merge: the group of parents sealed together and of the children (handoff_children) that replace them; NULL otherwise.
+	GroupID pgtype.Int8
+}
+
+// The children of a split or merge (ZBP-5 A.5, A.6): new partition ids (R13, R89) whose leases the group's target claims at epoch, above every parent's (R16), once every parent is sealed.
+type HandoffChild struct {
+	// The split or merge (handoffs.group_id).
+	GroupID int64
+	// The child's partition id: new, never a parent's (R89).
+	ChildID string
+	// Above every parent's generation (R89, R90).
+	Generation int64
+	// The child's first epoch: one above the highest parent epoch sealed (R16).
+	Epoch int64
+	// The child's slot ranges at the map's slot_bits: [{"low","high"}].
+	Slots []byte
+	// The parents it descends from: [{"id","generation"}] (R91).
+	Parents []byte
+	// When the target reported the child serving under epoch.
+	ReadyAt pgtype.Timestamptz
 }
 
 // One upload/admission attempt (an OCI upload session), keyed by its operation id. Committed before any byte is staged, so every staged key is claimed. Terminal states admitted and abandoned are mutually exclusive and decided on this row under FOR UPDATE (S5).
