@@ -47,6 +47,8 @@ type moveCluster struct {
 	workers []*proc
 	ctl     *proc
 	ctlURL  string
+	ctlBin  string
+	ctlEnv  []string
 	token   string
 	db      *pgxpool.Pool
 	hc      *http.Client
@@ -129,6 +131,7 @@ func newMoveCluster(t *testing.T) *moveCluster {
 	if _, err := runTool(ctl, ctlEnv, "publish"); err != nil {
 		t.Fatal(err)
 	}
+	c.ctlBin, c.ctlEnv = ctl, ctlEnv
 	c.ctl = newProc(t, "controller", ctl, ctlEnv)
 	c.ctl.args = []string{"run"}
 	c.ctlURL = "http://127.0.0.1:" + strconv.Itoa(ctlPort)
@@ -373,6 +376,7 @@ func TestHomesMoveByThemselves(t *testing.T) {
 	t.Run("kill -9 of a home", func(t *testing.T) { killedHomeMoves(t, c, l, perNode["api-1"]) })
 	t.Run("SIGTERM of a home under load", func(t *testing.T) { terminatedHomeHandsOff(t, c, l) })
 	t.Run("a paused home resumed cannot publish", func(t *testing.T) { pausedHomeIsFenced(t, c, l) })
+	t.Run("split under load, then merge", func(t *testing.T) { splitThenMerge(t, c, l, repos) })
 
 	stopLoad()
 	wait()
@@ -576,6 +580,91 @@ func logMoves(t *testing.T, c *moveCluster, node string) {
 			t.Fatal(err)
 		}
 		t.Logf("moves:   %s %s %s→%s %s %s (unavailable %.0f ms)", part, kind, node, to, state, why, s*1000)
+	}
+}
+
+// splitThenMerge: `controller split` of a repository's partition while the
+// load runs, then `controller merge` of its children, by the CLI with the
+// service running; uploads into the repository are answered 201 after
+// each, and the lease table never shows a parent and a child both able
+// to serve (R74, R89–R96).
+func splitThenMerge(t *testing.T, c *moveCluster, l *moveLoad, repos []string) {
+	ctx := context.Background()
+	ix, _ := mapIndex(t, ctx, c.hc, c.urls["api-3"], c.token)
+	repo := repos[0]
+	res, err := ix.ResolveKey(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := res.Partition.ID
+	started := time.Now()
+	out, err := runTool(c.ctlBin, c.ctlEnv, "split", "--partition", parent, "--operator", "soak", "--reason", "split under load", "--wait", "30s")
+	if err != nil {
+		t.Fatalf("controller split: %v\n%s", err, out)
+	}
+	t.Logf("moves: controller split %s took %s:\n%s", parent, time.Since(started).Round(time.Millisecond), strings.TrimSpace(out))
+	children := childrenOf(t, c, parent)
+	if len(children) != 2 {
+		t.Fatalf("children of %s: %v", parent, children)
+	}
+	checkNoOverlap(t, c, []string{parent}, children)
+	since := time.Now()
+	waitCreated(t, l, repo, since)
+
+	started = time.Now()
+	out, err = runTool(c.ctlBin, c.ctlEnv, "merge", "--partitions", strings.Join(children, ","), "--operator", "soak", "--reason", "merge under load", "--wait", "30s")
+	if err != nil {
+		t.Fatalf("controller merge: %v\n%s", err, out)
+	}
+	t.Logf("moves: controller merge took %s:\n%s", time.Since(started).Round(time.Millisecond), strings.TrimSpace(out))
+	merged := childrenOf(t, c, children[0])
+	if len(merged) != 1 {
+		t.Fatalf("merged child of %v: %v", children, merged)
+	}
+	checkNoOverlap(t, c, children, merged)
+	waitCreated(t, l, repo, time.Now())
+	var states []string
+	if err := c.db.QueryRow(ctx, `SELECT array_agg(partition_id || '=' || state ORDER BY partition_id) FROM leases WHERE partition_id = ANY($1)`,
+		append(append([]string{parent}, children...), merged...)).Scan(&states); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("moves: leases after the merge: %v", states)
+}
+
+// childrenOf reads the children that replaced parent (handoff_children).
+func childrenOf(t *testing.T, c *moveCluster, parent string) []string {
+	t.Helper()
+	var ids []string
+	if err := c.db.QueryRow(context.Background(), `SELECT coalesce(array_agg(child_id ORDER BY child_id), '{}') FROM handoff_children
+		WHERE parents @> jsonb_build_array(jsonb_build_object('id', $1::text))`, parent).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// checkNoOverlap: the parents are sealed and every child is held live.
+func checkNoOverlap(t *testing.T, c *moveCluster, parents, children []string) {
+	t.Helper()
+	var open, held int
+	if err := c.db.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM leases WHERE partition_id = ANY($1) AND state <> 'SEALED'),
+		(SELECT count(*) FROM leases WHERE partition_id = ANY($2) AND state = 'SERVING' AND expires_at > now())`, parents, children).Scan(&open, &held); err != nil {
+		t.Fatal(err)
+	}
+	if open != 0 || held != len(children) {
+		t.Errorf("parents %v: %d not sealed; children %v: %d of %d serving", parents, open, children, held, len(children))
+	}
+}
+
+// waitCreated waits for an upload into repo answered 201 after since.
+func waitCreated(t *testing.T, l *moveLoad, repo string, since time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(l.firstCreatedAfter([]string{repo}, since)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no upload into %s answered 201 within 20s", repo)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the load's record
 	}
 }
 
