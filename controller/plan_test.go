@@ -80,6 +80,18 @@ func TestPlanBrakes(t *testing.T) {
 			t.Fatalf("%+v", p)
 		}
 	})
+	t.Run("concurrency R81 global", func(t *testing.T) {
+		p := controller.ComputePlan(drainA(t), controller.Settings{MaxConcurrent: 2, MaxPerNode: 8, MaxMoveFraction: 1}, auto, controller.Override{})
+		if len(p.Moves) != 2 || len(p.Held) != 2 || !strings.HasPrefix(p.Held[0].Held, "concurrency: 2 moves in flight") {
+			t.Fatalf("%+v", p)
+		}
+	})
+	t.Run("concurrency R81 per node", func(t *testing.T) {
+		p := controller.ComputePlan(drainA(t), controller.Settings{MaxConcurrent: 8, MaxPerNode: 3, MaxMoveFraction: 1}, auto, controller.Override{})
+		if len(p.Moves) != 3 || len(p.Held) != 1 || !strings.Contains(p.Held[0].Held, "max 3 per node") {
+			t.Fatalf("%+v", p)
+		}
+	})
 	t.Run("policy R118", func(t *testing.T) {
 		p := controller.ComputePlan(drainA(t), s, map[string]bool{controller.TriggerRecover: true}, controller.Override{})
 		if len(p.Moves) != 0 || !strings.HasPrefix(p.Held[0].Held, "awaiting an operator") {

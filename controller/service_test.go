@@ -399,3 +399,39 @@ func TestOneControllerActsAtATime(t *testing.T) {
 	}
 	l2.Release()
 }
+
+// After its seal a handoff only goes forward (R76): past its deadline,
+// even with its target gone, the controller publishes the map naming the
+// target instead of aborting (R82); the target claims the lease once it
+// expires, or a recovery moves it on.
+func TestSealedHandoffPastItsDeadlineCompletesForward(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 2, "a", "b")
+	part := f.held("a")[0]
+	if err := f.st.MarkNodeDraining(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	f.round(t)
+	f.tick(t, "b")
+	f.tick(t, "a")
+	h := f.handoff(t, part)
+	if h.State != authority.HandoffSealed {
+		t.Fatalf("%+v", h)
+	}
+	f.gone("b")
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE handoffs SET deadline = now() - interval '1 second' WHERE handoff_id = $1`, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.round(t)
+	h, err := f.st.Handoff(ctx, h.ID)
+	if err != nil || h.State != authority.HandoffPublished || h.AbortReason != "" {
+		t.Fatalf("R76, R82: a sealed handoff past its deadline: %+v %v", h, err)
+	}
+	if primary, _ := f.primaryOf(t, part); primary != "b" {
+		t.Fatalf("the map names %s, want the target b", primary)
+	}
+	if _, err := f.keepers["a"].Admit(part, h.FromEpoch); err == nil {
+		t.Fatal("R76: the outgoing primary serves again")
+	}
+}

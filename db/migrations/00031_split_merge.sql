@@ -10,6 +10,10 @@ ALTER TABLE handoffs DROP CONSTRAINT handoffs_kind_check;
 ALTER TABLE handoffs ADD CONSTRAINT handoffs_kind_check CHECK (kind IN ('handoff', 'recover', 'split', 'merge'));
 ALTER TABLE handoffs DROP CONSTRAINT handoffs_check;
 ALTER TABLE handoffs ADD CONSTRAINT handoffs_check CHECK (from_node <> to_node OR kind IN ('recover', 'split', 'merge'));
+-- A sealed move past its deadline is published forward without its
+-- target having reported (R76, R82): published no longer implies to_epoch.
+ALTER TABLE handoffs DROP CONSTRAINT handoffs_check2;
+ALTER TABLE handoffs ADD CONSTRAINT handoffs_ready_epoch_check CHECK (state <> 'ready' OR to_epoch IS NOT NULL);
 ALTER TABLE handoffs ADD COLUMN group_id bigint;
 ALTER TABLE handoffs ADD CONSTRAINT handoffs_group_check CHECK ((group_id IS NOT NULL) = (kind IN ('split', 'merge')));
 CREATE INDEX handoffs_group_idx ON handoffs (group_id) WHERE group_id IS NOT NULL;
@@ -46,6 +50,8 @@ DROP SEQUENCE handoff_groups;
 DROP INDEX handoffs_group_idx;
 ALTER TABLE handoffs DROP CONSTRAINT handoffs_group_check;
 ALTER TABLE handoffs DROP COLUMN group_id;
+ALTER TABLE handoffs DROP CONSTRAINT handoffs_ready_epoch_check;
+ALTER TABLE handoffs ADD CONSTRAINT handoffs_check2 CHECK (state NOT IN ('ready', 'published') OR to_epoch IS NOT NULL);
 ALTER TABLE handoffs DROP CONSTRAINT handoffs_check;
 ALTER TABLE handoffs ADD CONSTRAINT handoffs_check CHECK (from_node <> to_node OR kind = 'recover');
 ALTER TABLE handoffs DROP CONSTRAINT handoffs_kind_check;
