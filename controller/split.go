@@ -111,6 +111,11 @@ func (s *Service) Merge(ctx context.Context, r MergeRequest) (int64, error) {
 		gen = max(gen, p.Generation)
 		epochs = append(epochs, o.Leases[id].Epoch)
 	}
+	// R90: the parents' ranges must be adjacent — each joining another's,
+	// so the union has at least len(parents)-1 fewer ranges.
+	if merged := coalesce(slots); len(merged) > len(slots)-(len(ps)-1) {
+		return 0, blobplane.Errorf(blobplane.CodeInvalid, "partitions %v are not adjacent (their slots %v): a merge combines neighbours (R90)", r.Partitions, merged)
+	}
 	ids, err := authority.NewPartitionIDs(nil, 1, takenIDs(o))
 	if err != nil {
 		return 0, err

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/blobplane/blobplane"
@@ -145,6 +146,34 @@ func TestSplitOfOneSlotRefinesFirst(t *testing.T) {
 	}
 	if _, err := f.svc.Merge(ctx, controller.MergeRequest{Partitions: []string{parent, f.held("b")[0]}, By: "alice", Reason: "x"}); err == nil {
 		t.Fatal("a merge of a partition with a move in flight, across two nodes, was accepted")
+	}
+}
+
+// R90: a merge combines neighbours only.
+func TestMergeRefusesPartitionsThatAreNotAdjacent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 4, "a", "b")
+	m, _ := f.st.LatestMap(ctx)
+	var first, third string
+	for _, p := range m.Partitions {
+		switch p.Slots[0].Low {
+		case 0:
+			first = p.ID
+		case authority.Slot(2 * (authority.SlotCount(m.SlotBits) / 4)):
+			third = p.ID
+		}
+	}
+	// Both on one node, so only adjacency can refuse it.
+	if _, err := controller.Takeover(ctx, f.st, third, f.keepers["a"].NodeID(), "", "alice", "gather"); err != nil {
+		t.Fatal(err)
+	}
+	f.tick(t, "a", "b")
+	f.round(t)
+	f.tick(t, "a", "b")
+	_, err := f.svc.Merge(ctx, controller.MergeRequest{Partitions: []string{first, third}, By: "alice", Reason: "x"})
+	if blobplane.ErrorCode(err) != blobplane.CodeInvalid || !strings.Contains(err.Error(), "R90") {
+		t.Fatalf("merge of non-adjacent partitions: %v", err)
 	}
 }
 
