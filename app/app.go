@@ -219,7 +219,10 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	metrics.RegisterBatches("finalize", st.FinalizeBatchStats)
 	metrics.RegisterBatches("claim", st.ClaimBatchStats)
 	metrics.RegisterChainedCloses(st.ChainedCloses)
-	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), logger)
+	shed := prometheus.NewCounter(prometheus.CounterOpts{Name: "blobplane_partition_writes_shed_total",
+		Help: "Writes refused at a partition's home because the partition was over its capacity budget (BLOBPLANE_PARTITION_MAX_WRITES, ZBP-5 R130): answered 503 with Retry-After."})
+	metrics.Registry.MustRegister(shed)
+	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), shed, logger)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,
@@ -322,7 +325,7 @@ func dbTimeouts(cfg *config.Config) store.Timeouts {
 // backend and publish when this node's keeper holds the repository's
 // partition, or are forwarded to the home (a finalize job when it cannot
 // be reached). Without a backend there is no blob API.
-func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx], internalPort string, reads *read.Metrics, logger *slog.Logger) *handlers.OCI {
+func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx], internalPort string, reads *read.Metrics, shed prometheus.Counter, logger *slog.Logger) *handlers.OCI {
 	if len(b.Order) == 0 {
 		return nil
 	}
@@ -338,6 +341,9 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 			IntentTTL:      cfg.UploadTTL,
 			MaxOpenUploads: cfg.MaxOpenUploads,
 			MaxStagedBytes: cfg.MaxStagedBytes,
+			// ZBP-5 R130: a partition over its budget sheds at admission.
+			MaxPartitionWrites: cfg.MaxPartitionWrites,
+			OnShed:             func(string) { shed.Inc() },
 			// Away from the home: forward to it through the routing contract
 			// (maps read from Postgres and verified), or queue a finalize job.
 			Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), Routing: client.New(client.Config{

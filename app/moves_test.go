@@ -3,12 +3,14 @@ package app_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/blobplane/blobplane/app"
+	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/store"
@@ -67,5 +69,60 @@ func TestShutdownPhasesMustFitTheBudget(t *testing.T) {
 				t.Fatalf("error %q does not name %s and R85", err, tc.refused)
 			}
 		})
+	}
+}
+
+// ZBP-5 R130: a partition over its capacity budget sheds at admission with
+// a retryable answer, and nothing queues behind it. Held deterministically:
+// a connection locks the home's lease row, so the first publication waits
+// at its fence holding the partition's only slot; the second is shed (503,
+// Retry-After); released, the first completes (201) and the second,
+// retried, too.
+func TestPartitionOverItsBudgetSheds(t *testing.T) {
+	t.Parallel()
+	c := startHomeCluster(t, func(i int, cfg *config.Config) { cfg.MaxPartitionWrites = 1 })
+	ctx := context.Background()
+	repo := c.repos[0]
+	part, _ := c.homeOf(t, 0)
+	tx, err := c.st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM leases WHERE partition_id = $1 FOR UPDATE`, part); err != nil {
+		t.Fatal(err)
+	}
+	first, second := "held at the fence", "shed at admission"
+	type answer struct {
+		status int
+		body   string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, body := c.send(t, "POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/?digest="+digestOf(first), first, nil)
+		done <- answer{resp.StatusCode, body}
+	}()
+	// The first publication waits on the row lock: seen from Postgres.
+	waitFor(t, func() bool {
+		var n int
+		_ = c.st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n > 0
+	})
+	resp, body := c.send(t, "POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/?digest="+digestOf(second), second, nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "capacity budget") {
+		t.Fatalf("over the budget: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-done; a.status != http.StatusCreated {
+		t.Fatalf("the held publication: %d %s", a.status, a.body)
+	}
+	if resp, body := c.send(t, "POST", c.nodes[0].URL()+"/v2/"+repo+"/blobs/uploads/?digest="+digestOf(second), second, nil); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the shed upload retried: %d %s", resp.StatusCode, body)
+	}
+	_, metrics := get(t, c.nodes[0].URL()+"/metrics")
+	if !strings.Contains(metrics, "blobplane_partition_writes_shed_total 1") {
+		t.Fatal("the shed write is not counted")
 	}
 }

@@ -67,6 +67,9 @@ type Config struct {
 	// 26); -1 means no bound.
 	MaxOpenUploads int64
 	MaxStagedBytes int64
+	// MaxPartitionWrites bounds the writes one partition has in flight
+	// at its home (ZBP-5 R130); -1 means no bound.
+	MaxPartitionWrites int64
 	// UploadTTL is how long an idle upload intent lives; expiry is
 	// permission to reclaim, not proof the writer is dead.
 	UploadTTL time.Duration
@@ -388,6 +391,19 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a positive count such as 1000, or none", v)
 			}
 			c.MaxOpenUploads = n
+			return nil
+		}},
+	{Flag: "partition-max-writes", Env: "BLOBPLANE_PARTITION_MAX_WRITES", Default: "512", Usage: "api: most writes (publications, mounts, reference deletions) one partition has in flight at its home; past it a write is shed with 503 and Retry-After (ZBP-5 R130; 'none' for no bound)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if v == "none" {
+				c.MaxPartitionWrites = -1
+				return nil
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: must be a positive count such as 512, or none", v)
+			}
+			c.MaxPartitionWrites = n
 			return nil
 		}},
 	{Flag: "max-staged-bytes", Env: "BLOBPLANE_MAX_STAGED_BYTES", Default: "100GiB", Usage: "api: most bytes one principal's open chunked uploads may hold (429 DENIED past it; 'none' for no bound)", For: []string{API},

@@ -30,6 +30,7 @@ type Flow struct {
 	maxBlobSize int64
 	ttl         time.Duration
 	bounds      *bounds
+	budget      *partitionBudget // writes in flight per partition at its home (R130)
 	logger      *slog.Logger
 }
 
@@ -60,6 +61,12 @@ type Config struct {
 	// (DefaultMaxStagedBytes); negative, no bound.
 	MaxOpenUploads int64
 	MaxStagedBytes int64
+	// MaxPartitionWrites bounds the writes one partition has in flight
+	// at its home (ZBP-5 R130): past it a write is refused as retryable
+	// unavailable. 0 means DefaultMaxPartitionWrites; negative, no bound.
+	// OnShed, when set, is told of each refusal (a metric).
+	MaxPartitionWrites int64
+	OnShed             func(partition string)
 	// UsagePeriod is how often those bounds re-read what principals hold
 	// open; 0 means DefaultUsagePeriod, negative at every check (tests).
 	UsagePeriod time.Duration
@@ -106,6 +113,10 @@ func NewFlow(store Store, c Config) *Flow {
 		b.period = DefaultUsagePeriod
 	}
 	f.bounds = b
+	f.budget = &partitionBudget{max: c.MaxPartitionWrites, onShed: c.OnShed, inFlight: map[string]int64{}}
+	if f.budget.max == 0 {
+		f.budget.max = DefaultMaxPartitionWrites
+	}
 	return f
 }
 

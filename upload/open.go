@@ -126,7 +126,10 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 		return Result{}, false, f.mountRefusal(ctx, d, err)
 	}
 	if atHome {
-		_, err = f.store.Finalize(ctx, f.finalizeRequest(home, in.OperationID, d, size))
+		err = f.atHome(home.Partition, func() error {
+			_, err := f.store.Finalize(ctx, f.finalizeRequest(home, in.OperationID, d, size))
+			return err
+		})
 	} else {
 		// Not the home: the home publishes it, or the mount falls back
 		// (no finalize job: the client uploads instead).

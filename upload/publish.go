@@ -55,7 +55,7 @@ func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size 
 	}
 	req := f.finalizeRequest(home, in.OperationID, d, size)
 	req.Verify, req.BeforeCommit, req.Proven = verify, durable, proven
-	if _, err := finalize(fctx, req); err != nil {
+	if err := f.atHome(home.Partition, func() error { _, err := finalize(fctx, req); return err }); err != nil {
 		return Result{}, refuse(Content, err)
 	}
 	return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
@@ -129,6 +129,9 @@ func (f *Flow) FinalizeAtHome(ctx context.Context, home Home, repo, op string) (
 	if in.State == IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == SizeUnknown) {
 		return Outcome{}, false, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op)
 	}
-	o, err = f.store.Finalize(ctx, f.finalizeRequest(home, op, in.ExpectedDigest, in.ExpectedSize))
+	err = f.atHome(home.Partition, func() error {
+		o, err = f.store.Finalize(ctx, f.finalizeRequest(home, op, in.ExpectedDigest, in.ExpectedSize))
+		return err
+	})
 	return o, err == nil, err
 }

@@ -27,5 +27,5 @@ func (f *Flow) DeleteReference(ctx context.Context, repo string, d blobplane.Dig
 // DeleteReferenceAtHome is DeleteReference at the home, under home's
 // lease (the internal endpoint a forwarding node calls).
 func (f *Flow) DeleteReferenceAtHome(ctx context.Context, home Home, repo string, d blobplane.Digest) error {
-	return f.store.DeleteReferenceAtHome(ctx, home, repo, d)
+	return f.atHome(home.Partition, func() error { return f.store.DeleteReferenceAtHome(ctx, home, repo, d) })
 }

@@ -1,0 +1,70 @@
+package upload
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/blobplane/blobplane"
+)
+
+// DefaultMaxPartitionWrites is Config.MaxPartitionWrites's default.
+const DefaultMaxPartitionWrites int64 = 512
+
+// partitionBudget bounds the writes one partition has in flight at its
+// home (ZBP-5 R130): publications, mounts, forwarded finalizations and
+// reference deletions. Past the budget a write is shed at admission with
+// a retryable refusal (503, Retry-After) instead of queueing without
+// bound for the partition's lease row and the database: the excess never
+// becomes an in-memory backlog whose loss would be the node's state.
+type partitionBudget struct {
+	max      int64 // < 0: no bound
+	onShed   func(partition string)
+	mu       sync.Mutex
+	inFlight map[string]int64
+	shed     atomic.Uint64
+}
+
+// enter admits one write for partition, or refuses it (CodeUnavailable,
+// retryable) when the partition is at its budget. leave must be called
+// once the write ends.
+func (b *partitionBudget) enter(partition string) (leave func(), err error) {
+	if b == nil || b.max < 0 {
+		return func() {}, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight[partition] >= b.max {
+		b.shed.Add(1)
+		if b.onShed != nil {
+			b.onShed(partition)
+		}
+		return nil, &blobplane.Error{Code: blobplane.CodeUnavailable, Op: "admit", Retryable: true,
+			Message: fmt.Sprintf("partition %s is over its capacity budget at its home (%d writes in flight): retry", partition, b.max)}
+	}
+	b.inFlight[partition]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.inFlight[partition]--; b.inFlight[partition] == 0 {
+				delete(b.inFlight, partition)
+			}
+		})
+	}, nil
+}
+
+// atHome runs write, one of partition's writes at its home, inside the
+// partition's budget.
+func (f *Flow) atHome(partition string, write func() error) error {
+	leave, err := f.budget.enter(partition)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return write()
+}
+
+// Shed is how many writes the partition budgets refused since start.
+func (f *Flow) Shed() uint64 { return f.budget.shed.Load() }
