@@ -244,6 +244,8 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		// (issue 26 points 5 and 6).
 		BodyIdleTimeout: cfg.BodyIdleTimeout,
 		AuthFailures:    handlers.FailureLimit{Burst: cfg.AuthFailureBurst, Per: cfg.AuthFailurePer},
+		// The node's capacity budget (issue 30): past it, 503 at once.
+		MaxRequests: cfg.MaxRequests,
 	})
 	// A header must arrive within ReadHeaderTimeout and fit MaxHeaderBytes
 	// (0: Go's 1 MiB); a body or an answer that stalls fails after

@@ -70,6 +70,9 @@ type Config struct {
 	// MaxPartitionWrites bounds the writes one partition has in flight
 	// at its home (ZBP-5 R130); -1 means no bound.
 	MaxPartitionWrites int64
+	// MaxRequests is the api node's capacity budget: requests in flight
+	// past it are answered 503 at once; -1 means no bound.
+	MaxRequests int64
 	// UploadTTL is how long an idle upload intent lives; expiry is
 	// permission to reclaim, not proof the writer is dead.
 	UploadTTL time.Duration
@@ -391,6 +394,19 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a positive count such as 1000, or none", v)
 			}
 			c.MaxOpenUploads = n
+			return nil
+		}},
+	{Flag: "max-requests", Env: "BLOBPLANE_MAX_REQUESTS", Default: "8192", Usage: "api: the node's capacity budget, most requests in flight; past it 503 with Retry-After at once ('none' for no bound; /healthz, /readyz and /metrics are never refused)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if v == "none" {
+				c.MaxRequests = -1
+				return nil
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: must be a positive count such as 8192, or none", v)
+			}
+			c.MaxRequests = n
 			return nil
 		}},
 	{Flag: "partition-max-writes", Env: "BLOBPLANE_PARTITION_MAX_WRITES", Default: "512", Usage: "api: most writes (publications, mounts, reference deletions) one partition has in flight at its home; past it a write is shed with 503 and Retry-After (ZBP-5 R130; 'none' for no bound)", For: []string{API},

@@ -22,6 +22,8 @@ type Metrics struct {
 	// authRefused counts authentication attempts refused unchecked by
 	// the failure limiter, by limit: "address" or "token" (authlimit.go).
 	authRefused *prometheus.CounterVec
+	// overloaded counts requests refused by the node's capacity budget.
+	overloaded prometheus.Counter
 }
 
 // NewMetrics builds a registry with Go and process collectors plus the HTTP
@@ -50,8 +52,12 @@ func NewMetrics() *Metrics {
 			Name: "blobplane_auth_refused_total",
 			Help: "Authentication attempts refused unchecked (429) after too many failures, by limit: address or token (id).",
 		}, []string{"limit"}),
+		overloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "blobplane_http_overloaded_total",
+			Help: "Requests answered 503 at once because the node was over its capacity budget (BLOBPLANE_MAX_REQUESTS).",
+		}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inflight, m.authRefused)
+	reg.MustRegister(m.requests, m.duration, m.inflight, m.authRefused, m.overloaded)
 	return m
 }
 

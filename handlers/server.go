@@ -56,6 +56,10 @@ type Deps struct {
 	// OCI enables the /v2/ blob API and GET /v1/operations/{id} (with
 	// Auth); nil leaves them unmounted.
 	OCI *OCI
+	// MaxRequests is the node's capacity budget: requests in flight past
+	// it are answered 503 with Retry-After (capacity.go). 0 means
+	// DefaultMaxRequests; negative, no bound.
+	MaxRequests int64
 	// InternalListener says the node-to-node endpoints are served by
 	// NewInternalRouter on a listener of their own: this router leaves
 	// them out (issue 26 point 8).
@@ -86,6 +90,10 @@ func NewRouter(d Deps) http.Handler {
 	r.Use(d.Metrics.middleware)
 	r.Use(accessLog(d.Logger))
 	r.Use(recoverer(d.Logger))
+	if d.MaxRequests == 0 {
+		d.MaxRequests = DefaultMaxRequests
+	}
+	r.Use(capacity(d.MaxRequests, d.Metrics.overloaded))
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "node_id": d.NodeID})
