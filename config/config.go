@@ -947,7 +947,11 @@ func DefaultNodeID(listen string) string {
 // Usage writes --help text for binary: every setting with its flag,
 // environment variable and default.
 func Usage(w io.Writer, binary string) {
-	fmt.Fprintf(w, "Usage: %s [flags] [command]\n\nSettings (flag, environment variable, default):\n", binary)
+	fmt.Fprintf(w, "Usage: %s [flags] [command] [command flags]\n", binary)
+	if cmds := Commands[binary]; len(cmds) > 0 {
+		fmt.Fprintf(w, "\nCommands: %s (the default), %s; `%s COMMAND --help` for a command's flags.\n", cmds[0], strings.Join(cmds[1:], ", "), binary)
+	}
+	fmt.Fprintf(w, "\nSettings (flag, environment variable, default):\n")
 	for _, s := range Settings {
 		if !slices.Contains(s.For, binary) {
 			continue
