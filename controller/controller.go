@@ -38,6 +38,10 @@ type Store interface {
 	// PublishMap stores a signed map and its signed deltas in one
 	// transaction; CodeConflict when the version does not advance (R6).
 	PublishMap(ctx context.Context, m *authority.Map, deltas ...*authority.Delta) error
+	// PublishCanary is PublishMap staged for a few nodes (R120).
+	PublishCanary(ctx context.Context, m *authority.Map, c store.Canary, deltas ...*authority.Delta) error
+	// MaxMapVersion is the highest version published, canaries included.
+	MaxMapVersion(ctx context.Context) (uint64, error)
 	// ListNodes returns the registered nodes, to place partitions on.
 	ListNodes(ctx context.Context) ([]store.Node, error)
 	// Leases returns the lease records, so published epochs never fall
@@ -127,10 +131,22 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 	return next, nil
 }
 
-// publishNext checks next against prev (checkNext), signs it with its
+// publishNext checks next against prev (checkSuccessor), signs it with its
 // deltas from prev and the versions before (R9, R103) and publishes them.
 func publishNext(ctx context.Context, st Store, signer authority.Signer, prev, next *authority.Map) error {
-	delta, err := checkNext("controller.Publish", prev, next)
+	return publishStaged(ctx, st, signer, prev, next, nil, true)
+}
+
+// publishStaged is publishNext, as a canary when canary is set (R120).
+// next's version is lifted above every version published — a pending or
+// withdrawn canary's included, which prev (everyone's latest) may lag.
+func publishStaged(ctx context.Context, st Store, signer authority.Signer, prev, next *authority.Map, canary *store.Canary, requireChange bool) error {
+	top, err := st.MaxMapVersion(ctx)
+	if err != nil {
+		return err
+	}
+	next.Version = max(next.Version, top+1)
+	delta, err := checkSuccessor("controller.Publish", prev, next, requireChange)
 	if err != nil {
 		return err
 	}
@@ -142,6 +158,9 @@ func publishNext(ctx context.Context, st Store, signer authority.Signer, prev, n
 	if err := sign(signer, next, deltas...); err != nil {
 		return err
 	}
+	if canary != nil {
+		return st.PublishCanary(ctx, next, *canary, deltas...)
+	}
 	return st.PublishMap(ctx, next, deltas...)
 }
 
@@ -152,14 +171,19 @@ func publishNext(ctx context.Context, st Store, signer authority.Signer, prev, n
 const DeltaHistory = 16
 
 // olderDeltas are the deltas to next from the DeltaHistory - 1 versions
-// before prev (prev's own is checkNext's). A version no longer stored
+// before next other than prev (prev's own is checkSuccessor's). A version no longer stored
 // is skipped.
 func olderDeltas(ctx context.Context, st Store, prev, next *authority.Map) ([]*authority.Delta, error) {
 	if prev == nil {
 		return nil, nil
 	}
 	var out []*authority.Delta
-	for v := prev.Version - 1; v >= 1 && prev.Version-v < DeltaHistory; v-- {
+	// Every version below next within DeltaHistory but prev (whose delta
+	// is checkSuccessor's): a canary's members may hold one above prev.
+	for v := next.Version - 1; v >= 1 && next.Version-v <= DeltaHistory; v-- {
+		if v == prev.Version {
+			continue
+		}
 		old, err := st.MapVersion(ctx, v)
 		if blobplane.ErrorCode(err) == blobplane.CodeNotFound {
 			continue
@@ -201,11 +225,13 @@ func nextMap(op string, prev *authority.Map, nodes []authority.NodeAddr, opts Pu
 	return next, nil
 }
 
-// checkNext refuses a next map with prev's content (ErrNothingChanged),
-// one that is not a valid map (R5) and one that breaks prev's successor
-// rules (R6, R16); it returns the delta from prev, nil for the first map.
-func checkNext(op string, prev, next *authority.Map) (*authority.Delta, error) {
-	if prev != nil {
+// checkSuccessor refuses a next map with prev's content
+// (ErrNothingChanged; unless !requireChange: a canary's withdrawal
+// repeats prev's content under a newer version), one that is not a valid
+// map (R5) and one that breaks prev's successor rules (R6, R16); it
+// returns the delta from prev, nil for the first map.
+func checkSuccessor(op string, prev, next *authority.Map, requireChange bool) (*authority.Delta, error) {
+	if prev != nil && requireChange {
 		same := next.Clone()
 		same.Version, same.GeneratedAt, same.Signature = prev.Version, prev.GeneratedAt, prev.Signature
 		if authority.SameContent(same, prev) {

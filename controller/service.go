@@ -360,6 +360,13 @@ func (s *Service) publishMoves(ctx context.Context, o Observed, moves []authorit
 		}
 	} else {
 		s.metrics().published.Inc()
+		// R122: a map completing moves is never held back by a canary;
+		// the canaries it supersedes are withdrawn.
+		if n, err := s.Store.SupersedeCanaries(ctx, next.Version, fmt.Sprintf("superseded by version %d, which completes moves (R122)", next.Version)); err != nil {
+			return err
+		} else if n > 0 {
+			s.logger().Warn("pending canary superseded by a map completing moves (R122)", "map_version", next.Version, "canaries", n)
+		}
 	}
 	ids := make([]int64, len(moves))
 	for i, h := range moves {

@@ -24,6 +24,7 @@ type fleet struct {
 	keepers map[string]*keeper.Keeper
 	present map[string]*store.Presence
 	clock   *authority.ManualClock
+	key     controller.KeyFile
 }
 
 func newFleet(t *testing.T, partitions int, nodes ...string) *fleet {
@@ -35,7 +36,7 @@ func newFleetBits(t *testing.T, slotBits, partitions int, nodes ...string) *flee
 	t.Helper()
 	ctx := context.Background()
 	st, k := setup(t)
-	f := &fleet{st: st, keepers: map[string]*keeper.Keeper{}, present: map[string]*store.Presence{}, clock: &authority.ManualClock{}}
+	f := &fleet{st: st, keepers: map[string]*keeper.Keeper{}, present: map[string]*store.Presence{}, clock: &authority.ManualClock{}, key: k}
 	for i, n := range nodes {
 		register(t, st, n, "http://127.0.0.1:"+string(rune('1'+i))+"000")
 		f.hold(t, n)

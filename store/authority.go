@@ -83,7 +83,29 @@ func (s *Store) SigningKeys(ctx context.Context) ([]authority.TrustedKey, error)
 // documents are signed, that the map is valid, and that each delta
 // produces this version from a distinct earlier one. The signing key must have been published.
 func (s *Store) PublishMap(ctx context.Context, m *authority.Map, deltas ...*authority.Delta) error {
-	const op = "store.PublishMap"
+	return s.publishMap(ctx, "store.PublishMap", m, nil, deltas)
+}
+
+// Canary stages a map version (ZBP-5 R120, R121): only Nodes adopt it
+// until it is promoted; MaxErrorRatio and Window are the stated outcome
+// it is observed against.
+type Canary struct {
+	Nodes         []string
+	MaxErrorRatio float64
+	Window        time.Duration
+}
+
+// PublishCanary is PublishMap of a version only c.Nodes adopt (LatestMapFor)
+// until DecideCanary promotes or withdraws it; everyone else's LatestMap
+// skips it meanwhile.
+func (s *Store) PublishCanary(ctx context.Context, m *authority.Map, c Canary, deltas ...*authority.Delta) error {
+	if len(c.Nodes) == 0 || c.Window <= 0 || c.MaxErrorRatio < 0 || c.MaxErrorRatio > 1 {
+		return blobplane.Errorf(blobplane.CodeInvalid, "store.PublishCanary: a canary needs nodes, a window and an error ratio in [0, 1]")
+	}
+	return s.publishMap(ctx, "store.PublishCanary", m, &c, deltas)
+}
+
+func (s *Store) publishMap(ctx context.Context, op string, m *authority.Map, canary *Canary, deltas []*authority.Delta) error {
 	if m == nil {
 		return blobplane.Errorf(blobplane.CodeInvalid, "%s: no map", op)
 	}
@@ -128,6 +150,10 @@ func (s *Store) PublishMap(ctx context.Context, m *authority.Map, deltas ...*aut
 			if err := s.q.InsertMapDelta(ctx, tx, d); err != nil {
 				return err
 			}
+		}
+		if canary != nil {
+			return s.q.InsertMapCanary(ctx, tx, dbsqlc.InsertMapCanaryParams{Version: int64(m.Version), Nodes: canary.Nodes,
+				MaxErrorRatio: canary.MaxErrorRatio, WindowMs: canary.Window.Milliseconds()})
 		}
 		return nil
 	})
@@ -180,6 +206,55 @@ func (s *Store) LatestMap(ctx context.Context) (*authority.Map, error) {
 		return nil, dbErr("store.LatestMap", err)
 	}
 	return authority.ParseMap([]byte(doc))
+}
+
+// LatestMapFor is the newest map node adopts: LatestMap, or a canary
+// naming node (R120).
+func (s *Store) LatestMapFor(ctx context.Context, node string) (*authority.Map, error) {
+	doc, err := s.q.LatestMapFor(ctx, s.pool, node)
+	if err != nil {
+		return nil, dbErr("store.LatestMapFor", err)
+	}
+	return authority.ParseMap([]byte(doc))
+}
+
+// MaxMapVersion is the highest version ever published, canaries included:
+// the next one must exceed it (R6). 0 before the first.
+func (s *Store) MaxMapVersion(ctx context.Context) (uint64, error) {
+	v, err := s.q.LatestMapVersion(ctx, s.pool)
+	return uint64(max(v, 0)), dbErr("store.MaxMapVersion", err)
+}
+
+// DecideCanary promotes (everyone adopts it) or withdraws (nobody does)
+// the canary version, recording why; false when it is no longer a canary.
+func (s *Store) DecideCanary(ctx context.Context, version uint64, promote bool, decision string) (bool, error) {
+	state := "withdrawn"
+	if promote {
+		state = "promoted"
+	}
+	n, err := s.q.DecideMapCanary(ctx, s.pool, dbsqlc.DecideMapCanaryParams{Version: int64(min(version, math.MaxInt64)), State: state, Decision: pgtype.Text{String: decision, Valid: true}})
+	return n == 1, dbErr("store.DecideCanary", err)
+}
+
+// PendingCanaries returns the canary versions not decided yet.
+func (s *Store) PendingCanaries(ctx context.Context) ([]uint64, error) {
+	rows, err := s.q.PendingMapCanaries(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.PendingCanaries", err)
+	}
+	out := make([]uint64, len(rows))
+	for i, r := range rows {
+		out[i] = uint64(r.Version)
+	}
+	return out, nil
+}
+
+// SupersedeCanaries withdraws every pending canary below version, which a
+// map completing moves past their seal replaced (R122: a canary never
+// holds such a map back).
+func (s *Store) SupersedeCanaries(ctx context.Context, version uint64, decision string) (int64, error) {
+	n, err := s.q.SupersedeMapCanaries(ctx, s.pool, dbsqlc.SupersedeMapCanariesParams{Version: int64(min(version, math.MaxInt64)), Decision: pgtype.Text{String: decision, Valid: true}})
+	return n, dbErr("store.SupersedeCanaries", err)
 }
 
 // MapVersion returns published version v (R9), or CodeNotFound.

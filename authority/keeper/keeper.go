@@ -21,9 +21,10 @@ import (
 
 // Store is the part of the metadata store the keeper needs.
 type Store interface {
-	// LatestMap returns the newest published map; a not-found error when
-	// none has been published yet.
-	LatestMap(ctx context.Context) (*authority.Map, error)
+	// LatestMapFor returns the newest published map node adopts (a canary
+	// naming node included, R120); a not-found error when none has been
+	// published yet.
+	LatestMapFor(ctx context.Context, node string) (*authority.Map, error)
 	// MapDelta returns the signed delta from base to the latest map; not
 	// found when none is stored.
 	MapDelta(ctx context.Context, since uint64) (*authority.Delta, error)
@@ -274,7 +275,7 @@ func (k *Keeper) Run(ctx context.Context) {
 // A map that fails verification is rejected and counted even when newer
 // (R11); serving continues on the last verified map (R110).
 func (k *Keeper) RefreshMap(ctx context.Context) {
-	m, err := k.store.LatestMap(ctx)
+	m, err := k.store.LatestMapFor(ctx, k.cfg.NodeID)
 	if errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
 		return
 	}

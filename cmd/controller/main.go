@@ -7,7 +7,7 @@
 //	controller [flags]                show the published map and leases (the default)
 //	controller [flags] show
 //	controller [flags] keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339]
-//	controller [flags] publish [--slot-bits B]
+//	controller [flags] publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]]
 //	controller [flags] run                                 the service (leader lock; standbys wait)
 //	controller [flags] plan [--dry-run] [--json]           what a round would do now, against live state
 //	controller [flags] apply [--override-reason R --operator O] [--wait 60s]
@@ -80,12 +80,27 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	case "publish":
 		fs := flag.NewFlagSet("controller publish", flag.ContinueOnError)
 		slotBits := fs.Int("slot-bits", 0, "slot bits of the first map (default 12)")
+		canary := fs.String("canary", "", "stage the map: only these api nodes (comma-separated) adopt it until it is promoted or withdrawn (ZBP-5 R120)")
+		window := fs.Duration("window", 30*time.Second, "with --canary: how long the canary nodes are observed once they serve from it")
+		maxErr := fs.Float64("max-error-ratio", 0.01, "with --canary: the stated outcome, most 5xx answers per request on the canary nodes")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
 		k, err := controller.LoadKey(cfg.SigningKey, keyPath)
 		if err != nil {
 			return err
+		}
+		if *canary != "" {
+			res, err := controller.PublishCanary(ctx, st, k.Signer(), controller.PublishOptions{Partitions: cfg.Partitions, SlotBits: *slotBits},
+				controller.CanaryOptions{Nodes: splitList(*canary), Window: *window, MaxErrorRatio: *maxErr})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "canary map version %d: %s\n", res.Version, res.Decision)
+			if !res.Promoted {
+				return fmt.Errorf("canary withdrawn; version %d republishes the previous map", res.Withdrawn)
+			}
+			return nil
 		}
 		m, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: cfg.Partitions, SlotBits: *slotBits})
 		if err != nil {

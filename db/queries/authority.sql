@@ -23,7 +23,18 @@ INSERT INTO map_deltas (base_version, version, document, key_id)
 VALUES (@base_version, @version, @document, @key_id);
 
 -- name: LatestMap :one
-SELECT document FROM partition_maps ORDER BY version DESC LIMIT 1;
+-- The newest map everyone adopts: a canary not yet promoted, and a
+-- withdrawn one, are skipped (R120).
+SELECT m.document FROM partition_maps m
+WHERE NOT EXISTS (SELECT 1 FROM map_canaries c WHERE c.version = m.version AND c.state <> 'promoted')
+ORDER BY m.version DESC LIMIT 1;
+
+-- name: LatestMapFor :one
+-- The newest map node adopts: as LatestMap, plus a canary naming node.
+SELECT m.document FROM partition_maps m
+WHERE NOT EXISTS (SELECT 1 FROM map_canaries c WHERE c.version = m.version
+                  AND (c.state = 'withdrawn' OR (c.state = 'canary' AND NOT (@node::text = ANY(c.nodes)))))
+ORDER BY m.version DESC LIMIT 1;
 
 -- name: MapByVersion :one
 SELECT document FROM partition_maps WHERE version = @version;

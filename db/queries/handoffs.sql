@@ -174,3 +174,20 @@ ORDER BY partition_id;
 SELECT node_id, datacenter, endpoint, class, capacity, state, (draining_since IS NOT NULL)::boolean AS draining,
        (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint AS heartbeat_age_ms
 FROM nodes WHERE role = 'api' ORDER BY node_id;
+
+-- name: InsertMapCanary :exec
+INSERT INTO map_canaries (version, nodes, max_error_ratio, window_ms)
+VALUES (@version, @nodes::text[], @max_error_ratio, @window_ms);
+
+-- name: DecideMapCanary :execrows
+UPDATE map_canaries SET state = @state, decided_at = now(), decision = @decision
+WHERE version = @version AND state = 'canary';
+
+-- name: PendingMapCanaries :many
+SELECT * FROM map_canaries WHERE state = 'canary' ORDER BY version;
+
+-- name: SupersedeMapCanaries :execrows
+-- R122: a map completing a move past its seal is never held back by a
+-- canary; the canaries it supersedes are withdrawn.
+UPDATE map_canaries SET state = 'withdrawn', decided_at = now(), decision = @decision
+WHERE state = 'canary' AND version < @version;

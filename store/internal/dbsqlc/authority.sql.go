@@ -329,11 +329,30 @@ func (q *Queries) InsertSigningKey(ctx context.Context, db DBTX, arg InsertSigni
 }
 
 const latestMap = `-- name: LatestMap :one
-SELECT document FROM partition_maps ORDER BY version DESC LIMIT 1
+SELECT m.document FROM partition_maps m
+WHERE NOT EXISTS (SELECT 1 FROM map_canaries c WHERE c.version = m.version AND c.state <> 'promoted')
+ORDER BY m.version DESC LIMIT 1
 `
 
+// The newest map everyone adopts: a canary not yet promoted, and a
+// withdrawn one, are skipped (R120).
 func (q *Queries) LatestMap(ctx context.Context, db DBTX) (string, error) {
 	row := db.QueryRow(ctx, latestMap)
+	var document string
+	err := row.Scan(&document)
+	return document, err
+}
+
+const latestMapFor = `-- name: LatestMapFor :one
+SELECT m.document FROM partition_maps m
+WHERE NOT EXISTS (SELECT 1 FROM map_canaries c WHERE c.version = m.version
+                  AND (c.state = 'withdrawn' OR (c.state = 'canary' AND NOT ($1::text = ANY(c.nodes)))))
+ORDER BY m.version DESC LIMIT 1
+`
+
+// The newest map node adopts: as LatestMap, plus a canary naming node.
+func (q *Queries) LatestMapFor(ctx context.Context, db DBTX, node string) (string, error) {
+	row := db.QueryRow(ctx, latestMapFor, node)
 	var document string
 	err := row.Scan(&document)
 	return document, err

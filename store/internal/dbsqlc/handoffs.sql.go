@@ -268,6 +268,25 @@ func (q *Queries) CreateHandoff(ctx context.Context, db DBTX, arg CreateHandoffP
 	return i, err
 }
 
+const decideMapCanary = `-- name: DecideMapCanary :execrows
+UPDATE map_canaries SET state = $1, decided_at = now(), decision = $2
+WHERE version = $3 AND state = 'canary'
+`
+
+type DecideMapCanaryParams struct {
+	State    string
+	Decision pgtype.Text
+	Version  int64
+}
+
+func (q *Queries) DecideMapCanary(ctx context.Context, db DBTX, arg DecideMapCanaryParams) (int64, error) {
+	result, err := db.Exec(ctx, decideMapCanary, arg.State, arg.Decision, arg.Version)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const forcedLeasesFor = `-- name: ForcedLeasesFor :many
 SELECT partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch FROM leases
 WHERE owner_node = $1 AND taken_epoch = epoch AND expires_at > now() AND state <> 'SEALED'
@@ -525,6 +544,28 @@ func (q *Queries) InsertHandoffChild(ctx context.Context, db DBTX, arg InsertHan
 	return err
 }
 
+const insertMapCanary = `-- name: InsertMapCanary :exec
+INSERT INTO map_canaries (version, nodes, max_error_ratio, window_ms)
+VALUES ($1, $2::text[], $3, $4)
+`
+
+type InsertMapCanaryParams struct {
+	Version       int64
+	Nodes         []string
+	MaxErrorRatio float64
+	WindowMs      int64
+}
+
+func (q *Queries) InsertMapCanary(ctx context.Context, db DBTX, arg InsertMapCanaryParams) error {
+	_, err := db.Exec(ctx, insertMapCanary,
+		arg.Version,
+		arg.Nodes,
+		arg.MaxErrorRatio,
+		arg.WindowMs,
+	)
+	return err
+}
+
 const markChildReady = `-- name: MarkChildReady :execrows
 UPDATE handoff_children AS c SET ready_at = now()
 WHERE c.child_id = $1 AND c.ready_at IS NULL
@@ -628,6 +669,39 @@ func (q *Queries) NextHandoffGroup(ctx context.Context, db DBTX) (int64, error) 
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const pendingMapCanaries = `-- name: PendingMapCanaries :many
+SELECT version, nodes, state, max_error_ratio, window_ms, started_at, decided_at, decision FROM map_canaries WHERE state = 'canary' ORDER BY version
+`
+
+func (q *Queries) PendingMapCanaries(ctx context.Context, db DBTX) ([]MapCanary, error) {
+	rows, err := db.Query(ctx, pendingMapCanaries)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MapCanary{}
+	for rows.Next() {
+		var i MapCanary
+		if err := rows.Scan(
+			&i.Version,
+			&i.Nodes,
+			&i.State,
+			&i.MaxErrorRatio,
+			&i.WindowMs,
+			&i.StartedAt,
+			&i.DecidedAt,
+			&i.Decision,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const placementNodes = `-- name: PlacementNodes :many
@@ -876,6 +950,26 @@ func (q *Queries) SealLeaseForHandoff(ctx context.Context, db DBTX, arg SealLeas
 		&i.TakenEpoch,
 	)
 	return i, err
+}
+
+const supersedeMapCanaries = `-- name: SupersedeMapCanaries :execrows
+UPDATE map_canaries SET state = 'withdrawn', decided_at = now(), decision = $1
+WHERE state = 'canary' AND version < $2
+`
+
+type SupersedeMapCanariesParams struct {
+	Decision pgtype.Text
+	Version  int64
+}
+
+// R122: a map completing a move past its seal is never held back by a
+// canary; the canaries it supersedes are withdrawn.
+func (q *Queries) SupersedeMapCanaries(ctx context.Context, db DBTX, arg SupersedeMapCanariesParams) (int64, error) {
+	result, err := db.Exec(ctx, supersedeMapCanaries, arg.Decision, arg.Version)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const unfreeze = `-- name: Unfreeze :execrows

@@ -296,6 +296,26 @@ type Lease struct {
 	TakenEpoch pgtype.Int8
 }
 
+// Map versions published as canaries (ZBP-5 R120-R122): adopted only by nodes until promoted; a withdrawn one is followed by a newer version with the previous content. Notifies blobplane_map on promotion and withdrawal.
+type MapCanary struct {
+	// The canary map version.
+	Version int64
+	// The api nodes that adopt it while it is a canary.
+	Nodes []string
+	// canary (only nodes adopt it), promoted (everyone), withdrawn (nobody; superseded).
+	State string
+	// The stated outcome: most 5xx answers per request on the canary nodes during the window (R121).
+	MaxErrorRatio float64
+	// How long the canary nodes are observed after they adopted it.
+	WindowMs int64
+	// Database time the canary was published.
+	StartedAt pgtype.Timestamptz
+	// Database time it was promoted or withdrawn.
+	DecidedAt pgtype.Timestamptz
+	// What was observed, and why it was promoted or withdrawn.
+	Decision pgtype.Text
+}
+
 // Signed deltas between published map versions, each naming its base (ZBP-5 R9, R10). Served to a client presenting base_version; immutable.
 type MapDelta struct {
 	// The map version the delta applies to.
