@@ -1066,7 +1066,7 @@ func ParseBytes(v string) (int64, error) {
 var Commands = map[string][]string{
 	API:        {"serve", "migrate", "lease", "token", "repo", "policy", "blob"},
 	Worker:     {"run", "sweep", "scrub"},
-	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover", "split", "merge"},
+	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover", "split", "merge", "retire", "undrain", "schedule"},
 }
 
 // ResolveClusterSecret fills ClusterSecret from <data-dir>/cluster-secret

@@ -171,3 +171,34 @@ func Finish(ctx context.Context, svc *Service, group int64, wait time.Duration) 
 		}
 	}
 }
+
+// FinishRetire carries a retirement forward until node holds nothing
+// (Retired) or wait passes: rounds of its own when no `controller run` is
+// active, else waiting for the service's.
+func FinishRetire(ctx context.Context, svc *Service, node string, wait time.Duration) (bool, error) {
+	lock, err := svc.Store.TryControllerLock(ctx)
+	if err != nil {
+		return false, err
+	}
+	if lock != nil {
+		defer lock.Release()
+	}
+	svc.Settings = svc.Settings.withDefaults()
+	deadline := time.Now().Add(wait)
+	for {
+		if lock != nil {
+			if _, err := svc.Round(ctx, map[string]bool{TriggerDrain: true, TriggerRecover: true}, Override{}); err != nil {
+				return false, err
+			}
+		}
+		done, err := Retired(ctx, svc.Store, node)
+		if err != nil || done || time.Now().After(deadline) {
+			return done, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(svc.Settings.Tick / 5):
+		}
+	}
+}

@@ -155,6 +155,14 @@ func (s *Service) Round(ctx context.Context, apply map[string]bool, ov Override)
 	if o.Map == nil {
 		return Plan{}, nil
 	}
+	// Scheduled plans due now start first (R127); what they start is
+	// carried forward below and in the next rounds.
+	if err := s.runSchedules(ctx); err != nil {
+		return Plan{}, err
+	}
+	if o, err = s.Observe(ctx); err != nil {
+		return Plan{}, err
+	}
 	changed, err := s.progress(ctx, o)
 	if err != nil {
 		return Plan{}, err

@@ -633,3 +633,95 @@ func (s *Store) TerminateNodeSessions(ctx context.Context, node string) (int, er
 		  AND (application_name = $1 OR left(application_name, length($1) + 1) = $1 || '/')`, prefix).Scan(&n)
 	return n, dbErr("store.TerminateNodeSessions", err)
 }
+
+// SetNodeDraining marks an api node draining (the controller hands its
+// partitions off and places nothing there: a retirement the controller
+// chose, R125) or not any more. CodeNotFound for an unknown api node.
+func (s *Store) SetNodeDraining(ctx context.Context, node string, draining bool) error {
+	n, err := s.q.SetNodeDraining(ctx, s.pool, dbsqlc.SetNodeDrainingParams{NodeID: node, Draining: draining})
+	if err == nil && n == 0 {
+		err = errNoRows
+	}
+	return dbErr("store.SetNodeDraining", err)
+}
+
+// Schedule is a calendar-scheduled plan (ZBP-5 R127, R128).
+type Schedule struct {
+	Name       string
+	Cron       string
+	Action     string
+	Args       json.RawMessage
+	Lead       time.Duration
+	By         string
+	Reason     string
+	NextRun    time.Time
+	LastRun    time.Time
+	LastResult string
+}
+
+func scheduleFromRow(r dbsqlc.ControllerSchedule) Schedule {
+	return Schedule{Name: r.Name, Cron: r.Cron, Action: r.Action, Args: json.RawMessage(r.Args), Lead: time.Duration(r.LeadMs) * time.Millisecond,
+		By: r.CreatedBy, Reason: r.Reason, NextRun: r.NextRunAt.Time, LastRun: r.LastRunAt.Time, LastResult: r.LastResult.String}
+}
+
+// PutSchedule adds or replaces a schedule.
+func (s *Store) PutSchedule(ctx context.Context, sc Schedule) error {
+	args := []byte(sc.Args)
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	return dbErr("store.PutSchedule", s.q.UpsertSchedule(ctx, s.pool, dbsqlc.UpsertScheduleParams{
+		Name: sc.Name, Cron: sc.Cron, Action: sc.Action, Args: args, LeadMs: sc.Lead.Milliseconds(),
+		CreatedBy: sc.By, Reason: sc.Reason, NextRunAt: ts(sc.NextRun),
+	}))
+}
+
+// Schedules returns every schedule, the next to run first.
+func (s *Store) Schedules(ctx context.Context) ([]Schedule, error) {
+	rows, err := s.q.ListSchedules(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.Schedules", err)
+	}
+	out := make([]Schedule, len(rows))
+	for i, r := range rows {
+		out[i] = scheduleFromRow(r)
+	}
+	return out, nil
+}
+
+// DeleteSchedule removes a schedule; false when there was none.
+func (s *Store) DeleteSchedule(ctx context.Context, name string) (bool, error) {
+	n, err := s.q.DeleteSchedule(ctx, s.pool, name)
+	return n == 1, dbErr("store.DeleteSchedule", err)
+}
+
+// DueSchedules returns the schedules whose next run is due (database clock).
+func (s *Store) DueSchedules(ctx context.Context) ([]Schedule, error) {
+	rows, err := s.q.DueSchedules(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.DueSchedules", err)
+	}
+	out := make([]Schedule, len(rows))
+	for i, r := range rows {
+		out[i] = scheduleFromRow(r)
+	}
+	return out, nil
+}
+
+// RecordScheduleRun records a run of sc (due at sc.NextRun) and its next;
+// false when another run recorded it first.
+func (s *Store) RecordScheduleRun(ctx context.Context, sc Schedule, result string, next time.Time) (bool, error) {
+	n, err := s.q.RecordScheduleRun(ctx, s.pool, dbsqlc.RecordScheduleRunParams{
+		Name: sc.Name, Due: ts(sc.NextRun), LastResult: pgtype.Text{String: result, Valid: true}, NextRunAt: ts(next)})
+	return n == 1, dbErr("store.RecordScheduleRun", err)
+}
+
+// MeasuredMoves returns how many moves of kind were published in the last
+// 30 days and the p99 of their durations, started to published (R128).
+func (s *Store) MeasuredMoves(ctx context.Context, kind authority.HandoffKind) (int64, time.Duration, error) {
+	r, err := s.q.MeasuredMoveSeconds(ctx, s.pool, string(kind))
+	if err != nil {
+		return 0, 0, dbErr("store.MeasuredMoves", err)
+	}
+	return r.N, time.Duration(r.P99 * float64(time.Second)), nil
+}

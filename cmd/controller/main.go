@@ -17,6 +17,10 @@
 //	controller [flags] takeover --partition P --node N --operator O --reason R [--endpoint host:port]
 //	controller [flags] split --partition P [--at SLOT] [--to N] --operator O --reason R [--wait 1m]
 //	controller [flags] merge --partitions P1,P2[,...] [--to N] --operator O --reason R [--wait 1m]
+//	controller [flags] retire [--node N] [--wait 2m]            the controller picks the node unless named; prints when it is safe to stop
+//	controller [flags] undrain --node N
+//	controller [flags] schedule add --name S --cron EXPR --action split|merge|retire|freeze|unfreeze [args] --operator O --reason R [--lead auto|DUR]
+//	controller [flags] schedule list | schedule remove --name S
 //
 // Run `controller --help` for every setting and its environment variable.
 // Exit codes: 0 success, 1 failure (the error is printed), 2 usage.
@@ -78,40 +82,15 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	case "keygen":
 		return keygen(ctx, st, logger, keyPath, args, stdout)
 	case "publish":
-		fs := flag.NewFlagSet("controller publish", flag.ContinueOnError)
-		slotBits := fs.Int("slot-bits", 0, "slot bits of the first map (default 12)")
-		canary := fs.String("canary", "", "stage the map: only these api nodes (comma-separated) adopt it until it is promoted or withdrawn (ZBP-5 R120)")
-		window := fs.Duration("window", 30*time.Second, "with --canary: how long the canary nodes are observed once they serve from it")
-		maxErr := fs.Float64("max-error-ratio", 0.01, "with --canary: the stated outcome, most 5xx answers per request on the canary nodes")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		k, err := controller.LoadKey(cfg.SigningKey, keyPath)
-		if err != nil {
-			return err
-		}
-		if *canary != "" {
-			res, err := controller.PublishCanary(ctx, st, k.Signer(), controller.PublishOptions{Partitions: cfg.Partitions, SlotBits: *slotBits},
-				controller.CanaryOptions{Nodes: splitList(*canary), Window: *window, MaxErrorRatio: *maxErr})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "canary map version %d: %s\n", res.Version, res.Decision)
-			if !res.Promoted {
-				return fmt.Errorf("canary withdrawn; version %d republishes the previous map", res.Withdrawn)
-			}
-			return nil
-		}
-		m, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: cfg.Partitions, SlotBits: *slotBits})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "published map version %d (%d partitions, signed by %s)\n", m.Version, len(m.Partitions), k.KeyID)
-		return nil
+		return publish(ctx, cfg, st, keyPath, args, stdout)
 	case "run", "plan", "apply":
 		return service(ctx, cfg, st, logger, keyPath, cmd, args, stdout)
 	case "split", "merge":
 		return reshape(ctx, cfg, st, logger, keyPath, cmd, args, stdout)
+	case "retire", "undrain":
+		return retire(ctx, cfg, st, logger, keyPath, cmd == "retire", args, stdout)
+	case "schedule":
+		return schedule(ctx, st, args, stdout)
 	case "freeze", "unfreeze":
 		return freeze(ctx, st, cmd == "freeze", args, stdout)
 	case "status":
@@ -121,6 +100,40 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	default: // show
 		return controller.Show(ctx, st, stdout, time.Now())
 	}
+}
+
+// publish runs `controller publish`, staged with --canary (R120).
+func publish(ctx context.Context, cfg *config.Config, st *store.Store, keyPath string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("controller publish", flag.ContinueOnError)
+	slotBits := fs.Int("slot-bits", 0, "slot bits of the first map (default 12)")
+	canary := fs.String("canary", "", "stage the map: only these api nodes (comma-separated) adopt it until it is promoted or withdrawn (ZBP-5 R120)")
+	window := fs.Duration("window", 30*time.Second, "with --canary: how long the canary nodes are observed once they serve from it")
+	maxErr := fs.Float64("max-error-ratio", 0.01, "with --canary: the stated outcome, most 5xx answers per request on the canary nodes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	k, err := controller.LoadKey(cfg.SigningKey, keyPath)
+	if err != nil {
+		return err
+	}
+	if *canary != "" {
+		res, err := controller.PublishCanary(ctx, st, k.Signer(), controller.PublishOptions{Partitions: cfg.Partitions, SlotBits: *slotBits},
+			controller.CanaryOptions{Nodes: splitList(*canary), Window: *window, MaxErrorRatio: *maxErr})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "canary map version %d: %s\n", res.Version, res.Decision)
+		if !res.Promoted {
+			return fmt.Errorf("canary withdrawn; version %d republishes the previous map", res.Withdrawn)
+		}
+		return nil
+	}
+	m, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: cfg.Partitions, SlotBits: *slotBits})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "published map version %d (%d partitions, signed by %s)\n", m.Version, len(m.Partitions), k.KeyID)
+	return nil
 }
 
 // freeze sets (R123) or lifts the global freeze.
@@ -239,6 +252,107 @@ func reshape(ctx context.Context, cfg *config.Config, st *store.Store, logger *s
 		}
 	}
 	return err
+}
+
+// retire runs `controller retire` (R125: the controller chooses the node
+// unless one is named, hands its partitions off, and says when it is safe
+// to stop) and `controller undrain`.
+func retire(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger, keyPath string, on bool, args []string, stdout io.Writer) error {
+	name := "controller retire"
+	if !on {
+		name = "controller undrain"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	node := fs.String("node", "", "the api node (retire: default, the one the controller chooses)")
+	wait := fs.Duration("wait", 2*time.Minute, "retire: how long to wait for its partitions to move")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !on {
+		if *node == "" {
+			return errors.New("undrain needs --node")
+		}
+		if err := st.SetNodeDraining(ctx, *node, false); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s is no longer draining: it takes partitions again when a move picks it\n", *node)
+		return nil
+	}
+	k, err := controller.LoadKey(cfg.SigningKey, keyPath)
+	if err != nil {
+		return err
+	}
+	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: settings(cfg), Logger: logger.With("service", "controller"), AppliedBy: "controller retire"}
+	n, err := svc.Retire(ctx, *node)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "retiring %s\n", n)
+	done, err := controller.FinishRetire(ctx, svc, n, *wait)
+	if err != nil {
+		return err
+	}
+	if !done {
+		return fmt.Errorf("%s still holds partitions after %s (see controller status); it is not safe to stop yet", n, *wait)
+	}
+	fmt.Fprintf(stdout, "%s holds nothing: safe to stop\n", n)
+	return nil
+}
+
+// schedule runs `controller schedule add|list|remove` (R127, R128).
+func schedule(ctx context.Context, st *store.Store, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: controller schedule add|list|remove")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "list":
+		scs, err := st.Schedules(ctx)
+		if err != nil {
+			return err
+		}
+		for _, sc := range scs {
+			fmt.Fprintf(stdout, "%s\t%s\t%s %s\tlead %s\tnext %s\tlast %s\t%s\n", sc.Name, sc.Cron, sc.Action, sc.Args, sc.Lead,
+				sc.NextRun.UTC().Format(time.RFC3339), sc.LastRun.UTC().Format(time.RFC3339), sc.LastResult)
+		}
+		return nil
+	case "remove":
+		fs := flag.NewFlagSet("controller schedule remove", flag.ContinueOnError)
+		name := fs.String("name", "", "the schedule (required)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		ok, err := st.DeleteSchedule(ctx, *name)
+		if err == nil && !ok {
+			err = fmt.Errorf("no schedule %q", *name)
+		}
+		return err
+	case "add":
+		fs := flag.NewFlagSet("controller schedule add", flag.ContinueOnError)
+		var r controller.ScheduleRequest
+		fs.StringVar(&r.Name, "name", "", "the schedule's name (required)")
+		fs.StringVar(&r.Cron, "cron", "", "when the action must be done, UTC: 5-field cron or @daily etc. (required)")
+		fs.StringVar(&r.Action, "action", "", "split, merge, retire, freeze or unfreeze (required)")
+		fs.StringVar(&r.Args.Partition, "partition", "", "split: the partition")
+		fs.Uint64Var(&r.Args.At, "at", 0, "split: the first slot of the second child")
+		partitions := fs.String("partitions", "", "merge: the partitions, comma-separated")
+		fs.StringVar(&r.Args.To, "to", "", "split, merge: the node that serves the children")
+		fs.StringVar(&r.Args.Node, "node", "", "retire: the node (default: the controller chooses at run time)")
+		fs.StringVar(&r.Lead, "lead", "", "start this long before each cron time: a duration, or auto (twice the p99 of the last 30 days' moves of its kind, ZBP-5 R128)")
+		fs.StringVar(&r.By, "operator", "", "who (required, recorded)")
+		fs.StringVar(&r.Reason, "reason", "", "why (required, recorded)")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		r.Args.Partitions = splitList(*partitions)
+		sc, err := controller.AddSchedule(ctx, st, r, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "schedule %s: %s at %q, lead %s, next run %s\n", sc.Name, sc.Action, sc.Cron, sc.Lead, sc.NextRun.UTC().Format(time.RFC3339))
+		return nil
+	}
+	return fmt.Errorf("unknown schedule command %q (add, list, remove)", sub)
 }
 
 func splitList(v string) []string {

@@ -191,3 +191,34 @@ SELECT * FROM map_canaries WHERE state = 'canary' ORDER BY version;
 -- canary; the canaries it supersedes are withdrawn.
 UPDATE map_canaries SET state = 'withdrawn', decided_at = now(), decision = @decision
 WHERE state = 'canary' AND version < @version;
+
+-- name: SetNodeDraining :execrows
+-- An operator's or a schedule's drain (R125), or its undoing.
+UPDATE nodes SET draining_since = CASE WHEN @draining::boolean THEN coalesce(draining_since, now()) END
+WHERE node_id = @node_id AND role = 'api';
+
+-- name: UpsertSchedule :exec
+INSERT INTO controller_schedules (name, cron, action, args, lead_ms, created_by, reason, next_run_at)
+VALUES (@name, @cron, @action, @args, @lead_ms, @created_by, @reason, @next_run_at)
+ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, action = EXCLUDED.action, args = EXCLUDED.args,
+    lead_ms = EXCLUDED.lead_ms, created_by = EXCLUDED.created_by, reason = EXCLUDED.reason, next_run_at = EXCLUDED.next_run_at;
+
+-- name: ListSchedules :many
+SELECT * FROM controller_schedules ORDER BY next_run_at, name;
+
+-- name: DeleteSchedule :execrows
+DELETE FROM controller_schedules WHERE name = @name;
+
+-- name: DueSchedules :many
+SELECT * FROM controller_schedules WHERE next_run_at <= now() ORDER BY next_run_at, name;
+
+-- name: RecordScheduleRun :execrows
+UPDATE controller_schedules SET last_run_at = now(), last_result = @last_result, next_run_at = @next_run_at
+WHERE name = @name AND next_run_at = @due;
+
+-- name: MeasuredMoveSeconds :one
+-- R128: the p99 duration (started → published) of the recent moves of a
+-- kind, and how many there were.
+SELECT count(*)::bigint AS n,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at)), 0)::float8 AS p99
+FROM handoffs WHERE state = 'published' AND kind = @kind AND finished_at > now() - interval '30 days';

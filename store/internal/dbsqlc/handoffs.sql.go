@@ -287,6 +287,54 @@ func (q *Queries) DecideMapCanary(ctx context.Context, db DBTX, arg DecideMapCan
 	return result.RowsAffected(), nil
 }
 
+const deleteSchedule = `-- name: DeleteSchedule :execrows
+DELETE FROM controller_schedules WHERE name = $1
+`
+
+func (q *Queries) DeleteSchedule(ctx context.Context, db DBTX, name string) (int64, error) {
+	result, err := db.Exec(ctx, deleteSchedule, name)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const dueSchedules = `-- name: DueSchedules :many
+SELECT name, cron, action, args, lead_ms, created_by, reason, created_at, next_run_at, last_run_at, last_result FROM controller_schedules WHERE next_run_at <= now() ORDER BY next_run_at, name
+`
+
+func (q *Queries) DueSchedules(ctx context.Context, db DBTX) ([]ControllerSchedule, error) {
+	rows, err := db.Query(ctx, dueSchedules)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ControllerSchedule{}
+	for rows.Next() {
+		var i ControllerSchedule
+		if err := rows.Scan(
+			&i.Name,
+			&i.Cron,
+			&i.Action,
+			&i.Args,
+			&i.LeadMs,
+			&i.CreatedBy,
+			&i.Reason,
+			&i.CreatedAt,
+			&i.NextRunAt,
+			&i.LastRunAt,
+			&i.LastResult,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const forcedLeasesFor = `-- name: ForcedLeasesFor :many
 SELECT partition_id, epoch, owner_node, owner_endpoint, state, lease_ttl_ms, renew_interval_ms, expires_at, renewed_at, checkpoint_pointer, sealed_lsn, taken_by, taken_reason, taken_at, taken_epoch FROM leases
 WHERE owner_node = $1 AND taken_epoch = epoch AND expires_at > now() AND state <> 'SEALED'
@@ -566,6 +614,42 @@ func (q *Queries) InsertMapCanary(ctx context.Context, db DBTX, arg InsertMapCan
 	return err
 }
 
+const listSchedules = `-- name: ListSchedules :many
+SELECT name, cron, action, args, lead_ms, created_by, reason, created_at, next_run_at, last_run_at, last_result FROM controller_schedules ORDER BY next_run_at, name
+`
+
+func (q *Queries) ListSchedules(ctx context.Context, db DBTX) ([]ControllerSchedule, error) {
+	rows, err := db.Query(ctx, listSchedules)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ControllerSchedule{}
+	for rows.Next() {
+		var i ControllerSchedule
+		if err := rows.Scan(
+			&i.Name,
+			&i.Cron,
+			&i.Action,
+			&i.Args,
+			&i.LeadMs,
+			&i.CreatedBy,
+			&i.Reason,
+			&i.CreatedAt,
+			&i.NextRunAt,
+			&i.LastRunAt,
+			&i.LastResult,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const markChildReady = `-- name: MarkChildReady :execrows
 UPDATE handoff_children AS c SET ready_at = now()
 WHERE c.child_id = $1 AND c.ready_at IS NULL
@@ -658,6 +742,26 @@ func (q *Queries) MarkNodeDraining(ctx context.Context, db DBTX, nodeID string) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const measuredMoveSeconds = `-- name: MeasuredMoveSeconds :one
+SELECT count(*)::bigint AS n,
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at)), 0)::float8 AS p99
+FROM handoffs WHERE state = 'published' AND kind = $1 AND finished_at > now() - interval '30 days'
+`
+
+type MeasuredMoveSecondsRow struct {
+	N   int64
+	P99 float64
+}
+
+// R128: the p99 duration (started → published) of the recent moves of a
+// kind, and how many there were.
+func (q *Queries) MeasuredMoveSeconds(ctx context.Context, db DBTX, kind string) (MeasuredMoveSecondsRow, error) {
+	row := db.QueryRow(ctx, measuredMoveSeconds, kind)
+	var i MeasuredMoveSecondsRow
+	err := row.Scan(&i.N, &i.P99)
+	return i, err
 }
 
 const nextHandoffGroup = `-- name: NextHandoffGroup :one
@@ -851,6 +955,31 @@ func (q *Queries) RecentHandoffs(ctx context.Context, db DBTX, maxRows int32) ([
 	return items, nil
 }
 
+const recordScheduleRun = `-- name: RecordScheduleRun :execrows
+UPDATE controller_schedules SET last_run_at = now(), last_result = $1, next_run_at = $2
+WHERE name = $3 AND next_run_at = $4
+`
+
+type RecordScheduleRunParams struct {
+	LastResult pgtype.Text
+	NextRunAt  pgtype.Timestamptz
+	Name       string
+	Due        pgtype.Timestamptz
+}
+
+func (q *Queries) RecordScheduleRun(ctx context.Context, db DBTX, arg RecordScheduleRunParams) (int64, error) {
+	result, err := db.Exec(ctx, recordScheduleRun,
+		arg.LastResult,
+		arg.NextRunAt,
+		arg.Name,
+		arg.Due,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const sealGroupHandoffs = `-- name: SealGroupHandoffs :many
 UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
 WHERE group_id = $1::bigint AND from_node = $2 AND state = 'synced' AND deadline > now()
@@ -952,6 +1081,25 @@ func (q *Queries) SealLeaseForHandoff(ctx context.Context, db DBTX, arg SealLeas
 	return i, err
 }
 
+const setNodeDraining = `-- name: SetNodeDraining :execrows
+UPDATE nodes SET draining_since = CASE WHEN $1::boolean THEN coalesce(draining_since, now()) END
+WHERE node_id = $2 AND role = 'api'
+`
+
+type SetNodeDrainingParams struct {
+	Draining bool
+	NodeID   string
+}
+
+// An operator's or a schedule's drain (R125), or its undoing.
+func (q *Queries) SetNodeDraining(ctx context.Context, db DBTX, arg SetNodeDrainingParams) (int64, error) {
+	result, err := db.Exec(ctx, setNodeDraining, arg.Draining, arg.NodeID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const supersedeMapCanaries = `-- name: SupersedeMapCanaries :execrows
 UPDATE map_canaries SET state = 'withdrawn', decided_at = now(), decision = $1
 WHERE state = 'canary' AND version < $2
@@ -982,4 +1130,36 @@ func (q *Queries) Unfreeze(ctx context.Context, db DBTX) (int64, error) {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const upsertSchedule = `-- name: UpsertSchedule :exec
+INSERT INTO controller_schedules (name, cron, action, args, lead_ms, created_by, reason, next_run_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, action = EXCLUDED.action, args = EXCLUDED.args,
+    lead_ms = EXCLUDED.lead_ms, created_by = EXCLUDED.created_by, reason = EXCLUDED.reason, next_run_at = EXCLUDED.next_run_at
+`
+
+type UpsertScheduleParams struct {
+	Name      string
+	Cron      string
+	Action    string
+	Args      []byte
+	LeadMs    int64
+	CreatedBy string
+	Reason    string
+	NextRunAt pgtype.Timestamptz
+}
+
+func (q *Queries) UpsertSchedule(ctx context.Context, db DBTX, arg UpsertScheduleParams) error {
+	_, err := db.Exec(ctx, upsertSchedule,
+		arg.Name,
+		arg.Cron,
+		arg.Action,
+		arg.Args,
+		arg.LeadMs,
+		arg.CreatedBy,
+		arg.Reason,
+		arg.NextRunAt,
+	)
+	return err
 }

@@ -124,6 +124,32 @@ type ControllerPlan struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+// Calendar-scheduled plans the controller service runs (ZBP-5 R127, R128): controller schedule add | list | remove.
+type ControllerSchedule struct {
+	// The schedule's name.
+	Name string
+	// When the action must be done: a cron expression (5 fields) or a descriptor such as @daily, in UTC.
+	Cron string
+	// split, merge, retire (a node the controller chooses, or the one named), freeze or unfreeze.
+	Action string
+	// The action's arguments: {"partition","at","to"} for split, {"partitions","to"} for merge, {"node"} for retire.
+	Args []byte
+	// How long before each cron time the action starts, so that it is done by then (R128: measured from recent moves of its kind when added with --lead auto).
+	LeadMs int64
+	// The operator who scheduled it.
+	CreatedBy string
+	// Their stated reason, recorded with every plan it starts.
+	Reason string
+	// Database time it was added.
+	CreatedAt pgtype.Timestamptz
+	// When the service runs it next (the next cron time minus the lead).
+	NextRunAt pgtype.Timestamptz
+	// When it last ran.
+	LastRunAt pgtype.Timestamptz
+	// What its last run did, or why it failed.
+	LastResult pgtype.Text
+}
+
 // Durable record of a collection decision, one per revoked placement: written in the transaction that marks the blob collected, finished by the byte-deletion job. An unfinished row is work still owed to the byte store.
 type Deletion struct {
 	// Surrogate key.
