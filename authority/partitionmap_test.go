@@ -288,3 +288,27 @@ func BenchmarkResolveKey(b *testing.B) {
 		_, _ = ix.ResolveKey("acme/platform/backend-service")
 	}
 }
+
+// R4: the slot is the atom of placement: a map cannot pin a key (or
+// override a slot) anywhere — a partition carrying a key list, or a map
+// carrying overrides, is not a map.
+func TestR4_NoKeyLevelPins(t *testing.T) {
+	t.Parallel()
+	m := testMap(t, 4, 2, 1)
+	doc, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(string) string{
+		"keys on a partition": func(s string) string {
+			return strings.Replace(s, `"id":`, `"keys":["team/app"],"id":`, 1)
+		},
+		"overrides on the map": func(s string) string {
+			return strings.Replace(s, `"map_version":`, `"overrides":{"team/app":"p_x"},"map_version":`, 1)
+		},
+	} {
+		if _, err := ParseMap([]byte(edit(string(doc)))); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: err = %v, want ErrMalformed", name, err)
+		}
+	}
+}
