@@ -46,7 +46,9 @@ func (s *Service) Retire(ctx context.Context, node string) (string, error) {
 			live = append(live, n)
 		}
 	}
-	slices.SortFunc(live, func(a, b store.PlacementNode) int { return cmp.Or(cmp.Compare(load[a.ID], load[b.ID]), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(live, func(a, b store.PlacementNode) int {
+		return cmp.Or(cmp.Compare(load[a.ID], load[b.ID]), cmp.Compare(a.ID, b.ID))
+	})
 	if node == "" {
 		if len(live) == 0 {
 			return "", blobplane.Errorf(blobplane.CodeInvalid, "no api node is up, connected and not draining")
