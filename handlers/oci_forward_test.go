@@ -29,6 +29,9 @@ type fakeHome struct {
 	st    *store.Store
 	epoch uint64
 	err   error
+	// lost: the home publishes, then its answer is lost (a timeout, a
+	// home that died after its commit).
+	lost bool
 
 	mu     sync.Mutex
 	queued []string // repo/op of each EnqueueFinalize
@@ -42,8 +45,12 @@ func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (upload
 	if err != nil {
 		return upload.Outcome{}, err
 	}
-	return f.st.Finalize(ctx, upload.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
+	o, err := f.st.Finalize(ctx, upload.FinalizeRequest{OperationID: op, Digest: in.ExpectedDigest, Size: in.ExpectedSize,
 		Partition: "p-0001", Node: "node-a", Epoch: f.epoch})
+	if err == nil && f.lost {
+		return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home's answer was lost")
+	}
+	return o, err
 }
 
 func (f *fakeHome) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error {
@@ -67,10 +74,12 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
 		err    error
+		lost   bool
 		status int
 		queued bool
 	}{
 		"published by the home":       {status: 201},
+		"published, the answer lost":  {lost: true, status: 201},
 		"home unreachable":            {err: blobplane.Errorf(blobplane.CodeUnavailable, "dial: connection refused"), status: 202, queued: true},
 		"home moved (stale epoch)":    {err: blobplane.Errorf(blobplane.CodeStaleEpoch, "superseded"), status: 202, queued: true},
 		"secret rejected by the home": {err: blobplane.Errorf(blobplane.CodeUnauthorized, "cluster secret"), status: 202, queued: true},
@@ -93,7 +102,7 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { raw.Close() })
-			home := &fakeHome{st: st, epoch: lease.Epoch, err: tc.err}
+			home := &fakeHome{st: st, epoch: lease.Epoch, err: tc.err, lost: tc.lost}
 			away := &staticHome{} // never the home
 			srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: away, Forward: home, Later: home}}}))
 			t.Cleanup(srv.Close)

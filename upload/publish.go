@@ -2,6 +2,7 @@ package upload
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -87,6 +88,15 @@ func (f *Flow) publishAway(ctx context.Context, in Intent, d blobplane.Digest) (
 		}
 	}
 	if err := f.store.AcceptIntent(context.WithoutCancel(ctx), in.OperationID, enqueue); err != nil {
+		// A forward whose answer was lost (a timeout, a home that died
+		// after its commit) may have published it: then that is the
+		// answer, not a conflict (issue 30: seen when a paused home's
+		// partitions moved mid-forward).
+		if errors.Is(err, ErrIntentClosed) {
+			if now, gerr := f.store.GetIntent(context.WithoutCancel(ctx), in.OperationID); gerr == nil && now.State == IntentAdmitted {
+				return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
+			}
+		}
 		return Result{}, refuse(Storage, err)
 	}
 	return Result{Answer: AnswerKept, Repository: in.Repository, Digest: d, OperationID: in.OperationID}, nil
