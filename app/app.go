@@ -205,6 +205,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	}
 	a.keeper, err = keeper.New(leases, keeper.Config{
 		NodeID: cfg.NodeID, Endpoint: a.advertise, Logger: logger.With("service", "lease_keeper"),
+		Timing:   keeper.TimingFor(cfg.LeaseTTL),
 		OnReject: routing.MapRejected,
 	})
 	if err != nil {

@@ -139,6 +139,9 @@ type Config struct {
 	DrainTimeout    time.Duration
 	ShutdownBudget  time.Duration
 	HandoffDeadline time.Duration
+	// LeaseTTL is the api's partition lease TTL: a dead home's partitions
+	// wait about this long before they are recovered elsewhere.
+	LeaseTTL time.Duration
 	// The controller service's settings (`controller run`).
 	ControllerListen        string
 	ControllerTick          time.Duration
@@ -666,6 +669,15 @@ var Settings = []Setting{
 		}},
 	duration("drain-timeout", "BLOBPLANE_DRAIN_TIMEOUT", "20s", "on SIGTERM, how long the api waits for the running controller to hand its partitions off (ZBP-5 R83) before it stops being chosen and closes its listener", []string{API}, func(c *Config) *time.Duration { return &c.DrainTimeout }),
 	duration("shutdown-budget", "BLOBPLANE_SHUTDOWN_BUDGET", "60s", "the platform's termination budget (Kubernetes terminationGracePeriodSeconds, docker stop's timeout): the api refuses to boot when drain-timeout + shutdown-timeout + 5s, or the handoffs of its partitions, cannot fit (ZBP-5 R85)", []string{API}, func(c *Config) *time.Duration { return &c.ShutdownBudget }),
+	{Flag: "lease-ttl", Env: "BLOBPLANE_LEASE_TTL", Default: "10s", Usage: "api: partition lease TTL (renewed every fifth of it); a dead home's partitions are recovered about this long after its last renewal — shorter fails over sooner and renews more often (2s to 5m)", For: []string{API},
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 2*time.Second || d > 5*time.Minute {
+				return fmt.Errorf("%q: must be a duration from 2s to 5m", v)
+			}
+			c.LeaseTTL = d
+			return nil
+		}},
 	duration("handoff-deadline", "BLOBPLANE_HANDOFF_DEADLINE", "5s", "how long one handoff may take before its seal; past it the handoff aborts and the old primary keeps serving (ZBP-5 R82)", []string{API, Controller}, func(c *Config) *time.Duration { return &c.HandoffDeadline }),
 	{Flag: "controller-listen", Env: "BLOBPLANE_CONTROLLER_LISTEN", Default: "127.0.0.1:9190", Usage: "where `controller run` serves /metrics and /healthz (off: nowhere)", For: []string{Controller},
 		set: func(c *Config, v string) error {

@@ -4,6 +4,7 @@ package soak_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -54,7 +55,7 @@ type moveCluster struct {
 	hc      *http.Client
 }
 
-func newMoveCluster(t *testing.T) *moveCluster {
+func newMoveCluster(t *testing.T, apiEnv ...string) *moveCluster {
 	t.Helper()
 	pg := startPostgres(t)
 	bins := testbin.Build(t)
@@ -94,6 +95,7 @@ func newMoveCluster(t *testing.T) *moveCluster {
 		}
 		env := append(dcEnv(dc), "BLOBPLANE_NODE_ID="+node, "BLOBPLANE_LISTEN=127.0.0.1:"+strconv.Itoa(port),
 			"BLOBPLANE_DATA_DIR="+filepath.Join(dir, node))
+		env = append(env, apiEnv...)
 		c.apis[node] = newProc(t, node, api, env)
 		c.urls[node] = "http://127.0.0.1:" + strconv.Itoa(port)
 		c.dcOf[node] = dc
@@ -232,7 +234,7 @@ type moveAck struct {
 	repo, digest string
 	body         []byte
 	status       int
-	at           time.Time
+	sent, at     time.Time // the acknowledged attempt's start and answer
 }
 
 func (l *moveLoad) run(ctx context.Context, workers int) (wait func()) {
@@ -266,6 +268,7 @@ func (l *moveLoad) upload(ctx context.Context, repo string, body []byte) {
 	sum := sha256.Sum256(body)
 	digest := "sha256:" + hex.EncodeToString(sum[:])
 	for ctx.Err() == nil {
+		sent := time.Now()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.c.urls[l.entry]+"/v2/"+repo+"/blobs/uploads/?digest="+digest, bytes.NewReader(body))
 		if err != nil {
 			return
@@ -284,7 +287,7 @@ func (l *moveLoad) upload(ctx context.Context, repo string, body []byte) {
 		l.answers[status]++
 		switch {
 		case status == http.StatusCreated || status == http.StatusAccepted:
-			l.acked = append(l.acked, moveAck{repo: repo, digest: digest, body: body, status: status, at: time.Now()})
+			l.acked = append(l.acked, moveAck{repo: repo, digest: digest, body: body, status: status, sent: sent, at: time.Now()})
 			l.mu.Unlock()
 			return
 		case status == 0 || status == http.StatusServiceUnavailable || status == http.StatusMisdirectedRequest || status == http.StatusTooManyRequests:
@@ -300,14 +303,14 @@ func (l *moveLoad) upload(ctx context.Context, repo string, body []byte) {
 	}
 }
 
-// firstCreatedAfter is when each of repos first had an upload answered
-// 201 after since (zero when none yet).
+// firstCreatedAfter is when each of repos first had an upload sent after
+// since answered 201 (none: absent).
 func (l *moveLoad) firstCreatedAfter(repos []string, since time.Time) map[string]time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]time.Time{}
 	for _, a := range l.acked {
-		if a.status == http.StatusCreated && a.at.After(since) && slices.Contains(repos, a.repo) {
+		if a.status == http.StatusCreated && a.sent.After(since) && slices.Contains(repos, a.repo) {
 			if t, ok := out[a.repo]; !ok || a.at.Before(t) {
 				out[a.repo] = a.at
 			}
@@ -710,4 +713,66 @@ func verifyAcked(t *testing.T, c *moveCluster, acked []moveAck) {
 			time.Sleep(100 * time.Millisecond) // a 202's finalization is published by a worker
 		}
 	}
+}
+
+// TestFailoverTimes measures kill -9 of a home → first 201 into its
+// repository at the new home, over BLOBPLANE_FAILOVER_RUNS kills (a
+// measurement, not run by default: each costs a lease TTL), beside the
+// lease TTL (BLOBPLANE_FAILOVER_TTL, passed to the apis as
+// BLOBPLANE_LEASE_TTL; default theirs, 10s).
+// `BLOBPLANE_FAILOVER_RUNS=20 go test ./soak -run TestFailoverTimes -v`.
+func TestFailoverTimes(t *testing.T) {
+	runs, _ := strconv.Atoi(os.Getenv("BLOBPLANE_FAILOVER_RUNS"))
+	if runs <= 0 {
+		t.Skip("a measurement: set BLOBPLANE_FAILOVER_RUNS")
+	}
+	ttl := cmp.Or(os.Getenv("BLOBPLANE_FAILOVER_TTL"), "10s")
+	c := newMoveCluster(t, "BLOBPLANE_LEASE_TTL="+ttl)
+	ctx := context.Background()
+	repo := "moves/failover"
+	if _, err := runTool(filepath.Join(filepath.Dir(c.apis["api-1"].bin), "api"), []string{"DATABASE_URL=" + c.pg.URL()}, "repo", "create", repo); err != nil {
+		t.Fatal(err)
+	}
+	loadCtx, stop := context.WithCancel(ctx)
+	l := &moveLoad{c: c, entry: "api-3", repos: []string{repo}, answers: map[int]int{}}
+	wait := l.run(loadCtx, 2)
+	defer func() { stop(); wait() }()
+	var times []time.Duration
+	for i := 0; i < runs; i++ {
+		ix, _ := mapIndex(t, ctx, c.hc, c.urls["api-3"], c.token)
+		res, err := ix.ResolveKey(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		home := res.Primary().Node
+		if home == "api-3" { // the entry stays up: move the home off it first
+			if _, err := runTool(c.ctlBin, c.ctlEnv, "takeover", "--partition", res.Partition.ID, "--node", "api-1", "--operator", "soak", "--reason", "measure"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // the map follows the forced lease
+			i--
+			continue
+		}
+		waitCreated(t, l, repo, time.Now())
+		killed := time.Now()
+		if err := c.apis[home].kill(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := killed.Add(40 * time.Second)
+		for len(l.firstCreatedAfter([]string{repo}, killed)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: no 201 within 40s of killing %s", i, home)
+			}
+			time.Sleep(20 * time.Millisecond) // polling the load's record
+		}
+		d := l.firstCreatedAfter([]string{repo}, killed)[repo].Sub(killed)
+		times = append(times, d)
+		t.Logf("failover: run %d, kill -9 %s → 201 at the new home after %s", i, home, d.Round(time.Millisecond))
+		if err := c.startAPI(ctx, home); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(times)
+	t.Logf("failover: %d kills: p50 %s, p99 %s, max %s (lease TTL %s, controller failover grace 250ms)", len(times),
+		times[len(times)/2].Round(time.Millisecond), times[(len(times)*99)/100].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), ttl)
 }

@@ -95,6 +95,17 @@ type Config struct {
 // DefaultTiming is the lease timing used unless configured otherwise.
 var DefaultTiming = authority.LeaseTiming{TTL: 10 * time.Second, RenewInterval: 2 * time.Second, MaxRenewRTT: time.Second, MaxClockError: 500 * time.Millisecond}
 
+// TimingFor scales DefaultTiming to ttl (BLOBPLANE_LEASE_TTL): renewal
+// every fifth of it, a renewal slower than a tenth extends nothing, half
+// a second of clock error. The lease TTL bounds how long a dead home's
+// partitions wait for recovery (docs/authority.md "Moves").
+func TimingFor(ttl time.Duration) authority.LeaseTiming {
+	if ttl <= 0 {
+		return DefaultTiming
+	}
+	return authority.LeaseTiming{TTL: ttl, RenewInterval: ttl / 5, MaxRenewRTT: ttl / 10, MaxClockError: min(500*time.Millisecond, ttl/20)}
+}
+
 type held struct {
 	fence   *authority.SelfFence
 	serving bool

@@ -269,3 +269,16 @@ func TestRestartedNodeTakesItsLeaseBack(t *testing.T) {
 		t.Fatalf("lease moved: %+v", rec)
 	}
 }
+
+// Every lease TTL BLOBPLANE_LEASE_TTL accepts gives a timing whose
+// renewal fits before its self-fence deadline (R17, R18).
+func TestTimingForEveryAcceptedTTL(t *testing.T) {
+	for _, ttl := range []time.Duration{2 * time.Second, 4 * time.Second, 10 * time.Second, time.Minute, 5 * time.Minute} {
+		if err := keeper.TimingFor(ttl).Validate(); err != nil {
+			t.Errorf("ttl %s: %v", ttl, err)
+		}
+	}
+	if keeper.TimingFor(0) != keeper.DefaultTiming {
+		t.Error("no TTL set is the default timing")
+	}
+}
