@@ -1,7 +1,10 @@
 package handlers
 
 import (
+	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/blobplane/blobplane"
 )
 
 // The node's capacity budget over real HTTP, held deterministically: one
@@ -79,5 +84,19 @@ func TestCapacityBudgetSheds(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(shed); n != 2 {
 		t.Fatalf("shed counted %v, want 2", n)
+	}
+}
+
+// A request cancelled with a reason (its home's lease lost mid-request,
+// ZBP-5 R24) answers that reason, retryable, not an internal error.
+func TestCancelledWithACauseAnswersTheCause(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(blobplane.Errorf(blobplane.CodeUnavailable, "lease for partition p lost mid-request"))
+	r := httptest.NewRequest(http.MethodPost, "/internal/v1/finalize/x", nil).WithContext(ctx)
+	w := httptest.NewRecorder()
+	WriteError(w, r, slog.New(slog.DiscardHandler), fmt.Errorf("finalize: %w", context.Canceled))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "lost mid-request") {
+		t.Fatalf("%d %s", w.Code, w.Body.String())
 	}
 }

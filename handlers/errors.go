@@ -56,6 +56,7 @@ type ErrorBody struct {
 // the status, and the client sees only the code and a message holding none
 // of that text (clientMessage; issue 26 point 10).
 func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	err = withCause(r, err)
 	code := blobplane.ErrorCode(err)
 	status := StatusOf(code)
 	reqID := middleware.GetReqID(r.Context())
@@ -71,6 +72,20 @@ func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		w.Header().Set("Retry-After", "1")
 	}
 	WriteJSON(w, status, ErrorBody{Code: code, Message: clientMessage(err), RequestID: reqID})
+}
+
+// withCause answers for a request cancelled with a reason — its home's
+// lease lost mid-request (RequireHome, ZBP-5 R24): the reason (retryable
+// unavailable), not an internal error.
+func withCause(r *http.Request, err error) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	var be *blobplane.Error
+	if cause := context.Cause(r.Context()); cause != nil && errors.As(cause, &be) {
+		return cause
+	}
+	return err
 }
 
 // clientMessage is blobplane.ErrorMessage with a last guard at the HTTP

@@ -61,6 +61,7 @@ var subjectCodes = map[upload.Subject]string{
 // kind, or fallback, the endpoint's own code for a not-found, invalid or
 // conflicting request).
 func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fallback string) {
+	err = withCause(r, err)
 	code := blobplane.ErrorCode(err)
 	status := StatusOf(code)
 	oci := fallback

@@ -57,6 +57,12 @@ func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size 
 	req := f.finalizeRequest(home, in.OperationID, d, size)
 	req.Verify, req.BeforeCommit, req.Proven = verify, durable, proven
 	if err := f.atHome(home.Partition, func() error { _, err := finalize(fctx, req); return err }); err != nil {
+		if home.Ctx != nil && home.Ctx.Err() != nil && ctx.Err() == nil {
+			// The lease ended mid-publication (ZBP-5 R24): retryable,
+			// never an internal error.
+			err = &blobplane.Error{Code: blobplane.CodeUnavailable, Retryable: true, Err: err,
+				Message: "the home lost its lease on partition " + home.Partition + " during the publication: retry"}
+		}
 		return Result{}, refuse(Content, err)
 	}
 	return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
