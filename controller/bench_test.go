@@ -3,14 +3,19 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/authority/keeper"
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // BenchmarkComputePlan is one round's planning over the issue's size:
@@ -55,25 +60,71 @@ func BenchmarkComputePlan(b *testing.B) {
 // the map naming the new home (R135) — as p50 and p99 beside the lease
 // TTL, and the wall time per handoff (drain requested → published).
 func BenchmarkHandoffUnavailability(b *testing.B) {
+	r := runHandoffs(b, 50)
+	b.ReportMetric(float64(r.outages[len(r.outages)/2].Microseconds())/1000, "p50-unavailable-ms")
+	b.ReportMetric(float64(r.outages[len(r.outages)*99/100].Microseconds())/1000, "p99-unavailable-ms")
+	b.ReportMetric(float64(r.walls[len(r.walls)/2].Microseconds())/1000, "p50-handoff-ms")
+	b.ReportMetric(keeper.DefaultTiming.TTL.Seconds()*1000, "lease-ttl-ms")
+	b.ReportMetric(float64(r.staleAccepted), "stale-writes-accepted")
+}
+
+// Chaos handoffs (issue 30): many live handoffs back and forth while a
+// "paused old home" keeps writing under the epoch it held — fenced
+// reference deletions, as a resumed node would — and none of its writes
+// started after the handoff was published is accepted (R20, R74). 100 in
+// a test run; BLOBPLANE_CHAOS_HANDOFFS=1000 for the issue's thousand.
+func TestChaosHandoffsNeverAcceptAStaleWrite(t *testing.T) {
+	t.Parallel()
+	n := 100
+	if v, err := strconv.Atoi(os.Getenv("BLOBPLANE_CHAOS_HANDOFFS")); err == nil && v > 0 {
+		n = v
+	}
+	r := runHandoffs(t, n)
+	if r.staleAccepted != 0 {
+		t.Fatalf("%d writes under a superseded epoch accepted after their handoff was published", r.staleAccepted)
+	}
+	if r.staleProbes < n {
+		t.Fatalf("only %d stale probes over %d handoffs", r.staleProbes, n)
+	}
+	t.Logf("chaos: %d handoffs, %d stale writes probed after publication, 0 accepted; %d accepted before their seal (allowed); outage p50 %s, max %s",
+		n, r.staleProbes, r.beforeSeal, r.outages[len(r.outages)/2], r.outages[len(r.outages)-1])
+}
+
+type handoffRun struct {
+	outages, walls []time.Duration
+	// staleProbes counts writes by the previous owner under its epoch
+	// started after the handoff was published: each must be refused;
+	// staleAccepted counts those that were not (must be 0).
+	staleProbes, staleAccepted int
+	// beforeSeal counts the old owner's writes accepted during the
+	// handoff (before the seal: allowed, the seal waits for them).
+	beforeSeal int
+}
+
+// runHandoffs drives n live handoffs of one partition back and forth
+// between two nodes (keepers and the controller service running their
+// own loops, woken by notifications), with the old owner probing fenced
+// writes under its epoch throughout.
+func runHandoffs(tb testing.TB, n int) handoffRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, k := setup(b)
+	st, k := setup(tb)
 	for i, n := range []string{"a", "b"} {
-		register(b, st, n, fmt.Sprintf("http://127.0.0.1:%d000", i+1))
+		register(tb, st, n, fmt.Sprintf("http://127.0.0.1:%d000", i+1))
 	}
 	if _, err := controller.Publish(ctx, st, k.Signer(), controller.PublishOptions{Partitions: 1}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	var stops []func()
 	for i, n := range []string{"a", "b"} {
 		p, err := st.HoldPresence(ctx, n)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		defer p.Release()
 		kp, err := keeper.New(st, keeper.Config{NodeID: n, Endpoint: fmt.Sprintf("127.0.0.1:%d000", i+1)})
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		// Each keeper wakes on map and handoff notifications, as an api's does.
 		node := store.New(st.Pool(), nil)
@@ -102,36 +153,81 @@ func BenchmarkHandoffUnavailability(b *testing.B) {
 
 	m, err := st.LatestMap(ctx)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	part := m.Partitions[0].ID
 	holder := m.Partitions[0].Primary.Node
-	waitServing := func(node string) {
+	waitServing := func(node string) authority.LeaseRecord {
 		for {
 			l, err := st.Lease(ctx, part)
 			m, err2 := st.LatestMap(ctx)
 			if err == nil && err2 == nil && l.OwnerNode == node && l.State == authority.PrimaryServing && m.Partition(part).Primary.Node == node {
-				return
+				return l
 			}
 			time.Sleep(5 * time.Millisecond) // polling the lease row and the map
 		}
 	}
-	waitServing(holder)
-	var outages, walls []time.Duration
-	b.ResetTimer()
-	for range 50 {
+	// probe is one fenced write under (node, epoch): a reference deletion
+	// of nothing, accepted (not found) while node holds the lease at
+	// epoch, refused (stale_epoch) once it moved.
+	probe := func(node string, epoch uint64) (accepted bool) {
+		err := st.DeleteReferenceAtHome(ctx, upload.Home{Partition: part, Node: node, Epoch: epoch}, "chaos/repo", blobplane.Digest("sha256:"+strings.Repeat("0", 64)))
+		switch blobplane.ErrorCode(err) {
+		case blobplane.CodeNotFound:
+			return true
+		case blobplane.CodeStaleEpoch:
+			return false
+		}
+		if ctx.Err() == nil {
+			tb.Errorf("probe under %s@%d: %v", node, epoch, err)
+		}
+		return false
+	}
+	cur := waitServing(holder)
+	var r handoffRun
+	if _, ok := tb.(*testing.B); ok {
+		tb.(*testing.B).ResetTimer()
+	}
+	for range n {
 		other := map[string]string{"a": "b", "b": "a"}[holder]
 		// Drain the holder; the other node is the only target.
 		if _, err := st.RegisterNode(ctx, store.Node{ID: other, Datacenter: "eu-1", Role: "api", Endpoint: endpointOf(other)}); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
+		// The old owner, as if paused, keeps writing under its epoch
+		// while the handoff runs.
+		stopProbe := make(chan struct{})
+		probed := make(chan int, 1)
+		go func(node string, epoch uint64) {
+			accepted := 0
+			for {
+				select {
+				case <-stopProbe:
+					probed <- accepted
+					return
+				default:
+				}
+				if probe(node, epoch) {
+					accepted++
+				}
+			}
+		}(holder, cur.Epoch)
 		start := time.Now()
 		if err := st.MarkNodeDraining(ctx, holder); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		notify()
-		waitServing(other)
-		walls = append(walls, time.Since(start))
+		next := waitServing(other)
+		r.walls = append(r.walls, time.Since(start))
+		close(stopProbe)
+		r.beforeSeal += <-probed
+		// Published: from now on the old epoch writes nothing.
+		for range 3 {
+			r.staleProbes++
+			if probe(holder, cur.Epoch) {
+				r.staleAccepted++
+			}
+		}
 		var hs []authority.Handoff
 		for {
 			// The map is published, then the move recorded published.
@@ -141,18 +237,17 @@ func BenchmarkHandoffUnavailability(b *testing.B) {
 			time.Sleep(time.Millisecond)
 		}
 		if err != nil || len(hs) == 0 || hs[0].State != authority.HandoffPublished || hs[0].To != other {
-			b.Fatalf("last handoff %+v %v", hs, err)
+			tb.Fatalf("last handoff %+v %v", hs, err)
 		}
-		outages = append(outages, hs[0].Unavailable())
-		holder = other
+		r.outages = append(r.outages, hs[0].Unavailable())
+		holder, cur = other, next
 	}
-	b.StopTimer()
-	slices.Sort(outages)
-	slices.Sort(walls)
-	b.ReportMetric(float64(outages[len(outages)/2].Microseconds())/1000, "p50-unavailable-ms")
-	b.ReportMetric(float64(outages[len(outages)*99/100].Microseconds())/1000, "p99-unavailable-ms")
-	b.ReportMetric(float64(walls[len(walls)/2].Microseconds())/1000, "p50-handoff-ms")
-	b.ReportMetric(keeper.DefaultTiming.TTL.Seconds()*1000, "lease-ttl-ms")
+	if b, ok := tb.(*testing.B); ok {
+		b.StopTimer()
+	}
+	slices.Sort(r.outages)
+	slices.Sort(r.walls)
+	return r
 }
 
 func endpointOf(n string) string {
