@@ -154,41 +154,12 @@ type CanaryResult struct {
 // a canary for c.Nodes, then watches it (WatchCanary).
 func PublishCanary(ctx context.Context, st *store.Store, signer authority.Signer, opts PublishOptions, c CanaryOptions) (CanaryResult, error) {
 	c = c.withDefaults()
-	prev, err := st.LatestMap(ctx)
-	if err != nil {
-		return CanaryResult{}, blobplane.Wrap(blobplane.ErrorCode(err), err, "a canary stages a change of a published map; publish the first map plainly")
-	}
-	known := map[string]store.PlacementNode{}
-	nodes, err := st.PlacementNodes(ctx)
-	if err != nil {
+	if _, err := canaryNodes(ctx, st, c.Nodes); err != nil {
 		return CanaryResult{}, err
 	}
-	for _, n := range nodes {
-		known[n.ID] = n
-	}
-	for _, n := range c.Nodes {
-		if nd, ok := known[n]; !ok || !nd.Up || nd.Draining {
-			return CanaryResult{}, blobplane.Errorf(blobplane.CodeInvalid, "canary node %s is not an api node that is up and not draining", n)
-		}
-	}
-	up, err := upAPINodes(ctx, st)
+	opts.Canary = &store.Canary{Nodes: c.Nodes, MaxErrorRatio: c.MaxErrorRatio, Window: c.Window}
+	next, err := Publish(ctx, st, signer, opts)
 	if err != nil {
-		return CanaryResult{}, err
-	}
-	leases, err := st.Leases(ctx)
-	if err != nil {
-		return CanaryResult{}, err
-	}
-	if opts.Now.IsZero() {
-		opts.Now = time.Now()
-	}
-	opts.Now = opts.Now.UTC().Truncate(time.Millisecond)
-	next, err := nextMap("controller.PublishCanary", prev, up, opts)
-	if err != nil {
-		return CanaryResult{}, err
-	}
-	raiseEpochs(next, leases)
-	if err := publishStaged(ctx, st, signer, prev, next, &store.Canary{Nodes: c.Nodes, MaxErrorRatio: c.MaxErrorRatio, Window: c.Window}, true); err != nil {
 		return CanaryResult{}, err
 	}
 	return WatchCanary(ctx, st, signer, next.Version, c)
@@ -248,12 +219,15 @@ func canaryNodes(ctx context.Context, st *store.Store, ids []string) ([]store.Pl
 	for _, id := range ids {
 		for _, n := range all {
 			if n.ID == id {
+				if !n.Up || n.Draining {
+					return nil, blobplane.Errorf(blobplane.CodeInvalid, "canary node %s is not an api node that is up and not draining", id)
+				}
 				out = append(out, n)
 			}
 		}
 	}
 	if len(out) != len(ids) {
-		return nil, blobplane.Errorf(blobplane.CodeInvalid, "canary nodes %v: not all registered", ids)
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "canary nodes %v: not all registered api nodes", ids)
 	}
 	return out, nil
 }

@@ -81,6 +81,9 @@ type PublishOptions struct {
 	Partitions int       // N for the first map; later maps must keep it
 	SlotBits   int       // 0: authority.DefaultSlotBits (first map) or the published one
 	Now        time.Time // generated_at
+	// Canary, when set, stages the new version for its nodes only
+	// (R120; PublishCanary watches and decides it).
+	Canary *store.Canary
 }
 
 // Publish computes the next map and publishes it with its delta:
@@ -125,7 +128,10 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 		return nil, err
 	}
 	raiseEpochs(next, leases)
-	if err := publishNext(ctx, st, signer, prev, next); err != nil {
+	if opts.Canary != nil && prev == nil {
+		return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: a canary stages a change of a published map; publish the first map plainly", op)
+	}
+	if err := publishStaged(ctx, st, signer, prev, next, opts.Canary, true); err != nil {
 		return nil, err
 	}
 	return next, nil

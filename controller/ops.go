@@ -53,29 +53,15 @@ func Apply(ctx context.Context, svc *Service, ov Override, wait time.Duration) (
 		return Plan{}, nil, blobplane.Errorf(blobplane.CodeConflict, "a controller service (`controller run`) is active and applies plans itself (see `controller plan --dry-run`); stop it to apply by hand")
 	}
 	defer lock.Release()
-	all := map[string]bool{TriggerDrain: true, TriggerRecover: true}
-	p, err := svc.Round(ctx, all, ov)
+	p, err := svc.Round(ctx, map[string]bool{TriggerDrain: true, TriggerRecover: true}, ov)
 	if err != nil || len(p.Moves) == 0 {
 		return p, nil, err
 	}
-	deadline := time.Now().Add(wait)
-	svc.Settings = svc.Settings.withDefaults()
-	for {
+	if err := carryForward(ctx, svc, true, nil, wait, func() (bool, error) {
 		active, err := svc.Store.ActiveHandoffs(ctx)
-		if err != nil {
-			return p, nil, err
-		}
-		if len(active) == 0 || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return p, nil, ctx.Err()
-		case <-time.After(svc.Settings.Tick):
-		}
-		if _, err := svc.Round(ctx, map[string]bool{}, Override{}); err != nil {
-			return p, nil, err
-		}
+		return len(active) == 0, err
+	}); err != nil {
+		return p, nil, err
 	}
 	recent, err := svc.Store.RecentHandoffs(ctx, len(p.Moves)+8)
 	return p, recent, err
@@ -134,26 +120,10 @@ func Status(ctx context.Context, st *store.Store, w io.Writer, now time.Time) er
 // active (holding the leader lock meanwhile), else waiting for the
 // service's. It returns the group's handoffs as they ended.
 func Finish(ctx context.Context, svc *Service, group int64, wait time.Duration) ([]authority.Handoff, error) {
-	lock, err := svc.Store.TryControllerLock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if lock != nil {
-		defer lock.Release()
-	}
-	svc.Settings = svc.Settings.withDefaults()
-	deadline := time.Now().Add(wait)
-	for {
-		if lock != nil {
-			if _, err := svc.Round(ctx, map[string]bool{}, Override{}); err != nil {
-				return nil, err
-			}
-		}
+	var mine []authority.Handoff
+	err := carryForward(ctx, svc, false, map[string]bool{}, wait, func() (bool, error) {
 		hs, err := svc.Store.RecentHandoffs(ctx, 64)
-		if err != nil {
-			return nil, err
-		}
-		var mine []authority.Handoff
+		mine = mine[:0]
 		done := true
 		for _, h := range hs {
 			if h.GroupID == group {
@@ -161,43 +131,57 @@ func Finish(ctx context.Context, svc *Service, group int64, wait time.Duration) 
 				done = done && !h.Active()
 			}
 		}
-		if done || time.Now().After(deadline) {
-			return mine, nil
-		}
-		select {
-		case <-ctx.Done():
-			return mine, ctx.Err()
-		case <-time.After(svc.Settings.Tick / 5):
-		}
-	}
+		return done, err
+	})
+	return mine, err
 }
 
 // FinishRetire carries a retirement forward until node holds nothing
 // (Retired) or wait passes: rounds of its own when no `controller run` is
 // active, else waiting for the service's.
 func FinishRetire(ctx context.Context, svc *Service, node string, wait time.Duration) (bool, error) {
-	lock, err := svc.Store.TryControllerLock(ctx)
-	if err != nil {
-		return false, err
+	var done bool
+	err := carryForward(ctx, svc, false, map[string]bool{TriggerDrain: true, TriggerRecover: true}, wait, func() (bool, error) {
+		var err error
+		done, err = Retired(ctx, svc.Store, node)
+		return done, err
+	})
+	return done, err
+}
+
+// carryForward runs rounds (applying the kinds in apply) until done
+// reports true or wait passes: rounds of its own when no `controller run`
+// is active — holding the leader lock meanwhile, or already holding it
+// (locked) — else waiting for the service's.
+func carryForward(ctx context.Context, svc *Service, locked bool, apply map[string]bool, wait time.Duration, done func() (bool, error)) error {
+	if !locked {
+		lock, err := svc.Store.TryControllerLock(ctx)
+		if err != nil {
+			return err
+		}
+		if lock != nil {
+			defer lock.Release()
+			locked = true
+		}
 	}
-	if lock != nil {
-		defer lock.Release()
+	if apply == nil {
+		apply = map[string]bool{}
 	}
 	svc.Settings = svc.Settings.withDefaults()
 	deadline := time.Now().Add(wait)
 	for {
-		if lock != nil {
-			if _, err := svc.Round(ctx, map[string]bool{TriggerDrain: true, TriggerRecover: true}, Override{}); err != nil {
-				return false, err
+		if locked {
+			if _, err := svc.Round(ctx, apply, Override{}); err != nil {
+				return err
 			}
 		}
-		done, err := Retired(ctx, svc.Store, node)
-		if err != nil || done || time.Now().After(deadline) {
-			return done, err
+		ok, err := done()
+		if err != nil || ok || time.Now().After(deadline) {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return ctx.Err()
 		case <-time.After(svc.Settings.Tick / 5):
 		}
 	}
