@@ -29,7 +29,7 @@ type Envelope struct {
 	Slot         Slot        `json:"slot"`
 	MapVersion   uint64      `json:"map_version"` // the answering server's map version
 	RetryAfterMS *int64      `json:"retry_after_ms"`
-	Assignment   *Assignment `json:"assignment"` // MOVED only (R101)
+	Assignment   *Assignment `json:"assignment"` // MOVED (R101); NOT_READY during a handoff: its target (R77)
 	MapDelta     *Delta      `json:"map_delta"`  // MOVED only, signed (R103)
 }
 

@@ -151,6 +151,8 @@ type Config struct {
 	ControllerMaxPerNode    int
 	ControllerMaxFraction   float64
 	ControllerAuto          []string
+	// ControllerBalanceCooldown is balance's per-partition hysteresis.
+	ControllerBalanceCooldown time.Duration
 	// Controller: where the map-signing key lives (a file, or inline; the
 	// private key never enters Postgres) and how many partitions the first
 	// map has.
@@ -669,7 +671,7 @@ var Settings = []Setting{
 		}},
 	duration("drain-timeout", "BLOBPLANE_DRAIN_TIMEOUT", "20s", "on SIGTERM, how long the api waits for the running controller to hand its partitions off (ZBP-5 R83) before it stops being chosen and closes its listener", []string{API}, func(c *Config) *time.Duration { return &c.DrainTimeout }),
 	duration("shutdown-budget", "BLOBPLANE_SHUTDOWN_BUDGET", "60s", "the platform's termination budget (Kubernetes terminationGracePeriodSeconds, docker stop's timeout): the api refuses to boot when drain-timeout + shutdown-timeout + 5s, or the handoffs of its partitions, cannot fit (ZBP-5 R85)", []string{API}, func(c *Config) *time.Duration { return &c.ShutdownBudget }),
-	{Flag: "lease-ttl", Env: "BLOBPLANE_LEASE_TTL", Default: "10s", Usage: "api: partition lease TTL (renewed every fifth of it); a dead home's partitions are recovered about this long after its last renewal — shorter fails over sooner and renews more often (2s to 5m)", For: []string{API},
+	{Flag: "lease-ttl", Env: "BLOBPLANE_LEASE_TTL", Default: "8s", Usage: "api: partition lease TTL (renewed every fifth of it); a dead home's partitions are recovered about this long after its last renewal — shorter fails over sooner and renews more often (2s to 5m)", For: []string{API},
 		set: func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 2*time.Second || d > 5*time.Minute {
@@ -695,6 +697,7 @@ var Settings = []Setting{
 	duration("controller-tick", "BLOBPLANE_CONTROLLER_TICK", "500ms", "longest wait between two controller rounds (handoff and map notifications wake it sooner)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerTick }),
 	duration("controller-failover-grace", "BLOBPLANE_CONTROLLER_FAILOVER_GRACE", "250ms", "how long a lease must have expired before its partition is recovered on another node when its node is gone (no Postgres session) or draining", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerFailoverGrace }),
 	duration("controller-live-grace", "BLOBPLANE_CONTROLLER_LIVE_GRACE", "30s", "the same wait when the lease's node is still connected (its keeper claims the lease back by itself: a blip moves nothing)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerLiveGrace }),
+	duration("controller-balance-cooldown", "BLOBPLANE_CONTROLLER_BALANCE_COOLDOWN", "10m", "balance's hysteresis: a partition moved more recently than this is not moved to balance load (ZBP-5 R116)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerBalanceCooldown }),
 	count("controller-max-moves", "BLOBPLANE_CONTROLLER_MAX_MOVES", "8", "most moves in flight at once (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxMoves }),
 	count("controller-max-moves-per-node", "BLOBPLANE_CONTROLLER_MAX_MOVES_PER_NODE", "4", "most moves in flight from or to one node (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxPerNode }),
 	{Flag: "controller-max-move-fraction", Env: "BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION", Default: "0.5", Usage: "most slots one plan moves, as a fraction of the map; more needs `controller apply --override-reason` (ZBP-5 R119)", For: []string{Controller},
@@ -706,7 +709,7 @@ var Settings = []Setting{
 			c.ControllerMaxFraction = f
 			return nil
 		}},
-	{Flag: "controller-auto", Env: "BLOBPLANE_CONTROLLER_AUTO", Default: "drain,recover", Usage: "plan kinds `controller run` applies without an operator, comma-separated from drain and recover, or none (ZBP-5 R118); the others wait for `controller apply`", For: []string{Controller},
+	{Flag: "controller-auto", Env: "BLOBPLANE_CONTROLLER_AUTO", Default: "drain,recover", Usage: "plan kinds `controller run` applies without an operator, comma-separated from drain, recover and balance, or none (ZBP-5 R118); the others wait for `controller apply`", For: []string{Controller},
 		set: func(c *Config, v string) error {
 			c.ControllerAuto = []string{}
 			if v == "none" || v == "" {
@@ -714,8 +717,8 @@ var Settings = []Setting{
 			}
 			for _, k := range strings.Split(v, ",") {
 				k = strings.TrimSpace(k)
-				if k != "drain" && k != "recover" {
-					return fmt.Errorf("%q: %q is not a plan kind (drain, recover)", v, k)
+				if k != "drain" && k != "recover" && k != "balance" {
+					return fmt.Errorf("%q: %q is not a plan kind (drain, recover, balance)", v, k)
 				}
 				c.ControllerAuto = append(c.ControllerAuto, k)
 			}

@@ -53,7 +53,7 @@ func Apply(ctx context.Context, svc *Service, ov Override, wait time.Duration) (
 		return Plan{}, nil, blobplane.Errorf(blobplane.CodeConflict, "a controller service (`controller run`) is active and applies plans itself (see `controller plan --dry-run`); stop it to apply by hand")
 	}
 	defer lock.Release()
-	p, err := svc.Round(ctx, map[string]bool{TriggerDrain: true, TriggerRecover: true}, ov)
+	p, err := svc.Round(ctx, map[string]bool{TriggerDrain: true, TriggerRecover: true, TriggerBalance: true}, ov)
 	if err != nil || len(p.Moves) == 0 {
 		return p, nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +23,16 @@ const (
 	// TriggerRecover moves a partition whose lease expired on a node that
 	// is gone or no longer renews (A.3).
 	TriggerRecover = "recover"
+	// TriggerBalance moves a partition, live, from the most loaded api
+	// node of a datacenter to the least loaded (A.8 step 3, R115: only
+	// when no required move is planned). Not applied automatically by
+	// default: it shows in `controller plan` and waits for `controller
+	// apply` unless BLOBPLANE_CONTROLLER_AUTO names it.
+	TriggerBalance = "balance"
 )
+
+// Kinds are every plan kind, in the order ComputePlan weighs them.
+var Kinds = []string{TriggerDrain, TriggerRecover, TriggerBalance}
 
 // Settings tune the controller service (docs/authority.md "Moves"; every
 // one is a BLOBPLANE_CONTROLLER_* setting).
@@ -58,6 +68,10 @@ type Settings struct {
 	// Auto lists the plan kinds applied without an operator (R118);
 	// the others wait for `controller apply`.
 	Auto map[string]bool
+	// BalanceCooldown is balance's hysteresis (R116): a partition moved
+	// (for any reason) more recently is not moved to balance, so load
+	// settles before it is judged again.
+	BalanceCooldown time.Duration
 }
 
 // DefaultSettings are the controller service's defaults.
@@ -71,6 +85,7 @@ var DefaultSettings = Settings{
 	MaxPerNode:      4,
 	MaxMoveFraction: 0.5,
 	Auto:            map[string]bool{TriggerDrain: true, TriggerRecover: true},
+	BalanceCooldown: 10 * time.Minute,
 }
 
 // withDefaults fills zero fields from DefaultSettings.
@@ -103,6 +118,9 @@ func (s Settings) withDefaults() Settings {
 	if s.Auto == nil {
 		s.Auto = d.Auto
 	}
+	if s.BalanceCooldown <= 0 {
+		s.BalanceCooldown = d.BalanceCooldown
+	}
 	return s
 }
 
@@ -116,6 +134,9 @@ type Observed struct {
 	Active  []authority.Handoff
 	Frozen  *store.FreezeState
 	Now     time.Time
+	// LastMoved is when each partition recently moved (its latest
+	// handoff's creation), for balance's cooldown.
+	LastMoved map[string]time.Time
 }
 
 // Move is one planned move of a partition.
@@ -206,7 +227,89 @@ func ComputePlan(o Observed, s Settings, apply map[string]bool, ov Override) Pla
 		p.MovedSlots += m.Slots
 		p.Moves = append(p.Moves, m)
 	}
+	if len(p.Moves)+len(p.Held)+len(p.Adoptions) == 0 && len(o.Active) == 0 {
+		balance(o, s, c, &p, apply, ov)
+	}
 	return p
+}
+
+// balance is A.8 step 3 once the constraints hold (no required move, no
+// move in flight): within each datacenter, while its most loaded
+// eligible api node homes at least two partitions more than its least
+// loaded, one partition goes from the first to the second — the fewest
+// moves that bring the spread to one (R115: movement before balance).
+// Hysteresis (R116): a spread of one moves nothing, a partition moved
+// within BalanceCooldown stays, and a node that is not eligible (gone,
+// stale, draining: a heartbeat blip) is neither a source nor a target,
+// so a blip moves nothing.
+func balance(o Observed, s Settings, c *counts, p *Plan, apply map[string]bool, ov Override) {
+	byDC := map[string][]string{}
+	for _, n := range o.Nodes {
+		if eligible(o, s, n) {
+			byDC[n.Datacenter] = append(byDC[n.Datacenter], n.ID)
+		}
+	}
+	homed := map[string][]authority.Partition{}
+	for _, part := range o.Map.Partitions {
+		homed[part.Primary.Node] = append(homed[part.Primary.Node], part)
+	}
+	for _, dc := range slices.Sorted(maps.Keys(byDC)) {
+		ids := byDC[dc]
+		for len(ids) > 1 {
+			slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(c.load[a], c.load[b]), cmp.Compare(a, b)) })
+			lo, hi := ids[0], ids[len(ids)-1]
+			if c.load[hi]-c.load[lo] < 2 {
+				break
+			}
+			part, ok := balanceCandidate(o, s, c, homed[hi])
+			if !ok {
+				// Nothing on hi may move now: judge the others without it.
+				ids = ids[:len(ids)-1]
+				continue
+			}
+			l := o.Leases[part.ID]
+			m := Move{Partition: part.ID, From: hi, FromEpoch: l.Epoch, Slots: slotCount(part),
+				Trigger: TriggerBalance, Kind: authority.KindHandoff, To: lo, ToEndpoint: Endpoint(o.Nodes[lo].Endpoint),
+				Reason: fmt.Sprintf("balance %s: %s homes %d partitions, %s %d", dc, hi, c.load[hi], lo, c.load[lo])}
+			if m.Held = brake(o, s, c, &m, apply, ov, p.MovedSlots, p.TotalSlots, len(p.Moves)); m.Held != "" {
+				p.Held = append(p.Held, m)
+				if o.Frozen != nil || apply[TriggerBalance] {
+					return // a brake: the rest would wait for the same
+				}
+				// Awaiting an operator: list what `controller apply`
+				// would start, as if it had.
+				c.start(m)
+				continue
+			}
+			c.start(m)
+			p.MovedSlots += m.Slots
+			p.Moves = append(p.Moves, m)
+		}
+	}
+}
+
+// balanceCandidate is the first partition (by id) of from's that may
+// move to balance: its lease live and serving on from, not moving, not
+// moved within the cooldown.
+func balanceCandidate(o Observed, s Settings, c *counts, homed []authority.Partition) (authority.Partition, bool) {
+	for _, part := range homed {
+		l, ok := o.Leases[part.ID]
+		if c.moving[part.ID] || !ok || l.OwnerNode != part.Primary.Node || l.State != authority.PrimaryServing || !l.ExpiresAt.After(o.Now) {
+			continue
+		}
+		if at, moved := o.LastMoved[part.ID]; moved && o.Now.Sub(at) < s.BalanceCooldown {
+			continue
+		}
+		return part, true
+	}
+	return authority.Partition{}, false
+}
+
+// eligible: n may home partitions now — an api node that is up,
+// connected, fresh, not draining, with an endpoint (target's test, load
+// aside).
+func eligible(o Observed, s Settings, n store.PlacementNode) bool {
+	return n.Up && !n.Draining && o.Present[n.ID] && n.HeartbeatAge <= s.NodeDeadAfter && Endpoint(n.Endpoint) != ""
 }
 
 // adoption: the lease is live on a present node other than the map's
@@ -313,6 +416,12 @@ func brake(o Observed, s Settings, c *counts, m *Move, apply map[string]bool, ov
 	case started > 0 && ov.Reason == "" && float64(moved+m.Slots) > s.MaxMoveFraction*float64(total):
 		return fmt.Sprintf("movement cap: %d + %d of %d slots exceeds %.0f%% (controller apply --override-reason)", moved, m.Slots, total, 100*s.MaxMoveFraction)
 	}
+	if m.To != "" { // chosen by balance
+		if c.busy[m.To] >= s.MaxPerNode {
+			return fmt.Sprintf("concurrency: %s is in %d moves (max %d per node)", m.To, c.busy[m.To], s.MaxPerNode)
+		}
+		return ""
+	}
 	to, ok := target(o, s, c, m.From)
 	if !ok {
 		return "no target: no other api node is connected, fresh, not draining and below its move limit"
@@ -328,8 +437,7 @@ func target(o Observed, s Settings, c *counts, from string) (store.PlacementNode
 	dc := o.Nodes[from].Datacenter
 	var cands []store.PlacementNode
 	for _, n := range o.Nodes {
-		if n.ID == from || !n.Up || n.Draining || !o.Present[n.ID] || n.HeartbeatAge > s.NodeDeadAfter ||
-			Endpoint(n.Endpoint) == "" || c.busy[n.ID] >= s.MaxPerNode {
+		if n.ID == from || !eligible(o, s, n) || c.busy[n.ID] >= s.MaxPerNode {
 			continue
 		}
 		cands = append(cands, n)

@@ -118,3 +118,104 @@ func TestPlanBrakes(t *testing.T) {
 		}
 	})
 }
+
+// Balance (A.8 step 3, R115, R116): once nothing is required, a
+// datacenter's partitions spread over its eligible api nodes in the
+// fewest moves, with hysteresis, and never across datacenters.
+func TestPlanBalance(t *testing.T) {
+	t.Parallel()
+	withBalance := map[string]bool{controller.TriggerDrain: true, controller.TriggerRecover: true, controller.TriggerBalance: true}
+	s := controller.Settings{MaxConcurrent: 8, MaxPerNode: 8, MaxMoveFraction: 1}
+	// All 6 partitions on a; b and c (eu-1) and d (us-1) join empty.
+	joined := func(t *testing.T) controller.Observed {
+		o := observed(t, 6, store.PlacementNode{ID: "a", Datacenter: "eu-1"})
+		for _, n := range []store.PlacementNode{{ID: "b", Datacenter: "eu-1"}, {ID: "c", Datacenter: "eu-1"}, {ID: "d", Datacenter: "us-1"}} {
+			n.Up, n.Endpoint = true, "http://"+n.ID+":8080"
+			o.Nodes[n.ID], o.Present[n.ID] = n, true
+		}
+		return o
+	}
+	loads := func(o controller.Observed, p controller.Plan) map[string]int {
+		l := map[string]int{}
+		for _, part := range o.Map.Partitions {
+			l[part.Primary.Node]++
+		}
+		for _, m := range p.Moves {
+			l[m.From]--
+			l[m.To]++
+		}
+		return l
+	}
+
+	t.Run("spread to one in the fewest moves, same datacenter only", func(t *testing.T) {
+		o := joined(t)
+		p := controller.ComputePlan(o, s, withBalance, controller.Override{})
+		if len(p.Moves) != 4 || len(p.Held) != 0 {
+			t.Fatalf("6/0/0 takes 4 moves to 2/2/2: %+v", p)
+		}
+		for _, m := range p.Moves {
+			if m.Trigger != controller.TriggerBalance || m.Kind != authority.KindHandoff || m.From != "a" || m.FromEpoch != 3 || m.ToEndpoint == "" {
+				t.Fatalf("move %+v", m)
+			}
+		}
+		if l := loads(o, p); l["a"] != 2 || l["b"] != 2 || l["c"] != 2 || l["d"] != 0 {
+			t.Fatalf("loads after the plan %v: want a, b, c 2 each and nothing across datacenters", l)
+		}
+	})
+	t.Run("a spread of one moves nothing", func(t *testing.T) {
+		o := observed(t, 5, store.PlacementNode{ID: "a", Datacenter: "eu-1"}, store.PlacementNode{ID: "b", Datacenter: "eu-1"})
+		if p := controller.ComputePlan(o, s, withBalance, controller.Override{}); len(p.Moves)+len(p.Held) != 0 {
+			t.Fatalf("3/2 is balanced: %+v", p)
+		}
+	})
+	t.Run("policy R118: listed, held for an operator", func(t *testing.T) {
+		p := controller.ComputePlan(joined(t), s, auto, controller.Override{})
+		if len(p.Moves) != 0 || len(p.Held) != 4 || !strings.HasPrefix(p.Held[0].Held, "awaiting an operator") {
+			t.Fatalf("%+v", p)
+		}
+	})
+	t.Run("hysteresis R116: recently moved partitions stay", func(t *testing.T) {
+		o := joined(t)
+		o.LastMoved = map[string]time.Time{}
+		for _, part := range o.Map.Partitions[:5] {
+			o.LastMoved[part.ID] = o.Now.Add(-time.Minute)
+		}
+		o.LastMoved[o.Map.Partitions[5].ID] = o.Now.Add(-time.Hour)
+		p := controller.ComputePlan(o, s, withBalance, controller.Override{})
+		if len(p.Moves) != 1 || p.Moves[0].Partition != o.Map.Partitions[5].ID {
+			t.Fatalf("only the partition moved an hour ago may move: %+v", p)
+		}
+	})
+	t.Run("a blip moves nothing: a node not present is neither source nor target", func(t *testing.T) {
+		o := joined(t)
+		o.Present["a"] = false // its leases are still live
+		if p := controller.ComputePlan(o, s, withBalance, controller.Override{}); len(p.Moves)+len(p.Held) != 0 {
+			t.Fatalf("%+v", p)
+		}
+		o = joined(t)
+		o.Present["b"], o.Present["c"] = false, false
+		if p := controller.ComputePlan(o, s, withBalance, controller.Override{}); len(p.Moves)+len(p.Held) != 0 {
+			t.Fatalf("%+v", p)
+		}
+	})
+	t.Run("constraints first R115: no balance beside a required move", func(t *testing.T) {
+		o := joined(t)
+		o.Present["d"] = false
+		o.Map.Partitions[0].Primary.Node = "d" // d's partition, its lease expired
+		l := o.Leases[o.Map.Partitions[0].ID]
+		l.OwnerNode, l.ExpiresAt = "d", o.Now.Add(-time.Minute)
+		o.Leases[o.Map.Partitions[0].ID] = l
+		p := controller.ComputePlan(o, s, withBalance, controller.Override{})
+		if len(p.Moves) != 1 || p.Moves[0].Trigger != controller.TriggerRecover {
+			t.Fatalf("only the recovery: %+v", p)
+		}
+	})
+	t.Run("freeze R123 holds balance", func(t *testing.T) {
+		o := joined(t)
+		o.Frozen = &store.FreezeState{By: "alice", Reason: "incident"}
+		p := controller.ComputePlan(o, s, withBalance, controller.Override{})
+		if len(p.Moves) != 0 || len(p.Held) != 1 || !strings.HasPrefix(p.Held[0].Held, "frozen") {
+			t.Fatalf("%+v", p)
+		}
+	})
+}

@@ -98,9 +98,66 @@ func Retired(ctx context.Context, st *store.Store, node string) (bool, error) {
 	return true, nil
 }
 
+// TriggerExercise is a deliberate move of a healthy partition (R136).
+const TriggerExercise = "exercise"
+
+// Exercise deliberately moves one partition — partition, or when "" the
+// one moved least recently — by a live handoff to the least loaded other
+// eligible node, its datacenter first (R136: the move path exercised in
+// production on a schedule; its measured duration feeds `--lead auto`,
+// R128). It honours the freeze and refuses while other moves are in
+// flight, so an exercise never competes with a real move.
+func (s *Service) Exercise(ctx context.Context, partition, by, reason string) (Move, error) {
+	s.Settings = s.Settings.withDefaults()
+	o, err := s.Observe(ctx)
+	if err != nil {
+		return Move{}, err
+	}
+	switch {
+	case o.Map == nil:
+		return Move{}, blobplane.Errorf(blobplane.CodeNotFound, "no partition map published yet")
+	case o.Frozen != nil:
+		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "frozen by %s: %s", o.Frozen.By, o.Frozen.Reason)
+	case len(o.Active) > 0:
+		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "%d moves in flight: an exercise waits for them", len(o.Active))
+	}
+	var pick *authority.Partition
+	for i, p := range o.Map.Partitions {
+		l, ok := o.Leases[p.ID]
+		if partition != "" && p.ID != partition {
+			continue
+		}
+		if !ok || l.OwnerNode != p.Primary.Node || l.State != authority.PrimaryServing || !l.ExpiresAt.After(o.Now) {
+			if partition != "" {
+				return Move{}, blobplane.Errorf(blobplane.CodeConflict, "partition %s is not served by its primary now: nothing to exercise", partition)
+			}
+			continue
+		}
+		if pick == nil || o.LastMoved[p.ID].Before(o.LastMoved[pick.ID]) {
+			pick = &o.Map.Partitions[i]
+		}
+	}
+	if pick == nil {
+		if partition != "" {
+			return Move{}, blobplane.Errorf(blobplane.CodeNotFound, "no partition %s in map version %d", partition, o.Map.Version)
+		}
+		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "no partition is served by its primary now")
+	}
+	c := newCounts(o)
+	to, ok := target(o, s.Settings, c, pick.Primary.Node)
+	if !ok {
+		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "no other api node can take %s", pick.ID)
+	}
+	m := Move{Partition: pick.ID, Trigger: TriggerExercise, Kind: authority.KindHandoff, From: pick.Primary.Node,
+		FromEpoch: o.Leases[pick.ID].Epoch, To: to.ID, ToEndpoint: Endpoint(to.Endpoint), Slots: slotCount(*pick),
+		Reason: fmt.Sprintf("exercise by %s: %s", by, reason)}
+	p := Plan{MapVersion: o.Map.Version, Moves: []Move{m}, MovedSlots: m.Slots, TotalSlots: authority.SlotCount(o.Map.SlotBits)}
+	return m, s.start(ctx, p, Override{}, by)
+}
+
 // ScheduleArgs are a scheduled action's arguments.
 type ScheduleArgs struct {
-	Partition  string   `json:"partition,omitempty"`  // split
+	Partition  string   `json:"partition,omitempty"`  // split, exercise ("": the least recently moved)
 	At         uint64   `json:"at,omitempty"`         // split
 	Partitions []string `json:"partitions,omitempty"` // merge
 	To         string   `json:"to,omitempty"`         // split, merge
@@ -122,7 +179,8 @@ var scheduleName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // scheduleKinds is the move kind whose measured durations give an
 // action's lead (R128).
-var scheduleKinds = map[string]authority.HandoffKind{"split": authority.KindSplit, "merge": authority.KindMerge, "retire": authority.KindHandoff, "freeze": "", "unfreeze": ""}
+var scheduleKinds = map[string]authority.HandoffKind{"split": authority.KindSplit, "merge": authority.KindMerge, "retire": authority.KindHandoff,
+	"exercise": authority.KindHandoff, "freeze": "", "unfreeze": ""}
 
 // AddSchedule validates r and stores it with its first run.
 func AddSchedule(ctx context.Context, st *store.Store, r ScheduleRequest, now time.Time) (store.Schedule, error) {
@@ -131,7 +189,7 @@ func AddSchedule(ctx context.Context, st *store.Store, r ScheduleRequest, now ti
 	case !scheduleName.MatchString(r.Name):
 		return store.Schedule{}, blobplane.Errorf(blobplane.CodeInvalid, "schedule name %q: letters, digits, '.', '_', '-' (at most 64)", r.Name)
 	case !known:
-		return store.Schedule{}, blobplane.Errorf(blobplane.CodeInvalid, "action %q: one of split, merge, retire, freeze, unfreeze", r.Action)
+		return store.Schedule{}, blobplane.Errorf(blobplane.CodeInvalid, "action %q: one of split, merge, retire, exercise, freeze, unfreeze", r.Action)
 	case r.By == "" || r.Reason == "":
 		return store.Schedule{}, blobplane.Errorf(blobplane.CodeInvalid, "a schedule needs an operator and a reason (R118)")
 	case r.Action == "split" && r.Args.Partition == "":
@@ -231,6 +289,10 @@ func (s *Service) runSchedule(ctx context.Context, sc store.Schedule) string {
 		var n string
 		n, err = s.Retire(ctx, a.Node)
 		did = "retiring " + n
+	case "exercise":
+		var m Move
+		m, err = s.Exercise(ctx, a.Partition, by, sc.Reason)
+		did = fmt.Sprintf("exercise: %s moves %s→%s", m.Partition, m.From, m.To)
 	case "freeze":
 		err = s.Store.Freeze(ctx, by, sc.Reason)
 		did = "frozen"

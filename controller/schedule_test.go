@@ -94,3 +94,59 @@ func TestScheduledSplitRunsWhenDue(t *testing.T) {
 		t.Fatalf("automatic lead after a measured split: %v (%v)", sc.Lead, err)
 	}
 }
+
+// R136: a scheduled exercise deliberately moves the least recently moved
+// partition live to another node; carried to its end it is a measured
+// handoff, from which an automatic lead (R128) then derives. It waits
+// for other moves and honours the freeze.
+func TestScheduledExerciseMovesAPartitionAndFeedsTheLead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFleet(t, 2, "a", "b")
+	req := controller.ScheduleRequest{Name: "drill", Cron: "@daily", Action: "exercise", Lead: "auto", By: "alice", Reason: "weekly drill"}
+	if _, err := controller.AddSchedule(ctx, f.st, req, time.Now()); blobplane.ErrorCode(err) != blobplane.CodeInvalid {
+		t.Fatalf("an automatic lead with no handoff measured: %v", err)
+	}
+	req.Lead = ""
+	if _, err := controller.AddSchedule(ctx, f.st, req, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE controller_schedules SET next_run_at = now() - interval '1 second' WHERE name = 'drill'`); err != nil {
+		t.Fatal(err)
+	}
+	f.round(t)
+	hs, err := f.st.RecentHandoffs(ctx, 10)
+	if err != nil || len(hs) != 1 || hs[0].Kind != authority.KindHandoff || !strings.Contains(hs[0].Reason, "exercise") || hs[0].From == hs[0].To {
+		t.Fatalf("the exercise: %+v %v", hs, err)
+	}
+	part, from, to := hs[0].Partition, hs[0].From, hs[0].To
+	// While it runs, another exercise waits.
+	if _, err := f.svc.Exercise(ctx, "", "bob", "again"); blobplane.ErrorCode(err) != blobplane.CodeConflict {
+		t.Fatalf("an exercise beside a move in flight: %v", err)
+	}
+	f.tick(t, to)   // synced
+	f.tick(t, from) // sealed
+	f.tick(t, to)   // claimed, ready
+	f.round(t)      // published
+	if primary, _ := f.primaryOf(t, part); primary != to {
+		t.Fatalf("after the exercise %s is homed on %s, want %s", part, primary, to)
+	}
+	// The least recently moved goes next: the other partition.
+	if err := f.st.Freeze(ctx, "carol", "incident"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Exercise(ctx, "", "bob", "frozen"); blobplane.ErrorCode(err) != blobplane.CodeConflict {
+		t.Fatalf("an exercise while frozen: %v", err)
+	}
+	if _, err := f.st.Unfreeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.svc.Exercise(ctx, "", "bob", "second")
+	if err != nil || m.Partition == part {
+		t.Fatalf("second exercise %+v (%v): the partition not moved yet goes first", m, err)
+	}
+	req.Name, req.Lead = "drill-auto", "auto"
+	if sc, err := controller.AddSchedule(ctx, f.st, req, time.Now()); err != nil || sc.Lead < time.Second {
+		t.Fatalf("automatic lead after a measured exercise: %v (%v)", sc.Lead, err)
+	}
+}

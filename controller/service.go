@@ -137,6 +137,20 @@ func (s *Service) Observe(ctx context.Context) (Observed, error) {
 	if o.Frozen, err = st.Frozen(ctx); err != nil {
 		return o, err
 	}
+	if m != nil {
+		// Enough history for every partition's latest move in the usual
+		// case; an older one is past any cooldown anyway.
+		recent, err := st.RecentHandoffs(ctx, 4*len(m.Partitions)+16)
+		if err != nil {
+			return o, err
+		}
+		o.LastMoved = map[string]time.Time{}
+		for _, h := range recent {
+			if h.CreatedAt.After(o.LastMoved[h.Partition]) {
+				o.LastMoved[h.Partition] = h.CreatedAt
+			}
+		}
+	}
 	return o, nil
 }
 
@@ -181,7 +195,7 @@ func (s *Service) Round(ctx context.Context, apply map[string]bool, ov Override)
 	for _, m := range p.Held {
 		s.metrics().held.WithLabelValues(brakeLabel(m.Held)).Inc()
 	}
-	if err := s.start(ctx, p, ov); err != nil {
+	if err := s.start(ctx, p, ov, s.AppliedBy); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -205,7 +219,7 @@ func brakeLabel(held string) string {
 }
 
 // start records the plan (R118) and creates its handoffs (A.4 step 1).
-func (s *Service) start(ctx context.Context, p Plan, ov Override) error {
+func (s *Service) start(ctx context.Context, p Plan, ov Override, by string) error {
 	if len(p.Moves) == 0 {
 		return nil
 	}
@@ -218,7 +232,6 @@ func (s *Service) start(ctx context.Context, p Plan, ov Override) error {
 		trig = append(trig, t)
 	}
 	slices.Sort(trig)
-	by := s.AppliedBy
 	if by == "" {
 		by = "controller run"
 	}

@@ -2,6 +2,11 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +17,7 @@ import (
 	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/authority/keeper"
 	"github.com/blobplane/blobplane/controller"
+	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -171,6 +177,17 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 	if _, err := f.st.RenewLease(ctx, part, "a", from); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		t.Fatalf("R74: renewal of a sealed lease: %v", err)
 	}
+	// R77, R132: a request at the sealed home is refused retryably,
+	// attributed to the partition, and told where it goes.
+	refusal := homeProbe(t, f.keepers["a"], "a", part)
+	if refusal.status != http.StatusServiceUnavailable || refusal.env.Code != authority.RouteNotReady ||
+		refusal.partition != part || refusal.env.Assignment == nil ||
+		refusal.env.Assignment.Primary.Node != "b" || refusal.env.Assignment.Epoch != from+1 || refusal.env.Assignment.Primary.Endpoint == "" {
+		t.Fatalf("R77: refusal at the sealed home %+v (assignment %+v)", refusal, refusal.env.Assignment)
+	}
+	if !strings.Contains(refusal.metrics, "blobplane_handoff_refused_requests_total{partition=\""+part+"\"} 1\n") {
+		t.Fatal("R135: the refusal during the handoff is not counted")
+	}
 
 	// R79: no map names b before b reports ready.
 	f.round(t)
@@ -202,6 +219,9 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 		t.Fatalf("R16: the map's epoch %d, the lease's %d", m.Partition(part).Epoch, from+1)
 	}
 	f.tick(t, "a")
+	if next := f.keepers["a"].Successor(part); next != nil {
+		t.Fatalf("the map names b: no successor left to announce, got %+v", next)
+	}
 	if l, n := f.keepers["a"].Holding(); l+n != 0 {
 		t.Fatalf("drained node still holds %d leases, named in %d partitions", l, n)
 	}
@@ -435,4 +455,88 @@ func TestSealedHandoffPastItsDeadlineCompletesForward(t *testing.T) {
 	if _, err := f.keepers["a"].Admit(part, h.FromEpoch); err == nil {
 		t.Fatal("R76: the outgoing primary serves again")
 	}
+}
+
+// A node that joins gets its share by live handoffs once balance is
+// applied (R115), each published only when its target serves (R79); a
+// second round finds nothing to do.
+func TestBalanceHandsPartitionsToAJoinedNode(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 4, "a")
+	register(t, f.st, "b", "http://127.0.0.1:2000")
+	f.hold(t, "b")
+	kb, err := keeper.New(f.st, keeper.Config{NodeID: "b", Endpoint: "127.0.0.1:2000", Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.keepers["b"] = kb
+	// By default balance waits for an operator (R118).
+	if p := f.round(t); len(p.Moves) != 0 || len(p.Held) != 2 || p.Held[0].Trigger != controller.TriggerBalance {
+		t.Fatalf("default policy: %+v", p)
+	}
+	f.svc.Settings.Auto = map[string]bool{controller.TriggerBalance: true}
+	p := f.round(t)
+	if len(p.Moves) != 2 {
+		t.Fatalf("4/0 takes two moves: %+v", p)
+	}
+	f.tick(t, "b") // synced
+	f.tick(t, "a") // sealed
+	f.tick(t, "b") // claimed at epoch + 1, ready
+	f.round(t)     // published
+	m, err := f.st.LatestMap(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	homes := map[string]int{}
+	for _, part := range m.Partitions {
+		homes[part.Primary.Node]++
+		if part.Primary.Node == "b" && !f.keepers["b"].Lease(part.ID).Serving {
+			t.Fatalf("map names b for %s before it serves", part.ID)
+		}
+	}
+	if homes["a"] != 2 || homes["b"] != 2 {
+		t.Fatalf("homes after balance: %v", homes)
+	}
+	if p := f.round(t); len(p.Moves)+len(p.Held) != 0 {
+		t.Fatalf("balanced, yet: %+v", p)
+	}
+}
+
+type refusal struct {
+	status    int
+	partition string
+	env       authority.Envelope
+	metrics   string // the node's /metrics after the request
+}
+
+// homeProbe asks node's routing middleware (over real HTTP, keeper k)
+// for a repository of partition, as a client without a map would.
+func homeProbe(t *testing.T, k *keeper.Keeper, node, partition string) refusal {
+	t.Helper()
+	repo := ""
+	for i := 0; repo == ""; i++ {
+		name := fmt.Sprintf("probe/r%d", i)
+		if res, err := k.Map().ResolveKey(name); err == nil && res.Partition.ID == partition {
+			repo = name
+		}
+	}
+	srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Authority: &handlers.Authority{NodeID: node, Keeper: k}}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/home/" + repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := refusal{status: resp.StatusCode, partition: resp.Header.Get(handlers.HeaderPartition)}
+	if err := json.NewDecoder(resp.Body).Decode(&r.env); err != nil {
+		t.Fatal(err)
+	}
+	mresp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	m, _ := io.ReadAll(mresp.Body)
+	r.metrics = string(m)
+	return r
 }

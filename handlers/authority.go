@@ -34,6 +34,9 @@ type LeaseKeeper interface {
 	Lease(partition string) authority.LeaseState
 	Delta(base uint64) *authority.Delta
 	Admit(partition string, epoch uint64) (context.Context, error)
+	// Successor is where a partition this node is handing off goes, nil
+	// when none (R77).
+	Successor(partition string) *authority.Assignment
 }
 
 // MapStore serves the published maps and lease records for the
@@ -60,6 +63,9 @@ type Authority struct {
 
 	routed   *prometheus.CounterVec
 	rejected prometheus.Counter
+	// handoffRefused counts requests refused because this node was
+	// handing their partition off (R135).
+	handoffRefused *prometheus.CounterVec
 	// oldestClient is the lowest non-zero map version a client presented
 	// since the last scrape (0: none).
 	oldestClient atomic.Uint64
@@ -89,6 +95,9 @@ func (a *Authority) takeOldestClientVersion() uint64 { return a.oldestClient.Swa
 type Home struct {
 	Partition string
 	Epoch     uint64
+	// successor looks up where the partition goes if this node hands it
+	// off mid-request (R77); nil outside the routing middleware.
+	successor func() *authority.Assignment
 }
 
 type homeKey struct{}
@@ -109,7 +118,11 @@ func (a *Authority) register(reg *prometheus.Registry) {
 		Name: "blobplane_map_rejections_total",
 		Help: "Partition maps and deltas that failed signature or key-window verification: a correctness fault (ZBP-5 R11, R12).",
 	})
-	reg.MustRegister(a.routed, a.rejected)
+	a.handoffRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "blobplane_handoff_refused_requests_total",
+		Help: "Requests refused (NOT_READY, retryable, with the new assignment) because this node was handing their partition off, by partition: its increase over a handoff's window (the handoffs table) is that handoff's count (ZBP-5 R77, R135).",
+	}, []string{"partition"})
+	reg.MustRegister(a.routed, a.rejected, a.handoffRefused)
 	if a.Reports != nil {
 		reg.MustRegister(newAuthorityCollector(a, a.Reports))
 	}
@@ -142,12 +155,12 @@ func (a *Authority) RequireHome(key func(*http.Request) string) func(http.Handle
 			d := srv.Decide(req)
 			a.routed.WithLabelValues(d.Outcome.String()).Inc()
 			if d.Outcome != authority.Serve {
-				writeEnvelope(w, d)
+				a.refuse(w, d)
 				return
 			}
 			leaseCtx, err := a.Keeper.Admit(d.Partition, d.Epoch)
-			if err != nil { // the deadline passed between decision and admission
-				writeEnvelope(w, authority.Decision{Outcome: authority.NotReady, Envelope: &authority.Envelope{
+			if err != nil { // sealing for a handoff, or the deadline passed between decision and admission
+				a.refuse(w, authority.Decision{Outcome: authority.NotReady, Partition: d.Partition, Epoch: d.Epoch, Envelope: &authority.Envelope{
 					Code: authority.RouteNotReady, Slot: d.Slot, MapVersion: d.MapVersion, RetryAfterMS: ms(a.Retry.NotReady),
 				}})
 				return
@@ -160,7 +173,8 @@ func (a *Authority) RequireHome(key func(*http.Request) string) func(http.Handle
 			defer stop()
 			w.Header().Set(HeaderPartition, d.Partition)
 			w.Header().Set(HeaderEpoch, strconv.FormatUint(d.Epoch, 10))
-			ctx = context.WithValue(ctx, homeKey{}, Home{Partition: d.Partition, Epoch: d.Epoch})
+			ctx = context.WithValue(ctx, homeKey{}, Home{Partition: d.Partition, Epoch: d.Epoch,
+				successor: func() *authority.Assignment { return a.Keeper.Successor(d.Partition) }})
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
@@ -199,6 +213,28 @@ func routingRequest(r *http.Request, key string) (authority.Request, error) {
 		req.Slot, req.SlotBits = authority.SlotOf(key, bits), bits
 	}
 	return req, nil
+}
+
+// refuse answers a routing refusal, attributed to the partition and epoch
+// this node's map gives the slot (R132); a NOT_READY while this node
+// hands the partition off carries the new assignment (R77: retry there,
+// or here once the map names it).
+func (a *Authority) refuse(w http.ResponseWriter, d authority.Decision) {
+	if d.Partition != "" {
+		w.Header().Set(HeaderPartition, d.Partition)
+		w.Header().Set(HeaderEpoch, strconv.FormatUint(d.Epoch, 10))
+		if d.Outcome == authority.NotReady && d.Envelope.Assignment == nil {
+			if next := a.Keeper.Successor(d.Partition); next != nil {
+				if a.handoffRefused != nil {
+					a.handoffRefused.WithLabelValues(d.Partition).Inc()
+				}
+				env := *d.Envelope
+				env.Assignment = next
+				d.Envelope = &env
+			}
+		}
+	}
+	writeEnvelope(w, d)
 }
 
 func writeEnvelope(w http.ResponseWriter, d authority.Decision) {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
 )
 
 // StatusOf is the one place a blobplane error code becomes an HTTP status.
@@ -47,6 +48,10 @@ type ErrorBody struct {
 	Code      blobplane.Code `json:"code"`
 	Message   string         `json:"message"`
 	RequestID string         `json:"request_id,omitempty"`
+	// Assignment: a retryable refusal of a request admitted at a home
+	// that is handing the partition off carries its target (ZBP-5 R77),
+	// a hint — clients route by signed maps only.
+	Assignment *authority.Assignment `json:"assignment,omitempty"`
 }
 
 // WriteError answers with err's status and a JSON body carrying its stable
@@ -68,10 +73,14 @@ func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	case isDB:
 		logger.WarnContext(r.Context(), "request refused by the database", "err", err, "request_id", reqID, "route", routePattern(r), db)
 	}
+	body := ErrorBody{Code: code, Message: clientMessage(err), RequestID: reqID}
 	if bp := (*blobplane.Error)(nil); errors.As(err, &bp) && bp.Retryable {
 		w.Header().Set("Retry-After", "1")
+		if h, ok := HomeOf(r.Context()); ok && h.successor != nil {
+			body.Assignment = h.successor()
+		}
 	}
-	WriteJSON(w, status, ErrorBody{Code: code, Message: clientMessage(err), RequestID: reqID})
+	WriteJSON(w, status, body)
 }
 
 // withCause answers for a request cancelled with a reason — its home's

@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
 )
 
 // Every code in the taxonomy maps to a deliberate status; an unknown code or
@@ -63,5 +66,38 @@ func TestErrorsAreJSONWithoutInternals(t *testing.T) {
 		if path == "/busy" && resp.Header.Get("Retry-After") == "" {
 			t.Errorf("retryable error without Retry-After")
 		}
+	}
+}
+
+// ZBP-5 R77: a retryable refusal of a request admitted at a home that is
+// handing its partition off carries the new assignment; a refusal that
+// is not retryable, or with nobody to go to, carries none.
+func TestRetryableRefusalCarriesTheSuccessor(t *testing.T) {
+	t.Parallel()
+	next := &authority.Assignment{Partition: "p-1", Epoch: 8, Primary: authority.AssignedNode{Node: "b", Endpoint: "10.0.0.2:7443"}}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		successor *authority.Assignment
+		want      bool
+	}{
+		{"retryable, handing off", blobplane.Errorf(blobplane.CodeUnavailable, "lease for partition p-1 lost mid-request"), next, true},
+		{"retryable, staying", blobplane.Errorf(blobplane.CodeUnavailable, "busy"), nil, false},
+		{"permanent", blobplane.Errorf(blobplane.CodeInvalid, "bad digest"), next, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPut, "/x", nil)
+			home := Home{Partition: "p-1", Epoch: 7, successor: func() *authority.Assignment { return tc.successor }}
+			req = req.WithContext(context.WithValue(req.Context(), homeKey{}, home))
+			w := httptest.NewRecorder()
+			WriteError(w, req, slog.New(slog.DiscardHandler), tc.err)
+			var body ErrorBody
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			if got := body.Assignment != nil; got != tc.want || (got && *body.Assignment != *next) {
+				t.Fatalf("assignment %+v, want one: %v", body.Assignment, tc.want)
+			}
+		})
 	}
 }

@@ -30,6 +30,7 @@ func (noKeeper) Map() *authority.VerifiedMap                   { return nil }
 func (noKeeper) Lease(string) authority.LeaseState             { return authority.LeaseState{} }
 func (noKeeper) Delta(uint64) *authority.Delta                 { return nil }
 func (noKeeper) Admit(string, uint64) (context.Context, error) { return nil, context.Canceled }
+func (noKeeper) Successor(string) *authority.Assignment        { return nil }
 
 // Issue 26 point 11: /v1/partitions and blobplane_unowned_slots compared
 // this node's clock with expiry times the database wrote from its own

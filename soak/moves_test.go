@@ -719,14 +719,14 @@ func verifyAcked(t *testing.T, c *moveCluster, acked []moveAck) {
 // repository at the new home, over BLOBPLANE_FAILOVER_RUNS kills (a
 // measurement, not run by default: each costs a lease TTL), beside the
 // lease TTL (BLOBPLANE_FAILOVER_TTL, passed to the apis as
-// BLOBPLANE_LEASE_TTL; default theirs, 10s).
+// BLOBPLANE_LEASE_TTL; default theirs, 8s).
 // `BLOBPLANE_FAILOVER_RUNS=20 go test ./soak -run TestFailoverTimes -v`.
 func TestFailoverTimes(t *testing.T) {
 	runs, _ := strconv.Atoi(os.Getenv("BLOBPLANE_FAILOVER_RUNS"))
 	if runs <= 0 {
 		t.Skip("a measurement: set BLOBPLANE_FAILOVER_RUNS")
 	}
-	ttl := cmp.Or(os.Getenv("BLOBPLANE_FAILOVER_TTL"), "10s")
+	ttl := cmp.Or(os.Getenv("BLOBPLANE_FAILOVER_TTL"), "8s")
 	c := newMoveCluster(t, "BLOBPLANE_LEASE_TTL="+ttl)
 	ctx := context.Background()
 	repo := "moves/failover"

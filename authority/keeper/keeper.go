@@ -92,8 +92,12 @@ type Config struct {
 	OnReject func(authority.Rejection)
 }
 
-// DefaultTiming is the lease timing used unless configured otherwise.
-var DefaultTiming = authority.LeaseTiming{TTL: 10 * time.Second, RenewInterval: 2 * time.Second, MaxRenewRTT: time.Second, MaxClockError: 500 * time.Millisecond}
+// DefaultTiming is the lease timing used unless configured otherwise:
+// TimingFor(8 s). 8 s puts a new home within 10 s of a crash (issue 30:
+// kill -9 → first 201 p50 8.7 s, max 9.1 s over 10 kills, where 10 s gave
+// p50 11.0 s) and still rides out about 5.6 s of Postgres trouble before
+// a home fences itself (docs/authority.md "Moves").
+var DefaultTiming = authority.LeaseTiming{TTL: 8 * time.Second, RenewInterval: 1600 * time.Millisecond, MaxRenewRTT: 800 * time.Millisecond, MaxClockError: 400 * time.Millisecond}
 
 // TimingFor scales DefaultTiming to ttl (BLOBPLANE_LEASE_TTL): renewal
 // every fifth of it, a renewal slower than a tenth extends nothing, half
@@ -146,6 +150,10 @@ type Keeper struct {
 	// sealed epoch: never kept again while the map still names this node
 	// (R74, R76: the outgoing primary does not resume).
 	sealed map[string]uint64
+	// successor is, for a partition this node is sealing or sealed for a
+	// handoff, where it goes (its target at epoch + 1): the new
+	// assignment refusals carry until the map names it (R77).
+	successor map[string]authority.Assignment
 	// forced holds the live leases an operator forced onto this node
 	// (R26), as last read: adopted at once and kept like the map's until
 	// a newer map than the one current at adoption gives the partition
@@ -177,7 +185,7 @@ func New(store Store, cfg Config) (*Keeper, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Keeper{cfg: cfg, store: store, leases: map[string]*held{}, claimed: map[string]bool{}, deltas: map[uint64]*authority.Delta{}, wake: make(chan struct{}, 1),
-		sealed: map[string]uint64{}, forced: map[string]forcedLease{}, done: map[string]uint64{}}, nil
+		sealed: map[string]uint64{}, successor: map[string]authority.Assignment{}, forced: map[string]forcedLease{}, done: map[string]uint64{}}, nil
 }
 
 // Map returns the current verified map, or nil before the first one.
@@ -220,6 +228,27 @@ func (k *Keeper) Admit(partition string, epoch uint64) (context.Context, error) 
 		return nil, blobplane.Errorf(blobplane.CodeUnavailable, "partition %s moved to epoch %d", partition, e)
 	}
 	return h.ctx, nil
+}
+
+// Successor is where partition goes while this node seals it for a
+// handoff or has sealed it and the map does not name the target yet: the
+// new assignment a refusal carries (R77). A hint for clients and logs,
+// unsigned: routing follows signed maps only (R103).
+func (k *Keeper) Successor(partition string) *authority.Assignment {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a, ok := k.successor[partition]
+	if !ok {
+		return nil
+	}
+	return &a
+}
+
+// sealingLocked: this node is sealing partition now. Called with k.mu
+// held.
+func (k *Keeper) sealingLocked(partition string) bool {
+	l := k.leases[partition]
+	return l != nil && l.sealing
 }
 
 // Delta returns the controller-signed delta from base to the current map,
@@ -424,6 +453,11 @@ func (k *Keeper) wanted() (mine map[string]bool, targets map[string]authority.Ha
 			delete(k.sealed, id) // the map moved on: nothing left to hold back
 		}
 	}
+	for id := range k.successor {
+		if _, sealed := k.sealed[id]; !sealed && !k.sealingLocked(id) {
+			delete(k.successor, id) // the map names the successor now
+		}
+	}
 	for id := range named {
 		if _, sealed := k.sealed[id]; !sealed {
 			mine[id] = true
@@ -571,6 +605,8 @@ func (k *Keeper) seal(ctx context.Context, h authority.Handoff) {
 	}
 	if ok {
 		l.sealing = true
+		k.successor[h.Partition] = authority.Assignment{Partition: h.Partition, Epoch: h.FromEpoch + 1,
+			Primary: authority.AssignedNode{Node: h.To, Endpoint: h.ToEndpoint}}
 	}
 	k.mu.Unlock()
 	if !ok {
@@ -581,6 +617,7 @@ func (k *Keeper) seal(ctx context.Context, h authority.Handoff) {
 	defer k.mu.Unlock()
 	if err != nil {
 		l.sealing = false
+		delete(k.successor, h.Partition)
 		if errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
 			l.fence.Lost()
 			l.cancel()

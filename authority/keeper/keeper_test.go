@@ -281,4 +281,7 @@ func TestTimingForEveryAcceptedTTL(t *testing.T) {
 	if keeper.TimingFor(0) != keeper.DefaultTiming {
 		t.Error("no TTL set is the default timing")
 	}
+	if keeper.TimingFor(keeper.DefaultTiming.TTL) != keeper.DefaultTiming {
+		t.Error("the default timing is TimingFor its TTL")
+	}
 }

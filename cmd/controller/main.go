@@ -332,8 +332,8 @@ func schedule(ctx context.Context, st *store.Store, args []string, stdout io.Wri
 		var r controller.ScheduleRequest
 		fs.StringVar(&r.Name, "name", "", "the schedule's name (required)")
 		fs.StringVar(&r.Cron, "cron", "", "when the action must be done, UTC: 5-field cron or @daily etc. (required)")
-		fs.StringVar(&r.Action, "action", "", "split, merge, retire, freeze or unfreeze (required)")
-		fs.StringVar(&r.Args.Partition, "partition", "", "split: the partition")
+		fs.StringVar(&r.Action, "action", "", "split, merge, retire, exercise (a deliberate live move of one partition, R136), freeze or unfreeze (required)")
+		fs.StringVar(&r.Args.Partition, "partition", "", "split: the partition; exercise: the partition (default: the least recently moved)")
 		fs.Uint64Var(&r.Args.At, "at", 0, "split: the first slot of the second child")
 		partitions := fs.String("partitions", "", "merge: the partitions, comma-separated")
 		fs.StringVar(&r.Args.To, "to", "", "split, merge: the node that serves the children")
@@ -371,6 +371,7 @@ func settings(cfg *config.Config) controller.Settings {
 		Tick: cfg.ControllerTick, HandoffDeadline: cfg.HandoffDeadline, FailoverGrace: cfg.ControllerFailoverGrace,
 		LiveNodeGrace: cfg.ControllerLiveGrace, MaxConcurrent: cfg.ControllerMaxMoves,
 		MaxPerNode: cfg.ControllerMaxPerNode, MaxMoveFraction: cfg.ControllerMaxFraction,
+		BalanceCooldown: cfg.ControllerBalanceCooldown,
 	}
 	if cfg.ControllerAuto != nil {
 		s.Auto = map[string]bool{}

@@ -130,9 +130,9 @@ type ControllerSchedule struct {
 	Name string
 	// When the action must be done: a cron expression (5 fields) or a descriptor such as @daily, in UTC.
 	Cron string
-	// split, merge, retire (a node the controller chooses, or the one named), freeze or unfreeze.
+	// split, merge, retire (a node the controller chooses, or the one named), exercise (a deliberate live move of one partition, R136), freeze or unfreeze.
 	Action string
-	// The action's arguments: {"partition","at","to"} for split, {"partitions","to"} for merge, {"node"} for retire.
+	// The action's arguments: {"partition","at","to"} for split, {"partitions","to"} for merge, {"node"} for retire, {"partition"} for exercise (none: the least recently moved).
 	Args []byte
 	// How long before each cron time the action starts, so that it is done by then (R128: measured from recent moves of its kind when added with --lead auto).
 	LeadMs int64
