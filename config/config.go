@@ -697,7 +697,7 @@ var Settings = []Setting{
 	duration("controller-tick", "BLOBPLANE_CONTROLLER_TICK", "500ms", "longest wait between two controller rounds (handoff and map notifications wake it sooner)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerTick }),
 	duration("controller-failover-grace", "BLOBPLANE_CONTROLLER_FAILOVER_GRACE", "250ms", "how long a lease must have expired before its partition is recovered on another node when its node is gone (no Postgres session) or draining", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerFailoverGrace }),
 	duration("controller-live-grace", "BLOBPLANE_CONTROLLER_LIVE_GRACE", "30s", "the same wait when the lease's node is still connected (its keeper claims the lease back by itself: a blip moves nothing)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerLiveGrace }),
-	duration("controller-balance-cooldown", "BLOBPLANE_CONTROLLER_BALANCE_COOLDOWN", "10m", "balance's hysteresis: a partition moved more recently than this is not moved to balance load (ZBP-5 R116)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerBalanceCooldown }),
+	duration("controller-balance-cooldown", "BLOBPLANE_CONTROLLER_BALANCE_COOLDOWN", "1m", "balance's hysteresis: a partition moved more recently than this is not moved to balance load (ZBP-5 R116)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerBalanceCooldown }),
 	count("controller-max-moves", "BLOBPLANE_CONTROLLER_MAX_MOVES", "8", "most moves in flight at once (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxMoves }),
 	count("controller-max-moves-per-node", "BLOBPLANE_CONTROLLER_MAX_MOVES_PER_NODE", "4", "most moves in flight from or to one node (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxPerNode }),
 	{Flag: "controller-max-move-fraction", Env: "BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION", Default: "0.5", Usage: "most slots one plan moves, as a fraction of the map; more needs `controller apply --override-reason` (ZBP-5 R119)", For: []string{Controller},
@@ -1081,7 +1081,7 @@ func ParseBytes(v string) (int64, error) {
 var Commands = map[string][]string{
 	API:        {"serve", "migrate", "lease", "token", "repo", "policy", "blob"},
 	Worker:     {"run", "sweep", "scrub"},
-	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover", "split", "merge", "retire", "undrain", "schedule"},
+	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover", "split", "merge", "retire", "undrain", "rollout", "schedule"},
 }
 
 // ResolveClusterSecret fills ClusterSecret from <data-dir>/cluster-secret

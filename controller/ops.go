@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -39,25 +40,31 @@ func Takeover(ctx context.Context, st *store.Store, partition, node, endpoint, o
 	return st.ForceLease(ctx, partition, node, endpoint, operator, reason)
 }
 
-// Apply runs one round as an operator (`controller apply`): it takes the
-// leader lock (refusing while `controller run` holds it: the service
-// applies plans itself), applies every plan kind, and waits up to wait for
-// the moves it started to be published or aborted, rounding on. It
-// returns the plan of the first round and the moves as they ended.
+// Apply runs one round as an operator (`controller apply`), applying
+// every plan kind, and waits up to wait for the moves it started to be
+// published or aborted. With no `controller run` active it takes the
+// leader lock and rounds itself, and returns the plan of its first round;
+// beside an active service it queues a request the service takes in its
+// next round (R118: only the leader acts), and returns no plan — the
+// moves tell what was done. Either way it returns the moves as they
+// ended.
 func Apply(ctx context.Context, svc *Service, ov Override, wait time.Duration) (Plan, []authority.Handoff, error) {
+	all := map[string]bool{TriggerDrain: true, TriggerRecover: true, TriggerBalance: true}
 	lock, err := svc.Store.TryControllerLock(ctx)
 	if err != nil {
 		return Plan{}, nil, err
 	}
 	if lock == nil {
-		return Plan{}, nil, blobplane.Errorf(blobplane.CodeConflict, "a controller service (`controller run`) is active and applies plans itself (see `controller plan --dry-run`); stop it to apply by hand")
+		hs, err := applyThroughService(ctx, svc, ov, wait)
+		return Plan{}, hs, err
 	}
 	defer lock.Release()
-	p, err := svc.Round(ctx, map[string]bool{TriggerDrain: true, TriggerRecover: true, TriggerBalance: true}, ov)
+	svc = deliberate(svc)
+	p, err := svc.Round(ctx, all, ov)
 	if err != nil || len(p.Moves) == 0 {
 		return p, nil, err
 	}
-	if err := carryForward(ctx, svc, true, nil, wait, func() (bool, error) {
+	if err := carryForward(ctx, svc, true, all, wait, func() (bool, error) {
 		active, err := svc.Store.ActiveHandoffs(ctx)
 		return len(active) == 0, err
 	}); err != nil {
@@ -65,6 +72,61 @@ func Apply(ctx context.Context, svc *Service, ov Override, wait time.Duration) (
 	}
 	recent, err := svc.Store.RecentHandoffs(ctx, len(p.Moves)+8)
 	return p, recent, err
+}
+
+// deliberate is svc for an operator's apply: balance's cooldown is
+// hysteresis against drift in automatic rounds, not a limit on what an
+// operator asks for.
+func deliberate(svc *Service) *Service {
+	d := *svc
+	d.Settings = d.Settings.withDefaults()
+	d.Settings.BalanceCooldown = time.Nanosecond
+	return &d
+}
+
+// applyThroughService queues an apply request for the active service and
+// waits for it to be taken and for the moves of its plan to end.
+func applyThroughService(ctx context.Context, svc *Service, ov Override, wait time.Duration) ([]authority.Handoff, error) {
+	by := cmp.Or(ov.By, svc.AppliedBy, "an operator")
+	id, err := svc.Store.RequestApply(ctx, store.ApplyRequest{Kinds: []string{TriggerDrain, TriggerRecover, TriggerBalance}, By: by, OverrideReason: ov.Reason})
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	tick := svc.Settings.withDefaults().Tick / 5
+	for {
+		taken, plan, err := svc.Store.ApplyRequestState(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if taken && plan == 0 {
+			return nil, nil // the round had nothing to start
+		}
+		if taken {
+			hs, err := svc.Store.RecentHandoffs(ctx, 256)
+			if err != nil {
+				return nil, err
+			}
+			var mine []authority.Handoff
+			done := true
+			for _, h := range hs {
+				if h.PlanID == plan {
+					mine = append(mine, h)
+					done = done && !h.Active()
+				}
+			}
+			if done || time.Now().After(deadline) {
+				return mine, nil
+			}
+		} else if time.Now().After(deadline) {
+			return nil, blobplane.Errorf(blobplane.CodeUnavailable, "request %d was not taken within %s: is `controller run` stuck? (see controller status)", id, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(tick):
+		}
+	}
 }
 
 // Status writes the map and leases (Show), the freeze, and the moves in

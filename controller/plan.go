@@ -25,9 +25,7 @@ const (
 	TriggerRecover = "recover"
 	// TriggerBalance moves a partition, live, from the most loaded api
 	// node of a datacenter to the least loaded (A.8 step 3, R115: only
-	// when no required move is planned). Not applied automatically by
-	// default: it shows in `controller plan` and waits for `controller
-	// apply` unless BLOBPLANE_CONTROLLER_AUTO names it.
+	// when no required move is planned or in flight).
 	TriggerBalance = "balance"
 )
 
@@ -85,7 +83,7 @@ var DefaultSettings = Settings{
 	MaxPerNode:      4,
 	MaxMoveFraction: 0.5,
 	Auto:            map[string]bool{TriggerDrain: true, TriggerRecover: true},
-	BalanceCooldown: 10 * time.Minute,
+	BalanceCooldown: time.Minute,
 }
 
 // withDefaults fills zero fields from DefaultSettings.

@@ -169,7 +169,7 @@ func TestPlanBalance(t *testing.T) {
 		}
 	})
 	t.Run("policy R118: listed, held for an operator", func(t *testing.T) {
-		p := controller.ComputePlan(joined(t), s, auto, controller.Override{})
+		p := controller.ComputePlan(joined(t), s, map[string]bool{controller.TriggerDrain: true, controller.TriggerRecover: true}, controller.Override{})
 		if len(p.Moves) != 0 || len(p.Held) != 4 || !strings.HasPrefix(p.Held[0].Held, "awaiting an operator") {
 			t.Fatalf("%+v", p)
 		}
@@ -178,7 +178,7 @@ func TestPlanBalance(t *testing.T) {
 		o := joined(t)
 		o.LastMoved = map[string]time.Time{}
 		for _, part := range o.Map.Partitions[:5] {
-			o.LastMoved[part.ID] = o.Now.Add(-time.Minute)
+			o.LastMoved[part.ID] = o.Now.Add(-30 * time.Second) // within the 1 min cooldown
 		}
 		o.LastMoved[o.Map.Partitions[5].ID] = o.Now.Add(-time.Hour)
 		p := controller.ComputePlan(o, s, withBalance, controller.Override{})

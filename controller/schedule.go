@@ -152,7 +152,8 @@ func (s *Service) Exercise(ctx context.Context, partition, by, reason string) (M
 		FromEpoch: o.Leases[pick.ID].Epoch, To: to.ID, ToEndpoint: Endpoint(to.Endpoint), Slots: slotCount(*pick),
 		Reason: fmt.Sprintf("exercise by %s: %s", by, reason)}
 	p := Plan{MapVersion: o.Map.Version, Moves: []Move{m}, MovedSlots: m.Slots, TotalSlots: authority.SlotCount(o.Map.SlotBits)}
-	return m, s.start(ctx, p, Override{}, by)
+	_, err = s.start(ctx, p, Override{}, by)
+	return m, err
 }
 
 // ScheduleArgs are a scheduled action's arguments.

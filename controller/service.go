@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -186,7 +188,12 @@ func (s *Service) Round(ctx context.Context, apply map[string]bool, ov Override)
 			return Plan{}, err
 		}
 	}
-	p := ComputePlan(o, s.Settings, apply, ov)
+	reqs, err := s.Store.TakeApplyRequests(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	settings, apply, ov, by := s.withRequests(reqs, apply, ov)
+	p := ComputePlan(o, settings, apply, ov)
 	if o.Frozen != nil {
 		s.metrics().frozen.Set(1)
 	} else {
@@ -195,10 +202,43 @@ func (s *Service) Round(ctx context.Context, apply map[string]bool, ov Override)
 	for _, m := range p.Held {
 		s.metrics().held.WithLabelValues(brakeLabel(m.Held)).Inc()
 	}
-	if err := s.start(ctx, p, ov, s.AppliedBy); err != nil {
+	id, err := s.start(ctx, p, ov, by)
+	if err != nil {
 		return p, err
 	}
+	if len(reqs) > 0 {
+		ids := make([]int64, len(reqs))
+		for i, r := range reqs {
+			ids[i] = r.ID
+		}
+		if err := s.Store.SetApplyRequestsPlan(ctx, ids, id); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
+}
+
+// withRequests is this round's settings, policy, override and author
+// once operators' requests (`controller apply` beside this service) are
+// folded in: their kinds widen the policy, an override reason may lift
+// the cap (R118, R119), and an operator's apply ignores balance's
+// cooldown.
+func (s *Service) withRequests(reqs []store.ApplyRequest, apply map[string]bool, ov Override) (Settings, map[string]bool, Override, string) {
+	if len(reqs) == 0 {
+		return s.Settings, apply, ov, s.AppliedBy
+	}
+	apply = maps.Clone(apply)
+	var who []string
+	for _, r := range reqs {
+		for _, k := range r.Kinds {
+			apply[k] = true
+		}
+		who = append(who, fmt.Sprintf("%s (request %d)", r.By, r.ID))
+		if r.OverrideReason != "" && ov.Reason == "" {
+			ov = Override{By: r.By, Reason: r.OverrideReason}
+		}
+	}
+	return deliberate(s).Settings, apply, ov, "controller apply by " + strings.Join(who, ", ")
 }
 
 func brakeLabel(held string) string {
@@ -219,9 +259,9 @@ func brakeLabel(held string) string {
 }
 
 // start records the plan (R118) and creates its handoffs (A.4 step 1).
-func (s *Service) start(ctx context.Context, p Plan, ov Override, by string) error {
+func (s *Service) start(ctx context.Context, p Plan, ov Override, by string) (int64, error) {
 	if len(p.Moves) == 0 {
-		return nil
+		return 0, nil
 	}
 	triggers := map[string]bool{}
 	for _, m := range p.Moves {
@@ -240,7 +280,7 @@ func (s *Service) start(ctx context.Context, p Plan, ov Override, by string) err
 		OverrideBy: ov.By, OverrideReason: ov.Reason, AppliedBy: by,
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ended := map[string]bool{}
 	for _, m := range p.Moves {
@@ -251,7 +291,7 @@ func (s *Service) start(ctx context.Context, p Plan, ov Override, by string) err
 			ended[m.From] = true
 			n, err := s.Store.TerminateNodeSessions(ctx, m.From)
 			if err != nil {
-				return err
+				return id, err
 			}
 			s.logger().Warn("ended the sessions of a node that stopped renewing", "node", m.From, "sessions", n)
 		}
@@ -263,13 +303,13 @@ func (s *Service) start(ctx context.Context, p Plan, ov Override, by string) err
 			continue // a move of it started meanwhile (another controller's last act)
 		}
 		if err != nil {
-			return err
+			return id, err
 		}
 		s.metrics().moves.WithLabelValues(string(m.Kind), "started").Inc()
 		s.logger().Info("move started", "handoff", h.ID, "plan", id, "partition", m.Partition, "kind", m.Kind,
 			"from", m.From, "epoch", m.FromEpoch, "to", m.To, "reason", m.Reason)
 	}
-	return nil
+	return id, nil
 }
 
 // progress carries the moves in flight forward: publish one map naming

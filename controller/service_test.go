@@ -390,7 +390,8 @@ func TestForcedTakeoverIsAdoptedAtOnce(t *testing.T) {
 }
 
 // One controller acts at a time; a standby takes over when the leader's
-// session ends; `controller apply` refuses while a service is active.
+// session ends; `controller apply` beside an active service asks it
+// rather than acting.
 func TestOneControllerActsAtATime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -410,8 +411,10 @@ func TestOneControllerActsAtATime(t *testing.T) {
 		t.Fatalf("second lock while the first is held: %v %v", l2, err)
 	}
 	svc := &controller.Service{Store: st, Signer: k.Signer()}
-	if _, _, err := controller.Apply(ctx, svc, controller.Override{}, time.Second); blobplane.ErrorCode(err) != blobplane.CodeConflict {
-		t.Fatalf("apply while a service is active: %v", err)
+	// Beside an active service apply only queues a request: nothing
+	// rounds here, and a leader that never takes it is reported.
+	if _, _, err := controller.Apply(ctx, svc, controller.Override{}, 300*time.Millisecond); blobplane.ErrorCode(err) != blobplane.CodeUnavailable || !strings.Contains(err.Error(), "not taken") {
+		t.Fatalf("apply beside a service that does not round: %v", err)
 	}
 	l1.Release()
 	l2, err = st.TryControllerLock(ctx)
@@ -470,12 +473,20 @@ func TestBalanceHandsPartitionsToAJoinedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.keepers["b"] = kb
-	// By default balance waits for an operator (R118).
+	// By default balance waits for an operator (R118)...
 	if p := f.round(t); len(p.Moves) != 0 || len(p.Held) != 2 || p.Held[0].Trigger != controller.TriggerBalance {
-		t.Fatalf("default policy: %+v", p)
+		t.Fatalf("balance not applied automatically: %+v", p)
 	}
-	f.svc.Settings.Auto = map[string]bool{controller.TriggerBalance: true}
+	// ... who asks the running service for it: the request widens its
+	// next round (R118), recorded with who asked.
+	id, err := f.st.RequestApply(context.Background(), store.ApplyRequest{Kinds: []string{controller.TriggerBalance}, By: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := f.round(t)
+	if taken, plan, err := f.st.ApplyRequestState(context.Background(), id); !taken || plan == 0 || err != nil {
+		t.Fatalf("request after the round: taken %v, plan %d (%v)", taken, plan, err)
+	}
 	if len(p.Moves) != 2 {
 		t.Fatalf("4/0 takes two moves: %+v", p)
 	}

@@ -364,6 +364,51 @@ type PlanRecord struct {
 	AppliedBy      string
 }
 
+// ApplyRequest is an operator's request that the running controller
+// service apply plan kinds in its next round (`controller apply` beside
+// `controller run`).
+type ApplyRequest struct {
+	ID             int64
+	Kinds          []string
+	By             string
+	OverrideReason string
+}
+
+// RequestApply queues r for the service; it returns the request's id.
+func (s *Store) RequestApply(ctx context.Context, r ApplyRequest) (int64, error) {
+	id, err := s.q.RequestApply(ctx, s.pool, dbsqlc.RequestApplyParams{Kinds: r.Kinds, RequestedBy: r.By, OverrideReason: r.OverrideReason})
+	return id, dbErr("store.RequestApply", err)
+}
+
+// TakeApplyRequests marks every pending request taken and returns them:
+// the leader's round applies them.
+func (s *Store) TakeApplyRequests(ctx context.Context) ([]ApplyRequest, error) {
+	rows, err := s.q.TakeApplyRequests(ctx, s.pool)
+	if err != nil {
+		return nil, dbErr("store.TakeApplyRequests", err)
+	}
+	out := make([]ApplyRequest, len(rows))
+	for i, r := range rows {
+		out[i] = ApplyRequest{ID: r.RequestID, Kinds: r.Kinds, By: r.RequestedBy, OverrideReason: r.OverrideReason}
+	}
+	return out, nil
+}
+
+// SetApplyRequestsPlan records the plan the round that took ids recorded.
+func (s *Store) SetApplyRequestsPlan(ctx context.Context, ids []int64, plan int64) error {
+	return dbErr("store.SetApplyRequestsPlan", s.q.SetApplyRequestPlan(ctx, s.pool, dbsqlc.SetApplyRequestPlanParams{PlanID: pgtype.Int8{Int64: plan, Valid: plan != 0}, Ids: ids}))
+}
+
+// ApplyRequestState says whether request id was taken, and the plan its
+// round recorded (0: none).
+func (s *Store) ApplyRequestState(ctx context.Context, id int64) (taken bool, plan int64, err error) {
+	r, err := s.q.GetApplyRequest(ctx, s.pool, id)
+	if err != nil {
+		return false, 0, dbErr("store.ApplyRequestState", err)
+	}
+	return r.Taken, r.PlanID, nil
+}
+
 // RecordPlan stores an applied plan and returns its id.
 func (s *Store) RecordPlan(ctx context.Context, p PlanRecord) (int64, error) {
 	doc, err := json.Marshal(p.Moves)

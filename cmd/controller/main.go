@@ -10,7 +10,7 @@
 //	controller [flags] publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]]
 //	controller [flags] run                                 the service (leader lock; standbys wait)
 //	controller [flags] plan [--dry-run] [--json]           what a round would do now, against live state
-//	controller [flags] apply [--override-reason R --operator O] [--wait 60s]
+//	controller [flags] apply [--override-reason R --operator O] [--wait 60s]   every kind, balance included; beside a running service, asks it
 //	controller [flags] freeze --operator O --reason R      halt new movement (R123)
 //	controller [flags] unfreeze
 //	controller [flags] status                              map, leases, freeze, recent moves
@@ -19,7 +19,8 @@
 //	controller [flags] merge --partitions P1,P2[,...] [--to N] --operator O --reason R [--wait 1m]
 //	controller [flags] retire [--node N] [--wait 2m]            the controller picks the node unless named; prints when it is safe to stop
 //	controller [flags] undrain --node N
-//	controller [flags] schedule add --name S --cron EXPR --action split|merge|retire|freeze|unfreeze [args] --operator O --reason R [--lead auto|DUR]
+//	controller [flags] rollout --nodes N1,N2,... [--drain-wait 2m] [--restart-wait 10m]   one node at a time: drain, restart (by you or the platform), next (R80)
+//	controller [flags] schedule add --name S --cron EXPR --action split|merge|retire|exercise|freeze|unfreeze [args] --operator O --reason R [--lead auto|DUR]
 //	controller [flags] schedule list | schedule remove --name S
 //
 // Run `controller --help` for every setting and its environment variable.
@@ -89,6 +90,8 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		return reshape(ctx, cfg, st, logger, keyPath, cmd, args, stdout)
 	case "retire", "undrain":
 		return retire(ctx, cfg, st, logger, keyPath, cmd == "retire", args, stdout)
+	case "rollout":
+		return rollout(ctx, cfg, st, logger, keyPath, args, stdout)
 	case "schedule":
 		return schedule(ctx, st, args, stdout)
 	case "freeze", "unfreeze":
@@ -297,6 +300,39 @@ func retire(ctx context.Context, cfg *config.Config, st *store.Store, logger *sl
 	}
 	fmt.Fprintf(stdout, "%s holds nothing: safe to stop\n", n)
 	return nil
+}
+
+// rollout runs `controller rollout` (R80): nodes restarted one at a time,
+// each emptied by live handoffs first.
+func rollout(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger, keyPath string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("controller rollout", flag.ContinueOnError)
+	nodes := fs.String("nodes", "", "the api nodes to restart, in order, comma-separated (required)")
+	drainWait := fs.Duration("drain-wait", 2*time.Minute, "how long each node's partitions have to move")
+	restartWait := fs.Duration("restart-wait", 10*time.Minute, "how long each node has to stop and come back once it holds nothing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *nodes == "" {
+		return errors.New("rollout needs --nodes N1,N2,... (the order to restart them in)")
+	}
+	k, err := controller.LoadKey(cfg.SigningKey, keyPath)
+	if err != nil {
+		return err
+	}
+	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: settings(cfg), Logger: logger.With("service", "controller"), AppliedBy: "controller rollout"}
+	return controller.Rollout(ctx, svc, controller.RolloutRequest{Nodes: splitList(*nodes), DrainWait: *drainWait, RestartWait: *restartWait},
+		func(e controller.RolloutEvent) {
+			switch e.Step {
+			case "draining":
+				fmt.Fprintf(stdout, "%s: draining (its partitions move live)\n", e.Node)
+			case "drained":
+				fmt.Fprintf(stdout, "%s: holds nothing — restart it now (waiting up to %s for it to stop and come back)\n", e.Node, *restartWait)
+			case "restarted":
+				fmt.Fprintf(stdout, "%s: back\n", e.Node)
+			case "balanced":
+				fmt.Fprintln(stdout, "rollout done; the restarted nodes took their share back (balance)")
+			}
+		})
 }
 
 // schedule runs `controller schedule add|list|remove` (R127, R128).

@@ -222,3 +222,19 @@ WHERE name = @name AND next_run_at = @due;
 SELECT count(*)::bigint AS n,
        coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - created_at)), 0)::float8 AS p99
 FROM handoffs WHERE state = 'published' AND kind = @kind AND finished_at > now() - interval '30 days';
+
+-- name: RequestApply :one
+INSERT INTO controller_apply_requests (kinds, requested_by, override_reason)
+VALUES (@kinds::text[], @requested_by, nullif(@override_reason::text, ''))
+RETURNING request_id;
+
+-- name: TakeApplyRequests :many
+UPDATE controller_apply_requests SET taken_at = now()
+WHERE taken_at IS NULL
+RETURNING request_id, kinds, requested_by, coalesce(override_reason, '')::text AS override_reason;
+
+-- name: SetApplyRequestPlan :exec
+UPDATE controller_apply_requests SET plan_id = @plan_id WHERE request_id = ANY(@ids::bigint[]);
+
+-- name: GetApplyRequest :one
+SELECT (taken_at IS NOT NULL)::boolean AS taken, coalesce(plan_id, 0)::bigint AS plan_id FROM controller_apply_requests WHERE request_id = @id;

@@ -394,6 +394,22 @@ func (q *Queries) Freeze(ctx context.Context, db DBTX, arg FreezeParams) error {
 	return err
 }
 
+const getApplyRequest = `-- name: GetApplyRequest :one
+SELECT (taken_at IS NOT NULL)::boolean AS taken, coalesce(plan_id, 0)::bigint AS plan_id FROM controller_apply_requests WHERE request_id = $1
+`
+
+type GetApplyRequestRow struct {
+	Taken  bool
+	PlanID int64
+}
+
+func (q *Queries) GetApplyRequest(ctx context.Context, db DBTX, id int64) (GetApplyRequestRow, error) {
+	row := db.QueryRow(ctx, getApplyRequest, id)
+	var i GetApplyRequestRow
+	err := row.Scan(&i.Taken, &i.PlanID)
+	return i, err
+}
+
 const getFreeze = `-- name: GetFreeze :many
 SELECT singleton, frozen_by, reason, frozen_at FROM controller_freeze
 `
@@ -980,6 +996,25 @@ func (q *Queries) RecordScheduleRun(ctx context.Context, db DBTX, arg RecordSche
 	return result.RowsAffected(), nil
 }
 
+const requestApply = `-- name: RequestApply :one
+INSERT INTO controller_apply_requests (kinds, requested_by, override_reason)
+VALUES ($1::text[], $2, nullif($3::text, ''))
+RETURNING request_id
+`
+
+type RequestApplyParams struct {
+	Kinds          []string
+	RequestedBy    string
+	OverrideReason string
+}
+
+func (q *Queries) RequestApply(ctx context.Context, db DBTX, arg RequestApplyParams) (int64, error) {
+	row := db.QueryRow(ctx, requestApply, arg.Kinds, arg.RequestedBy, arg.OverrideReason)
+	var request_id int64
+	err := row.Scan(&request_id)
+	return request_id, err
+}
+
 const sealGroupHandoffs = `-- name: SealGroupHandoffs :many
 UPDATE handoffs SET state = 'sealed', sealed_at = now(), unavailable_since = now()
 WHERE group_id = $1::bigint AND from_node = $2 AND state = 'synced' AND deadline > now()
@@ -1081,6 +1116,20 @@ func (q *Queries) SealLeaseForHandoff(ctx context.Context, db DBTX, arg SealLeas
 	return i, err
 }
 
+const setApplyRequestPlan = `-- name: SetApplyRequestPlan :exec
+UPDATE controller_apply_requests SET plan_id = $1 WHERE request_id = ANY($2::bigint[])
+`
+
+type SetApplyRequestPlanParams struct {
+	PlanID pgtype.Int8
+	Ids    []int64
+}
+
+func (q *Queries) SetApplyRequestPlan(ctx context.Context, db DBTX, arg SetApplyRequestPlanParams) error {
+	_, err := db.Exec(ctx, setApplyRequestPlan, arg.PlanID, arg.Ids)
+	return err
+}
+
 const setNodeDraining = `-- name: SetNodeDraining :execrows
 UPDATE nodes SET draining_since = CASE WHEN $1::boolean THEN coalesce(draining_since, now()) END
 WHERE node_id = $2 AND role = 'api'
@@ -1118,6 +1167,44 @@ func (q *Queries) SupersedeMapCanaries(ctx context.Context, db DBTX, arg Superse
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const takeApplyRequests = `-- name: TakeApplyRequests :many
+UPDATE controller_apply_requests SET taken_at = now()
+WHERE taken_at IS NULL
+RETURNING request_id, kinds, requested_by, coalesce(override_reason, '')::text AS override_reason
+`
+
+type TakeApplyRequestsRow struct {
+	RequestID      int64
+	Kinds          []string
+	RequestedBy    string
+	OverrideReason string
+}
+
+func (q *Queries) TakeApplyRequests(ctx context.Context, db DBTX) ([]TakeApplyRequestsRow, error) {
+	rows, err := db.Query(ctx, takeApplyRequests)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TakeApplyRequestsRow{}
+	for rows.Next() {
+		var i TakeApplyRequestsRow
+		if err := rows.Scan(
+			&i.RequestID,
+			&i.Kinds,
+			&i.RequestedBy,
+			&i.OverrideReason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const unfreeze = `-- name: Unfreeze :execrows

@@ -90,6 +90,24 @@ type CollectorCursor struct {
 	UpdatedAt pgtype.Timestamptz
 }
 
+// Operators' requests to apply plan kinds now (controller apply while controller run is active); the service takes each in its next round (R118).
+type ControllerApplyRequest struct {
+	// Request id.
+	RequestID int64
+	// Plan kinds to apply in that round: drain, recover, balance.
+	Kinds []string
+	// The operator (recorded in the plan).
+	RequestedBy string
+	// Set to lift the movement cap for that plan (R119), recorded with it.
+	OverrideReason pgtype.Text
+	// Database time of the request.
+	RequestedAt pgtype.Timestamptz
+	// When the service took it (NULL: pending).
+	TakenAt pgtype.Timestamptz
+	// The plan that round recorded (NULL: nothing to start, or not taken yet).
+	PlanID pgtype.Int8
+}
+
 // One row while the controller is frozen (ZBP-5 R123): no new move starts; serving and handoffs past their seal continue. controller freeze / unfreeze.
 type ControllerFreeze struct {
 	// Always true: at most one row.
