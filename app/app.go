@@ -196,6 +196,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	}
 	a.beat = &node.Heartbeater{Store: st, Logger: logger, Node: store.Node{
 		ID: cfg.NodeID, Datacenter: cfg.Datacenter, Role: config.API, Endpoint: a.advertise, Version: Version,
+		Class: cfg.NodeClass, Capacity: cfg.NodeCapacity,
 	}}
 	routing := &handlers.Authority{
 		NodeID:  cfg.NodeID,

@@ -33,10 +33,15 @@ import (
 // Config is every setting a Blobplane process reads. Not every binary uses
 // every field; Settings lists which binary registers which.
 type Config struct {
-	DatabaseURL     string
-	Listen          string
-	Datacenter      string
-	NodeID          string
+	DatabaseURL string
+	Listen      string
+	Datacenter  string
+	NodeID      string
+	// NodeClass and NodeCapacity are what an api node declares to
+	// placement (ZBP-5 R112): the class of partitions it may home and how
+	// many at most.
+	NodeClass       string
+	NodeCapacity    int
 	DataDir         string
 	LogFormat       string
 	LogLevel        slog.Level
@@ -349,6 +354,23 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be 1-63 lowercase letters, digits or dashes", v)
 			}
 			c.Datacenter = v
+			return nil
+		}},
+	{Flag: "node-class", Env: "BLOBPLANE_NODE_CLASS", Default: "standard", Usage: "api: the partition class this node may home (ZBP-5 R112; Blobplane's maps declare standard)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if !dcLabel.MatchString(v) {
+				return fmt.Errorf("%q: must be 1-63 lowercase letters, digits or dashes", v)
+			}
+			c.NodeClass = v
+			return nil
+		}},
+	{Flag: "node-capacity", Env: "BLOBPLANE_NODE_CAPACITY", Default: "256", Usage: "api: most partitions this node may home, its capacity budget (ZBP-5 R112; each partition's estimate is one unit)", For: []string{API},
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 65536 {
+				return fmt.Errorf("%q: must be an integer from 1 to 65536", v)
+			}
+			c.NodeCapacity = n
 			return nil
 		}},
 	{Flag: "node-id", Env: "BLOBPLANE_NODE_ID", Default: "", Usage: "stable node id (default: hostname + listen address)", For: all,

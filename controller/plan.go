@@ -241,10 +241,13 @@ func ComputePlan(o Observed, s Settings, apply map[string]bool, ov Override) Pla
 // stale, draining: a heartbeat blip) is neither a source nor a target,
 // so a blip moves nothing.
 func balance(o Observed, s Settings, c *counts, p *Plan, apply map[string]bool, ov Override) {
+	// Within a datacenter and a class (R112): partitions go only to nodes
+	// of their class.
 	byDC := map[string][]string{}
 	for _, n := range o.Nodes {
 		if eligible(o, s, n) {
-			byDC[n.Datacenter] = append(byDC[n.Datacenter], n.ID)
+			g := n.Datacenter + "/" + cmp.Or(n.Class, "standard")
+			byDC[g] = append(byDC[g], n.ID)
 		}
 	}
 	homed := map[string][]authority.Partition{}
@@ -259,7 +262,7 @@ func balance(o Observed, s Settings, c *counts, p *Plan, apply map[string]bool, 
 			if c.load[hi]-c.load[lo] < 2 {
 				break
 			}
-			part, ok := balanceCandidate(o, s, c, homed[hi])
+			part, ok := balanceCandidate(o, s, c, homed[hi], o.Nodes[lo])
 			if !ok {
 				// Nothing on hi may move now: judge the others without it.
 				ids = ids[:len(ids)-1]
@@ -287,12 +290,12 @@ func balance(o Observed, s Settings, c *counts, p *Plan, apply map[string]bool, 
 }
 
 // balanceCandidate is the first partition (by id) of from's that may
-// move to balance: its lease live and serving on from, not moving, not
-// moved within the cooldown.
-func balanceCandidate(o Observed, s Settings, c *counts, homed []authority.Partition) (authority.Partition, bool) {
+// move to to to balance: its lease live and serving on from, not moving,
+// not moved within the cooldown, of to's class with room in its budget.
+func balanceCandidate(o Observed, s Settings, c *counts, homed []authority.Partition, to store.PlacementNode) (authority.Partition, bool) {
 	for _, part := range homed {
 		l, ok := o.Leases[part.ID]
-		if c.moving[part.ID] || !ok || l.OwnerNode != part.Primary.Node || l.State != authority.PrimaryServing || !l.ExpiresAt.After(o.Now) {
+		if c.moving[part.ID] || !ok || l.OwnerNode != part.Primary.Node || l.State != authority.PrimaryServing || !l.ExpiresAt.After(o.Now) || !fits(c, to, part.Class) {
 			continue
 		}
 		if at, moved := o.LastMoved[part.ID]; moved && o.Now.Sub(at) < s.BalanceCooldown {
@@ -420,22 +423,25 @@ func brake(o Observed, s Settings, c *counts, m *Move, apply map[string]bool, ov
 		}
 		return ""
 	}
-	to, ok := target(o, s, c, m.From)
+	class := partitionClass(o, m.Partition)
+	to, ok := target(o, s, c, m.From, class)
 	if !ok {
-		return "no target: no other api node is connected, fresh, not draining and below its move limit"
+		return fmt.Sprintf("no target: no other api node of class %s is connected, fresh, not draining, below its capacity budget and its move limit", class)
 	}
 	m.To, m.ToEndpoint = to.ID, Endpoint(to.Endpoint)
 	return ""
 }
 
-// target chooses where a partition of from goes: a present, fresh, up,
-// non-draining api node other than from, below its move limit; the same
-// datacenter as from first, then the least loaded, then by id.
-func target(o Observed, s Settings, c *counts, from string) (store.PlacementNode, bool) {
+// target chooses where a partition of class, homed on from, goes: a
+// present, fresh, up, non-draining api node other than from, of that
+// class with room in its capacity budget (R112: constraints first), below
+// its move limit; the same datacenter as from first, then the least
+// loaded, then by id.
+func target(o Observed, s Settings, c *counts, from, class string) (store.PlacementNode, bool) {
 	dc := o.Nodes[from].Datacenter
 	var cands []store.PlacementNode
 	for _, n := range o.Nodes {
-		if n.ID == from || !eligible(o, s, n) || c.busy[n.ID] >= s.MaxPerNode {
+		if n.ID == from || !eligible(o, s, n) || !fits(c, n, class) || c.busy[n.ID] >= s.MaxPerNode {
 			continue
 		}
 		cands = append(cands, n)
@@ -453,6 +459,31 @@ func target(o Observed, s Settings, c *counts, from string) (store.PlacementNode
 		return cmp.Or(cmp.Compare(c.load[a.ID], c.load[b.ID]), cmp.Compare(a.ID, b.ID))
 	})
 	return cands[0], true
+}
+
+// PartitionEstimate is each partition's capacity estimate in a node's
+// budget (R112): Blobplane's partitions are DERIVED — no state to hold,
+// no measured traffic per partition — so each costs one unit, and a
+// node's budget (BLOBPLANE_NODE_CAPACITY) is the most partitions it
+// homes.
+const PartitionEstimate = 1
+
+// fits: n may take one more partition of class (R112): the class its api
+// declared (an undeclared one is "standard") and room in its budget (0:
+// undeclared, unbounded).
+func fits(c *counts, n store.PlacementNode, class string) bool {
+	if cmp.Or(n.Class, "standard") != cmp.Or(class, "standard") {
+		return false
+	}
+	return n.Capacity <= 0 || (c.load[n.ID]+1)*PartitionEstimate <= n.Capacity
+}
+
+// partitionClass is the class the map declares for partition.
+func partitionClass(o Observed, partition string) string {
+	if p := o.Map.Partition(partition); p != nil {
+		return p.Class
+	}
+	return ""
 }
 
 func slotCount(p authority.Partition) uint64 {

@@ -219,3 +219,58 @@ func TestPlanBalance(t *testing.T) {
 		}
 	})
 }
+
+// R112: a partition goes only to a node of its class with room in its
+// capacity budget — before any preference (constraints first); balance
+// is held to the same constraints.
+func TestPlanHonoursClassAndCapacity(t *testing.T) {
+	t.Parallel()
+	s := controller.Settings{MaxConcurrent: 8, MaxPerNode: 8, MaxMoveFraction: 1}
+	drainA := func(t *testing.T, b, c store.PlacementNode) controller.Observed {
+		o := observed(t, 6, store.PlacementNode{ID: "a", Datacenter: "eu-1"})
+		for _, n := range []store.PlacementNode{b, c} {
+			n.Up, n.Endpoint = true, "http://"+n.ID+":8080"
+			o.Nodes[n.ID], o.Present[n.ID] = n, true
+		}
+		a := o.Nodes["a"]
+		a.Draining = true
+		o.Nodes["a"] = a
+		return o
+	}
+	t.Run("class", func(t *testing.T) {
+		// b shares a's datacenter but declares another class: c takes all.
+		o := drainA(t, store.PlacementNode{ID: "b", Datacenter: "eu-1", Class: "gpu"}, store.PlacementNode{ID: "c", Datacenter: "us-1", Class: "standard"})
+		p := controller.ComputePlan(o, s, auto, controller.Override{})
+		if len(p.Moves) != 6 {
+			t.Fatalf("%+v", p)
+		}
+		for _, m := range p.Moves {
+			if m.To != "c" {
+				t.Fatalf("move %+v to a node of another class", m)
+			}
+		}
+	})
+	t.Run("capacity", func(t *testing.T) {
+		o := drainA(t, store.PlacementNode{ID: "b", Datacenter: "eu-1", Capacity: 2}, store.PlacementNode{ID: "c", Datacenter: "us-1", Capacity: 3})
+		p := controller.ComputePlan(o, s, auto, controller.Override{})
+		to := map[string]int{}
+		for _, m := range p.Moves {
+			to[m.To]++
+		}
+		if to["b"] != 2 || to["c"] != 3 || len(p.Held) != 1 || !strings.Contains(p.Held[0].Held, "capacity budget") {
+			t.Fatalf("moves by target %v, held %+v: want b 2, c 3, one held for room", to, p.Held)
+		}
+	})
+	t.Run("balance within budget and class", func(t *testing.T) {
+		o := observed(t, 6, store.PlacementNode{ID: "a", Datacenter: "eu-1"})
+		for _, n := range []store.PlacementNode{{ID: "b", Datacenter: "eu-1", Capacity: 1}, {ID: "c", Datacenter: "eu-1", Class: "gpu"}} {
+			n.Up, n.Endpoint = true, "http://"+n.ID+":8080"
+			o.Nodes[n.ID], o.Present[n.ID] = n, true
+		}
+		withBalance := map[string]bool{controller.TriggerBalance: true}
+		p := controller.ComputePlan(o, s, withBalance, controller.Override{})
+		if len(p.Moves) != 1 || p.Moves[0].To != "b" {
+			t.Fatalf("balance: %+v, want one move to b (its budget is 1; c is of another class)", p)
+		}
+	})
+}

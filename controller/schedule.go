@@ -144,7 +144,7 @@ func (s *Service) Exercise(ctx context.Context, partition, by, reason string) (M
 		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "no partition is served by its primary now")
 	}
 	c := newCounts(o)
-	to, ok := target(o, s.Settings, c, pick.Primary.Node)
+	to, ok := target(o, s.Settings, c, pick.Primary.Node, pick.Class)
 	if !ok {
 		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "no other api node can take %s", pick.ID)
 	}

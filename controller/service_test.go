@@ -538,7 +538,7 @@ func homeProbe(t *testing.T, k *keeper.Keeper, node, partition string) refusal {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	r := refusal{status: resp.StatusCode, partition: resp.Header.Get(handlers.HeaderPartition)}
+	r := refusal{status: resp.StatusCode, partition: resp.Header.Get(handlers.HeaderRoutePartition)}
 	if err := json.NewDecoder(resp.Body).Decode(&r.env); err != nil {
 		t.Fatal(err)
 	}

@@ -140,6 +140,18 @@ func (s *Service) startGroup(ctx context.Context, o Observed, kind authority.Han
 	if !ok || !n.Up || n.Draining || !o.Present[to] || Endpoint(n.Endpoint) == "" {
 		return 0, blobplane.Errorf(blobplane.CodeInvalid, "node %s cannot take the children: not an api node that is up, connected and not draining", to)
 	}
+	// R112: the children keep their parents' class; the node must be of
+	// it and have room for them in its budget.
+	c := newCounts(o)
+	for _, p := range ps {
+		if p.Primary.Node == to {
+			c.load[to]--
+		}
+	}
+	c.load[to] += len(children) - 1
+	if !fits(c, n, ps[0].Class) {
+		return 0, blobplane.Errorf(blobplane.CodeConflict, "node %s cannot take the children: class %s, capacity budget %d partitions (homes %d)", to, cmp.Or(n.Class, "standard"), n.Capacity, newCounts(o).load[to])
+	}
 	var moved uint64
 	for _, p := range ps {
 		moved += slotCount(*p)

@@ -25,6 +25,12 @@ const (
 	HeaderMapVersion = "Blobplane-Map-Version"
 	HeaderPartition  = "Blobplane-Partition"
 	HeaderEpoch      = "Blobplane-Epoch"
+	// HeaderRoutePartition and HeaderRouteEpoch attribute a routing
+	// refusal (R132): the partition this node's map places the slot in
+	// and its epoch there. Not HeaderPartition, which tells clients the
+	// answer was served by the home (client.routingAnswer).
+	HeaderRoutePartition = "Blobplane-Route-Partition"
+	HeaderRouteEpoch     = "Blobplane-Route-Epoch"
 )
 
 // LeaseKeeper is this node's view of its leases and the current map
@@ -49,6 +55,9 @@ type MapStore interface {
 	// LeaseStatuses returns every lease record, each judged live by the
 	// database's clock, the one that wrote its expiry (issue 26 point 11).
 	LeaseStatuses(ctx context.Context) ([]store.LeaseStatus, error)
+	// PendingPublications returns the repositories with uploads accepted
+	// and not yet published (R138).
+	PendingPublications(ctx context.Context) ([]store.PendingPublication, error)
 }
 
 // Authority bundles what the routing middleware and map endpoints need.
@@ -221,8 +230,8 @@ func routingRequest(r *http.Request, key string) (authority.Request, error) {
 // or here once the map names it).
 func (a *Authority) refuse(w http.ResponseWriter, d authority.Decision) {
 	if d.Partition != "" {
-		w.Header().Set(HeaderPartition, d.Partition)
-		w.Header().Set(HeaderEpoch, strconv.FormatUint(d.Epoch, 10))
+		w.Header().Set(HeaderRoutePartition, d.Partition)
+		w.Header().Set(HeaderRouteEpoch, strconv.FormatUint(d.Epoch, 10))
 		if d.Outcome == authority.NotReady && d.Envelope.Assignment == nil {
 			if next := a.Keeper.Successor(d.Partition); next != nil {
 				if a.handoffRefused != nil {
@@ -328,6 +337,54 @@ type PartitionStatus struct {
 	Endpoint       string      `json:"endpoint"`
 	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
 	Owned          bool        `json:"owned"`
+	// R138: what the partition is doing, stated positively. Activity is
+	// "idle" (owned, nothing to consume), "working" (uploads accepted and
+	// waiting for publication, the oldest under StallAfter), "stalled"
+	// (the oldest past it: the home stopped consuming) or "unowned".
+	Activity             string  `json:"activity"`
+	PendingPublications  int     `json:"pending_publications"`
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	// LiveAt is the home's last lease renewal (database clock): its
+	// statement that it is alive, idle or not.
+	LiveAt *time.Time `json:"live_at"`
+}
+
+// StallAfter is how long an accepted upload may wait for its publication
+// before its partition is called stalled (R138): well past the finalize
+// job's retries (every 2 s, ten times) and a failover (the lease TTL).
+const StallAfter = time.Minute
+
+// pendingByPartition sums pending publications per partition of m.
+func pendingByPartition(m *authority.Map, pending []store.PendingPublication) (map[string]store.PendingPublication, error) {
+	ix, err := authority.NewIndex(m)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]store.PendingPublication{}
+	for _, p := range pending {
+		res, err := ix.ResolveKey(p.Repository)
+		if err != nil {
+			continue
+		}
+		agg := out[res.Partition.ID]
+		agg.Count += p.Count
+		agg.OldestAge = max(agg.OldestAge, p.OldestAge)
+		out[res.Partition.ID] = agg
+	}
+	return out, nil
+}
+
+// activity is R138's statement for a partition.
+func activity(owned bool, p store.PendingPublication) string {
+	switch {
+	case !owned:
+		return "unowned"
+	case p.Count == 0:
+		return "idle"
+	case p.OldestAge >= StallAfter:
+		return "stalled"
+	}
+	return "working"
 }
 
 func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
@@ -346,6 +403,14 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 	for _, l := range leases {
 		byID[l.Partition] = l
 	}
+	pending, err := a.Maps.PendingPublications(ctx)
+	if err != nil {
+		return nil, err
+	}
+	work, err := pendingByPartition(m, pending)
+	if err != nil {
+		return nil, err
+	}
 	rows := make([]PartitionStatus, 0, len(m.Partitions))
 	for _, p := range m.Partitions {
 		ps := PartitionStatus{ID: p.ID, Generation: p.Generation, Class: string(p.Class), MapEpoch: p.Epoch, MapNode: p.Primary.Node, State: "UNOWNED"}
@@ -360,8 +425,14 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 			ps.State = string(l.State)
 			if !ps.Owned {
 				ps.State = "UNOWNED" // R133: unowned is its own condition
+			} else {
+				live := l.ExpiresAt.Add(-l.TTL)
+				ps.LiveAt = &live
 			}
 		}
+		w := work[p.ID]
+		ps.PendingPublications, ps.OldestPendingSeconds = w.Count, w.OldestAge.Seconds()
+		ps.Activity = activity(ps.Owned && ps.State == string(authority.PrimaryServing), w)
 		rows = append(rows, ps)
 	}
 	return map[string]any{"map_version": m.Version, "partitions": rows}, nil

@@ -34,6 +34,7 @@ type authorityCollector struct {
 	reports NodeReports
 
 	unownedSlots, unownedParts, duplicates, oldest, oldestAge, scrapeErrors *prometheus.Desc
+	stalled, pending                                                        *prometheus.Desc
 	failures                                                                atomic.Uint64
 }
 
@@ -46,11 +47,13 @@ func newAuthorityCollector(a *Authority, reports NodeReports) *authorityCollecto
 		oldest:       prometheus.NewDesc("blobplane_map_oldest_version_in_use", "Oldest partition map version an api node or a recently seen client routes with (ZBP-5 R139).", nil, nil),
 		oldestAge:    prometheus.NewDesc("blobplane_map_oldest_version_in_use_age_seconds", "Age of the oldest map version in use, from its generation time (ZBP-5 R139).", nil, nil),
 		scrapeErrors: prometheus.NewDesc("blobplane_authority_metrics_errors_total", "Scrapes whose authority metrics could not be computed.", nil, nil),
+		stalled:      prometheus.NewDesc("blobplane_stalled_partitions", "Owned partitions whose oldest accepted upload has waited over a minute for its publication: the home stopped consuming (ZBP-5 R138; an idle partition has none waiting).", nil, nil),
+		pending:      prometheus.NewDesc("blobplane_pending_publications", "Uploads accepted (202) and not yet published, all partitions.", nil, nil),
 	}
 }
 
 func (c *authorityCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.unownedSlots, c.unownedParts, c.duplicates, c.oldest, c.oldestAge, c.scrapeErrors} {
+	for _, d := range []*prometheus.Desc{c.unownedSlots, c.unownedParts, c.duplicates, c.oldest, c.oldestAge, c.scrapeErrors, c.stalled, c.pending} {
 		ch <- d
 	}
 }
@@ -91,6 +94,25 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 	})
 	ch <- prometheus.MustNewConstMetric(c.unownedSlots, prometheus.GaugeValue, float64(slots))
 	ch <- prometheus.MustNewConstMetric(c.unownedParts, prometheus.GaugeValue, float64(len(parts)))
+
+	pending, err := c.a.Maps.PendingPublications(ctx)
+	if err != nil {
+		return err
+	}
+	work, err := pendingByPartition(m, pending)
+	if err != nil {
+		return err
+	}
+	stalled, total := 0, 0
+	for id, w := range work {
+		total += w.Count
+		l, ok := live[id]
+		if activity(ok && l.State == authority.PrimaryServing, w) == "stalled" {
+			stalled++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(stalled))
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(total))
 
 	versions, claims, err := c.reports.AuthorityReports(ctx)
 	if err != nil {

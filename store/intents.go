@@ -654,3 +654,28 @@ func intentFromRow(r dbsqlc.Intent) upload.Intent {
 	}
 	return in
 }
+
+// PendingPublication is one repository's uploads accepted (202) and not
+// yet published at its home: work its partition has to consume (ZBP-5
+// R138).
+type PendingPublication struct {
+	Repository string
+	Count      int
+	// OldestAge is how long the oldest has waited, on the database's
+	// clock.
+	OldestAge time.Duration
+}
+
+// PendingPublications returns up to 10,000 repositories with uploads
+// accepted and not yet published.
+func (s *Store) PendingPublications(ctx context.Context) ([]PendingPublication, error) {
+	rows, err := s.q.PendingPublicationsByRepository(ctx, s.pool, 10000)
+	if err != nil {
+		return nil, dbErr("store.PendingPublications", err)
+	}
+	out := make([]PendingPublication, len(rows))
+	for i, r := range rows {
+		out[i] = PendingPublication{Repository: r.Repository, Count: int(r.Pending), OldestAge: time.Duration(r.OldestAgeSeconds * float64(time.Second))}
+	}
+	return out, nil
+}

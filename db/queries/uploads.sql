@@ -394,3 +394,16 @@ SELECT t.operation_id, t.repository, t.digest, t.size_bytes,
            'new_reference', EXISTS (SELECT 1 FROM ref WHERE ref.operation_id = t.operation_id))
 FROM admitted a JOIN intent t ON t.operation_id = a.operation_id
 RETURNING operation_id, result, published_at;
+
+-- name: PendingPublicationsByRepository :many
+-- Uploads whose bytes were accepted (202) and whose publication at the
+-- repository's home has not happened yet, per repository: a partition's
+-- work to consume (ZBP-5 R138). Visits pending rows only (their partial
+-- index), bounded.
+SELECT repository, count(*)::bigint AS pending,
+       extract(epoch FROM now() - min(accepted_at))::float8 AS oldest_age_seconds
+FROM intents
+WHERE state = 'pending' AND accepted_at IS NOT NULL
+GROUP BY repository
+ORDER BY repository
+LIMIT @max_rows;

@@ -1049,6 +1049,46 @@ func (q *Queries) OpenUsage(ctx context.Context, db DBTX, arg OpenUsageParams) (
 	return items, nil
 }
 
+const pendingPublicationsByRepository = `-- name: PendingPublicationsByRepository :many
+SELECT repository, count(*)::bigint AS pending,
+       extract(epoch FROM now() - min(accepted_at))::float8 AS oldest_age_seconds
+FROM intents
+WHERE state = 'pending' AND accepted_at IS NOT NULL
+GROUP BY repository
+ORDER BY repository
+LIMIT $1
+`
+
+type PendingPublicationsByRepositoryRow struct {
+	Repository       string
+	Pending          int64
+	OldestAgeSeconds float64
+}
+
+// Uploads whose bytes were accepted (202) and whose publication at the
+// repository's home has not happened yet, per repository: a partition's
+// work to consume (ZBP-5 R138). Visits pending rows only (their partial
+// index), bounded.
+func (q *Queries) PendingPublicationsByRepository(ctx context.Context, db DBTX, maxRows int32) ([]PendingPublicationsByRepositoryRow, error) {
+	rows, err := db.Query(ctx, pendingPublicationsByRepository, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PendingPublicationsByRepositoryRow{}
+	for rows.Next() {
+		var i PendingPublicationsByRepositoryRow
+		if err := rows.Scan(&i.Repository, &i.Pending, &i.OldestAgeSeconds); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const publish = `-- name: Publish :one
 WITH intent AS (
     SELECT p.operation_id, p.repository FROM intents p
