@@ -168,9 +168,42 @@ func TestOCIBase(t *testing.T) {
 	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.reader, nil); a.status != 403 || ociCode(t, a) != "DENIED" {
 		t.Fatalf("push without write: %+v", a)
 	}
-	if a := e.do(t, "POST", "/v2/team/none/blobs/uploads/", "", e.writer, nil); a.status != 404 || ociCode(t, a) != "NAME_UNKNOWN" {
-		t.Fatalf("unknown repository: %+v", a)
+	// Issue 31: a push creates its repository when the principal's grant
+	// covers the name (alice: team/*:write), recorded with who; a reader
+	// of the same names, a writer elsewhere and a stranger create nothing.
+	other := token(t, e.st, "carol", "other/*:write")
+	if a := e.do(t, "POST", "/v2/team/fresh/blobs/uploads/", "", e.reader, nil); a.status != 403 || ociCode(t, a) != "DENIED" {
+		t.Fatalf("a reader's push into a new repository: %+v", a)
 	}
+	if a := e.do(t, "POST", "/v2/team/fresh/blobs/uploads/", "", other, nil); a.status != 403 || ociCode(t, a) != "DENIED" {
+		t.Fatalf("another tenant's push into a new repository: %+v", a)
+	}
+	if a := e.do(t, "POST", "/v2/team/fresh/blobs/uploads/", "", "", nil); a.status != 401 {
+		t.Fatalf("an anonymous push into a new repository: %+v", a)
+	}
+	assertRepo := func(name, by string) {
+		t.Helper()
+		repos, err := e.st.ListRepositories(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range repos {
+			if r.Name == name {
+				if r.CreatedBy != by {
+					t.Fatalf("%s created by %q, want %q", name, r.CreatedBy, by)
+				}
+				return
+			}
+		}
+		if by != "" {
+			t.Fatalf("%s does not exist", name)
+		}
+	}
+	assertRepo("team/fresh", "")
+	if a := e.do(t, "POST", "/v2/team/fresh/blobs/uploads/", "", e.writer, nil); a.status != 202 || a.header.Get("Location") == "" {
+		t.Fatalf("first push into a repository alice may write: %+v", a)
+	}
+	assertRepo("team/fresh", "alice")
 }
 
 // Monolithic POST ?digest=, then HEAD, GET, ranged GET and DELETE.
@@ -522,10 +555,19 @@ func TestOCIMonolithicRefusedStoresNothing(t *testing.T) {
 		return out
 	}
 
+	// A repository deleted after this node saw it exist: the open is
+	// refused (NAME_UNKNOWN) and stores nothing; the next push creates
+	// the repository again.
+	if a := e.do(t, "POST", "/v2/team/gone/blobs/uploads/", "", e.writer, nil); a.status != 202 {
+		t.Fatalf("session in a new repository: %+v", a)
+	}
+	if _, err := e.st.Pool().Exec(ctx, `DELETE FROM intents WHERE repository = 'team/gone'; DELETE FROM repositories WHERE name = 'team/gone'`); err != nil {
+		t.Fatal(err)
+	}
 	content := "no such repository"
 	d := ociDigest(content)
-	if a := e.do(t, "POST", "/v2/team/none/blobs/uploads/?digest="+d, content, e.writer, nil); a.status != 404 || ociCode(t, a) != "NAME_UNKNOWN" {
-		t.Fatalf("unknown repository: %+v", a)
+	if a := e.do(t, "POST", "/v2/team/gone/blobs/uploads/?digest="+d, content, e.writer, nil); a.status != 404 || ociCode(t, a) != "NAME_UNKNOWN" {
+		t.Fatalf("a repository deleted since: %+v", a)
 	}
 	if ps, err := e.st.Placements(ctx, blobplane.Digest(d)); err != nil || len(ps) != 0 {
 		t.Fatalf("placements after a refused open: %+v, %v", ps, err)
@@ -543,8 +585,9 @@ func TestOCIMonolithicRefusedStoresNothing(t *testing.T) {
 		t.Fatalf("files left by refused uploads: %v", got)
 	}
 
-	// And the same request shape publishes when all is well.
-	if a := e.do(t, "POST", "/v2/team/app/blobs/uploads/?digest="+d, content, e.writer, nil); a.status != 201 {
+	// And the same request shape publishes when all is well: the
+	// deleted repository is created again.
+	if a := e.do(t, "POST", "/v2/team/gone/blobs/uploads/?digest="+d, content, e.writer, nil); a.status != 201 {
 		t.Fatalf("upload: %+v", a)
 	}
 	if got := files(); len(got) != 1 {

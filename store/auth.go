@@ -18,6 +18,8 @@ import (
 type Repository struct {
 	Name      string
 	CreatedAt time.Time
+	// CreatedBy is the principal whose first push created it, or "admin".
+	CreatedBy string
 }
 
 // CreateRepository creates the repository name. It is idempotent: creating
@@ -32,6 +34,17 @@ func (s *Store) CreateRepository(ctx context.Context, name string) error {
 	return dbErr("create repository", err)
 }
 
+// EnsureRepository creates name on behalf of principal when it does not
+// exist (a push creates its repository, issue 31; the caller checked that
+// principal may write it) and reports whether this call created it.
+func (s *Store) EnsureRepository(ctx context.Context, name, principal string) (bool, error) {
+	if err := auth.CheckRepository(name); err != nil {
+		return false, err
+	}
+	created, err := s.q.CreateRepositoryBy(ctx, s.pool, dbsqlc.CreateRepositoryByParams{Name: name, CreatedBy: principal})
+	return created, dbErr("create repository", err)
+}
+
 // ListRepositories returns every repository ordered by name.
 func (s *Store) ListRepositories(ctx context.Context) ([]Repository, error) {
 	rows, err := s.q.ListRepositories(ctx, s.pool)
@@ -40,7 +53,7 @@ func (s *Store) ListRepositories(ctx context.Context) ([]Repository, error) {
 	}
 	out := make([]Repository, len(rows))
 	for i, r := range rows {
-		out[i] = Repository{Name: r.Name, CreatedAt: r.CreatedAt.Time}
+		out[i] = Repository{Name: r.Name, CreatedAt: r.CreatedAt.Time, CreatedBy: r.CreatedBy}
 	}
 	return out, nil
 }

@@ -1,7 +1,10 @@
 package upload
 
 import (
+	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/blobplane/blobplane"
@@ -32,6 +35,48 @@ type Flow struct {
 	bounds      *bounds
 	budget      *partitionBudget // writes in flight per partition at its home (R130)
 	logger      *slog.Logger
+	// repos are repositories known to exist (ensureRepository), at most
+	// maxKnownRepos of them.
+	repos      sync.Map
+	knownRepos atomic.Int64
+}
+
+// maxKnownRepos bounds the repositories a Flow remembers as existing;
+// past it each first write of another checks the database again.
+const maxKnownRepos = 100_000
+
+// ensureRepository creates repo on principal's first push into it
+// (issue 31: Distribution, zot, GHCR and GitLab do; the OCI conformance
+// suite assumes it). The handler checked the principal may write repo —
+// its grant covers the name — before any flow runs; the creation is
+// recorded with who (repositories.created_by) and when, and logged.
+func (f *Flow) ensureRepository(ctx context.Context, repo, principal string) error {
+	if _, ok := f.repos.Load(repo); ok {
+		return nil
+	}
+	created, err := f.store.EnsureRepository(ctx, repo, principal)
+	if err != nil {
+		return err
+	}
+	if created {
+		f.logger.InfoContext(ctx, "repository created by its first push", "repository", repo, "principal", principal)
+	}
+	if f.knownRepos.Load() < maxKnownRepos {
+		if _, loaded := f.repos.LoadOrStore(repo, struct{}{}); !loaded {
+			f.knownRepos.Add(1)
+		}
+	}
+	return nil
+}
+
+// forgetRepository drops repo from the known set when the database says
+// it does not exist (deleted since): the next push creates it again.
+func (f *Flow) forgetRepository(repo string, err error) {
+	if SubjectOf(err) == Repository && blobplane.ErrorCode(err) == blobplane.CodeNotFound {
+		if _, loaded := f.repos.LoadAndDelete(repo); loaded {
+			f.knownRepos.Add(-1)
+		}
+	}
 }
 
 // Config is how a Flow runs. Backends, Backend, Datacenter and Home are

@@ -40,6 +40,9 @@ func (f *Flow) Open(ctx context.Context, req OpenRequest) (Result, error) {
 		Repository: req.Repository, Principal: req.Principal, ExpectedDigest: d, ExpectedSize: size,
 		IngressDatacenter: f.datacenter, Backend: f.backend, TTL: f.ttl,
 	}
+	if err := f.ensureRepository(ctx, req.Repository, req.Principal); err != nil {
+		return Result{}, refuse(Repository, err)
+	}
 	if err := f.bounds.admitSession(ctx, req.Principal); err != nil {
 		return Result{}, refuse(Quota, err)
 	}
@@ -49,11 +52,15 @@ func (f *Flow) Open(ctx context.Context, req OpenRequest) (Result, error) {
 		defer f.bounds.release(req.Principal)
 	}
 	if d != "" && size != SizeUnknown {
-		return f.openAndClose(ctx, n, be, req.Body)
+		res, err := f.openAndClose(ctx, n, be, req.Body)
+		f.forgetRepository(req.Repository, err)
+		return res, err
 	}
 	in, err := f.store.CreateIntent(ctx, n)
 	if err != nil {
-		return Result{}, f.explainClaim(ctx, d, refuse(Repository, err))
+		err = f.explainClaim(ctx, d, refuse(Repository, err))
+		f.forgetRepository(req.Repository, err)
+		return Result{}, err
 	}
 	if d == "" {
 		// Staging starts with the first chunk (a session closed by one
@@ -106,6 +113,9 @@ func (f *Flow) openAndClose(ctx context.Context, n NewIntent, be backend.Backend
 // refused anyway (issue 29): naming a digest an operator obliterated
 // tells the caller no more than an upload of it would.
 func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Digest, from string) (res Result, ok bool, err error) {
+	if err := f.ensureRepository(ctx, repo, principal); err != nil {
+		return Result{}, false, refuse(Repository, err)
+	}
 	size, err := f.store.ReferencedBlob(ctx, from, d)
 	if err != nil {
 		// An obliterated digest has no reference left anywhere.

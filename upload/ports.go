@@ -22,6 +22,10 @@ type Store interface {
 	// by home's lease (ZBP-5 R19). Errors: stale_epoch when the lease
 	// moved, not_found when there is no reference.
 	DeleteReferenceAtHome(ctx context.Context, home Home, repository string, d blobplane.Digest) error
+	// EnsureRepository creates repository for principal unless it exists
+	// (a push creates its repository; the caller checked the principal
+	// may write it) and says whether it did.
+	EnsureRepository(ctx context.Context, repository, principal string) (created bool, err error)
 	// CreateIntent records a pending intent. Errors: invalid, not_found
 	// (no such repository).
 	CreateIntent(ctx context.Context, n NewIntent) (Intent, error)

@@ -1,6 +1,16 @@
 -- name: CreateRepository :execrows
 INSERT INTO repositories (name) VALUES (@name) ON CONFLICT (name) DO NOTHING;
 
+-- name: CreateRepositoryBy :one
+-- A push's creation of its repository (issue 31): true when this
+-- statement created it.
+WITH created AS (
+    INSERT INTO repositories (name, created_by) VALUES (@name, @created_by)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM created)::boolean AS created;
+
 -- name: ListRepositories :many
 SELECT * FROM repositories ORDER BY name;
 

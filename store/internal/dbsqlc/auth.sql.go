@@ -23,6 +23,29 @@ func (q *Queries) CreateRepository(ctx context.Context, db DBTX, name string) (i
 	return result.RowsAffected(), nil
 }
 
+const createRepositoryBy = `-- name: CreateRepositoryBy :one
+WITH created AS (
+    INSERT INTO repositories (name, created_by) VALUES ($1, $2)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM created)::boolean AS created
+`
+
+type CreateRepositoryByParams struct {
+	Name      string
+	CreatedBy string
+}
+
+// A push's creation of its repository (issue 31): true when this
+// statement created it.
+func (q *Queries) CreateRepositoryBy(ctx context.Context, db DBTX, arg CreateRepositoryByParams) (bool, error) {
+	row := db.QueryRow(ctx, createRepositoryBy, arg.Name, arg.CreatedBy)
+	var created bool
+	err := row.Scan(&created)
+	return created, err
+}
+
 const deletePrincipalGrants = `-- name: DeletePrincipalGrants :execrows
 DELETE FROM grants
 WHERE principal = $1 AND pattern || ':' || permission = ANY ($2::text[])
@@ -86,7 +109,7 @@ func (q *Queries) InsertToken(ctx context.Context, db DBTX, arg InsertTokenParam
 }
 
 const listRepositories = `-- name: ListRepositories :many
-SELECT name, created_at FROM repositories ORDER BY name
+SELECT name, created_at, created_by FROM repositories ORDER BY name
 `
 
 func (q *Queries) ListRepositories(ctx context.Context, db DBTX) ([]Repository, error) {
@@ -98,7 +121,7 @@ func (q *Queries) ListRepositories(ctx context.Context, db DBTX) ([]Repository, 
 	items := []Repository{}
 	for rows.Next() {
 		var i Repository
-		if err := rows.Scan(&i.Name, &i.CreatedAt); err != nil {
+		if err := rows.Scan(&i.Name, &i.CreatedAt, &i.CreatedBy); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -566,6 +566,8 @@ type Repository struct {
 	Name string
 	// Database time the repository was created (api repo create or POST /v1/admin/repositories).
 	CreatedAt pgtype.Timestamptz
+	// Who created it: the principal whose first push did (its grant covered the name), or the operator of api repo create / POST /v1/admin/repositories (admin).
+	CreatedBy string
 }
 
 // API tokens (bp_<id>_<secret>). Only the SHA-256 of the secret is stored; the secret is shown once at creation. Authentication looks a token up by id (primary key) and compares hashes in constant time.
