@@ -21,6 +21,7 @@ const (
 	ociUnauthorized      = "UNAUTHORIZED"
 	ociDenied            = "DENIED"
 	ociUnsupported       = "UNSUPPORTED"
+	ociTooManyRequests   = "TOOMANYREQUESTS"
 	ociUnavailable       = "UNAVAILABLE" // not in the spec's table; clients treat 5xx as retryable
 	ociRangeNotSatisfied = "BLOB_UPLOAD_INVALID"
 )
@@ -80,9 +81,9 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 		w.Header().Set("Retry-After", "1")
 	case blobplane.CodeTooManyRequests:
 		// A per-principal bound (open sessions, staged bytes) or the
-		// authentication failure limit: DENIED is the spec's code for a
-		// refused operation; the status and Retry-After say "later".
-		oci = ociDenied
+		// authentication failure limit: the spec's 429 carries
+		// TOOMANYREQUESTS; Retry-After says when.
+		oci = ociTooManyRequests
 		if w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}

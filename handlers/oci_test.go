@@ -266,7 +266,12 @@ func TestOCIChunkedBadRangeThenResume(t *testing.T) {
 		t.Fatalf("chunk 2: %+v", a)
 	}
 	d := ociDigest("0123456789abc")
-	if a := e.do(t, "PUT", loc+"?digest="+d, "abc", e.writer, nil); a.status != 201 || a.header.Get("Docker-Content-Digest") != d {
+	// Issue 31: the closing PUT's last chunk out of order is 416 with
+	// the Range to resume from, as a PATCH's; in order, it closes.
+	if a := e.do(t, "PUT", loc+"?digest="+d, "abc", e.writer, map[string]string{"Content-Range": "11-13"}); a.status != 416 || a.header.Get("Range") != "0-9" || ociCode(t, a) != "BLOB_UPLOAD_INVALID" {
+		t.Fatalf("out-of-order closing chunk: %+v", a)
+	}
+	if a := e.do(t, "PUT", loc+"?digest="+d, "abc", e.writer, map[string]string{"Content-Range": "10-12"}); a.status != 201 || a.header.Get("Docker-Content-Digest") != d {
 		t.Fatalf("close: %+v", a)
 	}
 	if a := e.do(t, "GET", "/v2/team/app/blobs/"+d, "", e.reader, nil); a.body != "0123456789abc" {
@@ -275,6 +280,19 @@ func TestOCIChunkedBadRangeThenResume(t *testing.T) {
 	// A closed session is gone.
 	if a := e.do(t, "PATCH", loc, "x", e.writer, nil); a.status != 404 || ociCode(t, a) != "BLOB_UPLOAD_UNKNOWN" {
 		t.Fatalf("patch after close: %+v", a)
+	}
+	// A fresh session's closing PUT must start at byte 0 (the
+	// conformance suite's out-of-order case), and a malformed range is
+	// refused the same way.
+	a = e.do(t, "POST", "/v2/team/app/blobs/uploads/", "", e.writer, nil)
+	fresh := a.header.Get("Location")
+	for _, cr := range []string{"5-7", "nonsense", "0-9"} { // 0-9 disagrees with the 3-byte body
+		if a := e.do(t, "PUT", fresh+"?digest="+ociDigest("xyz"), "xyz", e.writer, map[string]string{"Content-Range": cr}); a.status != 416 || a.header.Get("Range") != "0-0" {
+			t.Fatalf("fresh session closed at %q: %+v", cr, a)
+		}
+	}
+	if a := e.do(t, "PUT", fresh+"?digest="+ociDigest("xyz"), "xyz", e.writer, map[string]string{"Content-Range": "0-2"}); a.status != 201 {
+		t.Fatalf("fresh session closed in order: %+v", a)
 	}
 }
 

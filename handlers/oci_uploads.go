@@ -71,7 +71,7 @@ func (h *ociHandler) putUpload(w http.ResponseWriter, r *http.Request, name, id 
 		return
 	}
 	res, err := h.flow.Close(r.Context(), upload.CloseRequest{Repository: name, OperationID: id, Digest: d,
-		Body: r.Body, Length: r.ContentLength})
+		Body: r.Body, Length: r.ContentLength, ContentRange: r.Header.Get("Content-Range")})
 	if err != nil {
 		h.refused(w, r, err)
 		return

@@ -298,7 +298,7 @@ func TestAttackGarbageAfterAnotherTenantsStage(t *testing.T) {
 }
 
 // Issue 26 point 5: one principal cannot hold unbounded upload sessions
-// or staged bytes. mallory at her bounds gets 429 DENIED; alice, another
+// or staged bytes. mallory at her bounds gets 429 TOOMANYREQUESTS; alice, another
 // principal, is not affected; closing sessions frees mallory's room.
 func TestAttackExhaustSessionsAndStaging(t *testing.T) {
 	t.Parallel()
@@ -314,7 +314,7 @@ func TestAttackExhaustSessionsAndStaging(t *testing.T) {
 	}
 	for _, path := range []string{"/v2/attacker/blobs/uploads/", "/v2/attacker/blobs/uploads/?digest=" + ociDigest("x")} {
 		a := tn.malloryE.do(t, "POST", path, "x", tn.mallory, nil)
-		if a.status != http.StatusTooManyRequests || ociCode(t, a) != "DENIED" || a.header.Get("Retry-After") == "" {
+		if a.status != http.StatusTooManyRequests || ociCode(t, a) != "TOOMANYREQUESTS" || a.header.Get("Retry-After") == "" {
 			t.Fatalf("session past mallory's bound (%s): %+v", path, a)
 		}
 	}
@@ -330,7 +330,7 @@ func TestAttackExhaustSessionsAndStaging(t *testing.T) {
 		t.Fatalf("first chunk: %+v", a)
 	}
 	a := tn.malloryE.do(t, "PATCH", locs[1], chunk, tn.mallory, nil)
-	if a.status != http.StatusTooManyRequests || ociCode(t, a) != "DENIED" {
+	if a.status != http.StatusTooManyRequests || ociCode(t, a) != "TOOMANYREQUESTS" {
 		t.Fatalf("chunk past the staging bound: %+v", a)
 	}
 	if a := tn.malloryE.do(t, "GET", locs[0], "", tn.mallory, nil); a.status != http.StatusNoContent || a.header.Get("Range") != "0-599" {

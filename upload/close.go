@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -23,6 +24,11 @@ type CloseRequest struct {
 	Digest      blobplane.Digest
 	Body        io.Reader
 	Length      int64
+	// ContentRange is the last chunk's Content-Range ("<start>-<end>"),
+	// "" when the PUT does not say: a range that does not start where
+	// the session's bytes end is refused (416, the Range to resume from),
+	// as a PATCH's would be.
+	ContentRange string
 }
 
 // emptyBlob is the digest of zero bytes, the one blob an empty close may
@@ -32,12 +38,26 @@ const emptyBlob blobplane.Digest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae4
 // Close closes an upload session: Published or Kept.
 func (f *Flow) Close(ctx context.Context, req CloseRequest) (Result, error) {
 	d := req.Digest
-	if res, ok, err := f.closeFreshSession(ctx, &req); ok || err != nil {
-		return res, err
+	start := int64(0)
+	if cr := req.ContentRange; cr != "" {
+		var end int64
+		var err error
+		if start, end, err = ParseContentRange(cr); err != nil || (req.Length >= 0 && req.Length != end-start+1) {
+			start = -1 // refused below, with where to resume
+		}
+	}
+	if start == 0 {
+		// The fresh path takes only sessions that staged nothing.
+		if res, ok, err := f.closeFreshSession(ctx, &req); ok || err != nil {
+			return res, err
+		}
 	}
 	in, be, err := f.session(ctx, req.Repository, req.OperationID)
 	if err != nil {
 		return Result{}, err
+	}
+	if req.ContentRange != "" && start != in.ReceivedBytes {
+		return Result{}, rangeRefused(in, fmt.Sprintf("Content-Range %q: the last chunk must start at byte %d", TruncateID(req.ContentRange), in.ReceivedBytes))
 	}
 	if req.Length == 0 && in.ExpectedDigest == d && in.ExpectedSize == in.ReceivedBytes && in.Possession == PossessionUploaded {
 		// A retried close: this session's own bytes were hashed to d and
