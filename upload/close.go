@@ -31,6 +31,20 @@ type CloseRequest struct {
 	ContentRange string
 }
 
+// rangeStart is where the last chunk says it starts: 0 without a
+// Content-Range, -1 when the range is malformed or disagrees with the
+// body's length (refused with where to resume).
+func (req CloseRequest) rangeStart() int64 {
+	if req.ContentRange == "" {
+		return 0
+	}
+	start, end, err := ParseContentRange(req.ContentRange)
+	if err != nil || (req.Length >= 0 && req.Length != end-start+1) {
+		return -1
+	}
+	return start
+}
+
 // emptyBlob is the digest of zero bytes, the one blob an empty close may
 // carry.
 const emptyBlob blobplane.Digest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -38,14 +52,7 @@ const emptyBlob blobplane.Digest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae4
 // Close closes an upload session: Published or Kept.
 func (f *Flow) Close(ctx context.Context, req CloseRequest) (Result, error) {
 	d := req.Digest
-	start := int64(0)
-	if cr := req.ContentRange; cr != "" {
-		var end int64
-		var err error
-		if start, end, err = ParseContentRange(cr); err != nil || (req.Length >= 0 && req.Length != end-start+1) {
-			start = -1 // refused below, with where to resume
-		}
-	}
+	start := req.rangeStart()
 	if start == 0 {
 		// The fresh path takes only sessions that staged nothing.
 		if res, ok, err := f.closeFreshSession(ctx, &req); ok || err != nil {
