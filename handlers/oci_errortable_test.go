@@ -23,9 +23,9 @@ func TestOCIErrorTable(t *testing.T) {
 	unknown := ociDigest("never uploaded")
 	for _, tc := range []struct {
 		name, method, path, body, cred string
-		hdr                             map[string]string
-		status                          int
-		code                            string
+		hdr                            map[string]string
+		status                         int
+		code                           string
 	}{
 		{"bad name", "POST", "/v2/Bad/Name/blobs/uploads/", "", e.writer, nil, 400, "NAME_INVALID"},
 		{"malformed digest", "POST", "/v2/team/app/blobs/uploads/?digest=sha256:zz", "x", e.writer, nil, 400, "DIGEST_INVALID"},
