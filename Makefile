@@ -9,7 +9,7 @@ export BLOBPLANE_DATA_DIR ?= $(CURDIR)/.data
 .PHONY: run test check generate bench microbench build stop fmt
 
 build: ## build every binary into ./bin
-	go build -o bin/ ./cmd/...
+	go build -buildvcs=auto -o bin/ ./cmd/...
 
 run: build ## start Postgres (if needed), migrate, run api + worker; Ctrl-C stops all
 	scripts/run.sh

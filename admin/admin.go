@@ -1,6 +1,7 @@
 // Package admin implements the operator commands of the api binary that
-// manage access: `api token create|revoke|bootstrap` and `api repo
-// create|list`, and the replication policy: `api policy set|list|delete`
+// manage access: `api token create|list|revoke|bootstrap`, `api repo
+// create|list|delete` and `api grant add|remove|list`, and the
+// replication policy: `api policy set|list|delete`
 // (policy.go). cmd/api only dispatches here; the logic lives in store and
 // auth, and this package turns arguments into calls and results into lines.
 package admin
@@ -13,16 +14,40 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/internal/cli"
 	"github.com/blobplane/blobplane/store"
 )
 
-// Usage lines, also shown on a bad invocation.
+// Usage lines, also shown on a bad invocation and by --help (which needs
+// no database).
 const (
-	TokenUsage = "usage: api token create --principal P --grant 'team/*:write' [--grant ...] | api token revoke <id> | api token bootstrap [--principal admin]"
-	RepoUsage  = "usage: api repo create <name> | api repo list"
+	TokenUsage = "usage: api token create --principal P --grant 'team/*:write' [--grant ...] | api token list [--principal P] | api token revoke <id> | api token bootstrap [--principal admin]"
+	RepoUsage  = "usage: api repo create <name> | api repo list | api repo delete <name> (only with no blob references and no upload in flight)"
+	GrantUsage = "usage: api grant add --principal P --grant 'team/*:write' [--grant ...] | api grant remove --principal P --grant ... | api grant list [--principal P]"
 )
+
+// usages are the commands' usage lines.
+var usages = map[string]string{"token": TokenUsage, "repo": RepoUsage, "grant": GrantUsage, "policy": PolicyUsage, "blob": BlobUsage}
+
+// WantsHelp reports whether args ask for help: -h, --help or help
+// anywhere.
+func WantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" || a == "help" {
+			return true
+		}
+	}
+	return false
+}
+
+// Help writes command's usage, with no database.
+func Help(command string, stdout io.Writer) {
+	fmt.Fprintln(stdout, usages[command])
+}
 
 // Main opens the database at databaseURL and runs the command ("token",
 // "repo" or "policy") with args (what follows the command). Results go
@@ -30,6 +55,16 @@ const (
 // is the only line `token create` and a first `token bootstrap` print);
 // notes for the operator go to stderr.
 func Main(ctx context.Context, databaseURL string, logger *slog.Logger, command string, args []string, stdout, stderr io.Writer) error {
+	if _, known := usages[command]; !known {
+		return fmt.Errorf("unknown admin command %q (token, repo, grant, policy)", command)
+	}
+	if WantsHelp(args) {
+		Help(command, stdout)
+		return nil
+	}
+	if len(args) == 0 {
+		return cli.UsageError{Err: errors.New(usages[command])}
+	}
 	st, err := store.Open(ctx, databaseURL, logger)
 	if err != nil {
 		return err
@@ -45,8 +80,10 @@ func Main(ctx context.Context, databaseURL string, logger *slog.Logger, command 
 		return Repo(ctx, st, args, stdout, stderr)
 	case "policy":
 		return Policy(ctx, st, args, stdout, stderr)
+	case "grant":
+		return Grant(ctx, st, args, stdout)
 	}
-	return fmt.Errorf("unknown admin command %q (token, repo, policy)", command)
+	return fmt.Errorf("unknown admin command %q (token, repo, grant, policy)", command)
 }
 
 // Token runs `api token <sub> ...`.
@@ -73,6 +110,23 @@ func Token(ctx context.Context, st *store.Store, args []string, stdout, stderr i
 		fmt.Fprintln(stdout, secret)
 		fmt.Fprintf(stderr, "token %s for principal %s with grants [%s]; the token is shown only this once\n", id, *principal, grants.String())
 		return nil
+	case "list":
+		fs := newFlagSet("api token list")
+		principal := fs.String("principal", "", "only this principal's tokens")
+		if err := parse(fs, args[1:], 0); err != nil {
+			return err
+		}
+		toks, err := st.ListTokens(ctx, *principal)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPRINCIPAL\tCREATED\tLAST USED\tREVOKED\tGRANTS")
+		for _, t := range toks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Principal, t.CreatedAt.UTC().Format(time.RFC3339),
+				stamp(t.LastUsed), stamp(t.RevokedAt), strings.Join(t.Grants, ","))
+		}
+		return tw.Flush()
 	case "revoke":
 		fs := newFlagSet("api token revoke")
 		if err := parse(fs, args[1:], 1); err != nil {
@@ -146,8 +200,72 @@ func Repo(ctx context.Context, st *store.Store, args []string, stdout, stderr io
 			fmt.Fprintln(stdout, r.Name)
 		}
 		return nil
+	case "delete":
+		fs := newFlagSet("api repo delete")
+		if err := parse(fs, args[1:], 1); err != nil {
+			return err
+		}
+		if err := st.DeleteRepository(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted repository %s\n", fs.Arg(0))
+		return nil
 	}
 	return fmt.Errorf("unknown repo command %q; %s", args[0], RepoUsage)
+}
+
+// Grant runs `api grant add|remove|list`: grants given to a principal,
+// which every one of its valid tokens holds besides its own.
+func Grant(ctx context.Context, st *store.Store, args []string, stdout io.Writer) error {
+	switch args[0] {
+	case "add", "remove":
+		fs := newFlagSet("api grant " + args[0])
+		principal := fs.String("principal", "", "the principal (required; created if new by add)")
+		var grants grantList
+		fs.Var(&grants, "grant", "pattern:permission, e.g. 'team/*:write' (repeatable, at least one)")
+		if err := parse(fs, args[1:], 0); err != nil {
+			return err
+		}
+		if *principal == "" || len(grants) == 0 {
+			return cli.UsageError{Err: errors.New("--principal and at least one --grant are required; " + GrantUsage)}
+		}
+		if args[0] == "add" {
+			if err := st.GrantPrincipal(ctx, *principal, grants); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "granted %s to %s\n", grants.String(), *principal)
+			return nil
+		}
+		if err := st.RevokePrincipalGrants(ctx, *principal, grants); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %s from %s (its tokens' own grants are unchanged)\n", grants.String(), *principal)
+		return nil
+	case "list":
+		fs := newFlagSet("api grant list")
+		principal := fs.String("principal", "", "only this principal's grants")
+		if err := parse(fs, args[1:], 0); err != nil {
+			return err
+		}
+		gs, err := st.ListPrincipalGrants(ctx, *principal)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PRINCIPAL\tGRANT\tSINCE")
+		for _, g := range gs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Principal, g.Grant, g.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("unknown grant command %q; %s", args[0], GrantUsage)
+}
+
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 func newFlagSet(name string) *flag.FlagSet {
@@ -161,16 +279,15 @@ func newFlagSet(name string) *flag.FlagSet {
 func parse(fs *flag.FlagSet, args []string, nargs int) error {
 	if err := fs.Parse(args); err != nil {
 		usage := TokenUsage
-		if strings.HasPrefix(fs.Name(), "api repo") {
-			usage = RepoUsage
+		for cmd, u := range usages {
+			if strings.HasPrefix(fs.Name(), "api "+cmd+" ") {
+				usage = u
+			}
 		}
-		if errors.Is(err, flag.ErrHelp) {
-			return errors.New(usage)
-		}
-		return fmt.Errorf("%s: %v; %s", fs.Name(), err, usage)
+		return cli.Usagef("%s: %v; %s", fs.Name(), err, usage)
 	}
 	if fs.NArg() != nargs {
-		return fmt.Errorf("%s: want %d argument(s), got %q", fs.Name(), nargs, fs.Args())
+		return cli.Usagef("%s: want %d argument(s), got %q", fs.Name(), nargs, fs.Args())
 	}
 	return nil
 }

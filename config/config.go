@@ -299,7 +299,7 @@ var Settings = []Setting{
 	{Flag: "database-url", Env: "DATABASE_URL", Usage: "Postgres connection URL (required; `make run` starts a local cluster and sets it)", For: all,
 		set: func(c *Config, v string) error {
 			if v == "" {
-				return errors.New("is required (postgres://user@host:port/db); `make run` and `make test` set it for you")
+				return nil // required by what connects (store.OpenAs), not by --help
 			}
 			if _, err := pgxpool.ParseConfig(v); err != nil {
 				return fmt.Errorf("cannot be parsed: %s", redactErr(err))
@@ -765,6 +765,7 @@ var Settings = []Setting{
 // getenv as the environment fallback. It returns flag.ErrHelp after writing
 // usage to out when asked for help.
 func Load(binary string, args []string, getenv func(string) string, out io.Writer) (*Config, []string, error) {
+	args = hoistSettings(binary, args)
 	fs := flag.NewFlagSet(binary, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	values := map[string]*string{}
@@ -828,6 +829,62 @@ func Load(binary string, args []string, getenv func(string) string, out io.Write
 		return nil, nil, err
 	}
 	return c, fs.Args(), nil
+}
+
+// CommandFlags are flag names a binary's commands define themselves
+// although a setting of the binary has the same name: after a command,
+// such a flag is the command's (`controller merge --partitions P1,P2`).
+var CommandFlags = map[string][]string{Controller: {"partitions"}}
+
+// hoistSettings lets settings follow the command (`api serve --listen
+// :9000` as `api --listen :9000 serve`): every --setting (or
+// --setting=value) after the first positional argument that is a setting
+// of binary, and not one of its commands' own flags, moves before it; the
+// command's own flags stay where they are. Nothing after "--" moves.
+func hoistSettings(binary string, args []string) []string {
+	settings := map[string]bool{}
+	for _, s := range Settings {
+		if slices.Contains(s.For, binary) && !slices.Contains(CommandFlags[binary], s.Flag) {
+			settings[s.Flag] = true
+		}
+	}
+	cmd := -1
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return args
+		}
+		if !strings.HasPrefix(a, "-") {
+			cmd = i
+			break
+		}
+		if name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "="); settings[name] && !hasValue {
+			i++ // its value
+		}
+	}
+	if cmd < 0 {
+		return args
+	}
+	var hoisted, rest []string
+	for i := cmd + 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || !settings[name] {
+			rest = append(rest, a)
+			continue
+		}
+		hoisted = append(hoisted, a)
+		if !hasValue && i+1 < len(args) {
+			i++
+			hoisted = append(hoisted, args[i])
+		}
+	}
+	out := append(append(append(slices.Clip(args[:cmd]), hoisted...), args[cmd]), rest...)
+	return out
 }
 
 // labels parses a comma-separated list of names that each match re ("":
@@ -1101,7 +1158,7 @@ func ParseBytes(v string) (int64, error) {
 // default). The binaries dispatch on these names and the compose-file test
 // checks docker-compose.yml against them.
 var Commands = map[string][]string{
-	API:        {"serve", "migrate", "lease", "token", "repo", "policy", "blob"},
+	API:        {"serve", "migrate", "lease", "token", "repo", "grant", "policy", "blob"},
 	Worker:     {"run", "sweep", "scrub"},
 	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover", "split", "merge", "retire", "undrain", "rollout", "schedule"},
 }

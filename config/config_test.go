@@ -100,7 +100,6 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		args         []string
 		want         string
 	}{
-		{"missing url", API, map[string]string{}, nil, "DATABASE_URL"},
 		{"unparseable url", API, map[string]string{"DATABASE_URL": "postgres://u:secret@host:notaport/db"}, nil, "DATABASE_URL"},
 		{"bad listen env", API, map[string]string{"DATABASE_URL": goodURL, "BLOBPLANE_LISTEN": "nope"}, nil, "BLOBPLANE_LISTEN"},
 		{"bad listen flag", API, map[string]string{"DATABASE_URL": goodURL}, []string{"--listen", "127.0.0.1:99999"}, "--listen"},
@@ -235,5 +234,27 @@ func TestUploadSettings(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%q: %v", k, v, err)
 		}
+	}
+}
+
+// Issue 31: settings may follow the command; a command's own flag of the
+// same name as a setting stays the command's.
+func TestSettingsAfterTheCommand(t *testing.T) {
+	t.Parallel()
+	e := env(map[string]string{"DATABASE_URL": goodURL})
+	c, rest, err := Load(API, []string{"serve", "--listen", "127.0.0.1:9001", "--datacenter=eu-2"}, e, nil)
+	if err != nil || c.Listen != "127.0.0.1:9001" || c.Datacenter != "eu-2" || len(rest) != 1 || rest[0] != "serve" {
+		t.Fatalf("settings after serve: %+v %v %v", c, rest, err)
+	}
+	_, rest, err = Load(API, []string{"token", "create", "--principal", "ci", "--log-level", "debug", "--grant", "team/*:write"}, e, nil)
+	if err != nil || strings.Join(rest, " ") != "token create --principal ci --grant team/*:write" {
+		t.Fatalf("command flags stay: %v %v", rest, err)
+	}
+	c, rest, err = Load(Controller, []string{"merge", "--partitions", "p1,p2", "--controller-tick", "1s"}, e, nil)
+	if err != nil || strings.Join(rest, " ") != "merge --partitions p1,p2" || c.Partitions != 0 || c.ControllerTick != time.Second {
+		t.Fatalf("the command's own --partitions: %v %+v %v", rest, c.Partitions, err)
+	}
+	if _, rest, err = Load(API, []string{"repo", "create", "--", "--listen"}, e, nil); err != nil || strings.Join(rest, " ") != "repo create -- --listen" {
+		t.Fatalf("after --: %v %v", rest, err)
 	}
 }

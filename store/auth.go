@@ -300,3 +300,74 @@ func grantsFromTexts(texts []string) ([]auth.Grant, error) {
 	}
 	return out, nil
 }
+
+// TokenInfo is a token as `api token list` shows it: never its secret.
+type TokenInfo struct {
+	ID, Principal       string
+	CreatedAt           time.Time
+	RevokedAt, LastUsed *time.Time
+	Grants              []string // the token's own, pattern:permission
+}
+
+// ListTokens returns every token, or principal's when it is not "",
+// newest first.
+func (s *Store) ListTokens(ctx context.Context, principal string) ([]TokenInfo, error) {
+	rows, err := s.q.ListTokens(ctx, s.pool, principal)
+	if err != nil {
+		return nil, dbErr("list tokens", err)
+	}
+	out := make([]TokenInfo, len(rows))
+	for i, r := range rows {
+		out[i] = TokenInfo{ID: r.ID, Principal: r.Principal, CreatedAt: r.CreatedAt.Time, Grants: r.Grants,
+			RevokedAt: timePtr(r.RevokedAt), LastUsed: timePtr(r.LastUsedAt)}
+	}
+	return out, nil
+}
+
+// PrincipalGrant is a grant given to a principal (GrantPrincipal).
+type PrincipalGrant struct {
+	Principal string
+	Grant     string // pattern:permission
+	CreatedAt time.Time
+}
+
+// ListPrincipalGrants returns the grants given to principals (or to
+// principal when it is not ""), by principal.
+func (s *Store) ListPrincipalGrants(ctx context.Context, principal string) ([]PrincipalGrant, error) {
+	rows, err := s.q.ListPrincipalGrantRows(ctx, s.pool, principal)
+	if err != nil {
+		return nil, dbErr("list grants", err)
+	}
+	out := make([]PrincipalGrant, len(rows))
+	for i, r := range rows {
+		out[i] = PrincipalGrant{Principal: r.Principal, Grant: r.Pattern + ":" + r.Permission, CreatedAt: r.CreatedAt.Time}
+	}
+	return out, nil
+}
+
+// DeleteRepository deletes the empty repository name. Errors: not_found
+// when there is none; conflict, naming what holds it, while it still has
+// references or uploads (delete the references first; uploads end or are
+// swept).
+func (s *Store) DeleteRepository(ctx context.Context, name string) error {
+	if err := auth.CheckRepository(name); err != nil {
+		return err
+	}
+	r, err := s.q.DeleteRepository(ctx, s.pool, name)
+	switch {
+	case err != nil:
+		return dbErr("delete repository", err)
+	case r.Refs > 0 || r.Intents > 0:
+		return blobplane.Errorf(blobplane.CodeConflict, "repository %s still holds %d blob references and %d uploads in flight or awaiting the reaper: delete its blobs first (uploads end, or are swept when idle)", name, r.Refs, r.Intents)
+	case !r.Deleted:
+		return blobplane.Errorf(blobplane.CodeNotFound, "no repository %s", name)
+	}
+	return nil
+}
+
+func timePtr(t pgtype.Timestamptz) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
+}

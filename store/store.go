@@ -111,8 +111,17 @@ func NodeApplicationName(node, suffix string) string {
 	return ApplicationName + "/" + node + suffix
 }
 
+// ErrNoDatabaseURL is the error of opening with no DATABASE_URL: a
+// missing setting (the binaries exit 2, as for any invalid one).
+var ErrNoDatabaseURL = errors.New("invalid DATABASE_URL: is required (postgres://user@host:port/db); `make run` and `make test` set it for you")
+
 // OpenAs is OpenWith with the sessions' application_name.
 func OpenAs(ctx context.Context, databaseURL string, logger *slog.Logger, timeouts Timeouts, applicationName string) (*Store, error) {
+	if databaseURL == "" {
+		// Required here, where it is used, so that --help and the commands
+		// that need no database work without it.
+		return nil, blobplane.Wrap(blobplane.CodeInvalid, ErrNoDatabaseURL, "%s", ErrNoDatabaseURL.Error())
+	}
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "invalid DATABASE_URL: cannot be parsed")

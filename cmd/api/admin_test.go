@@ -162,3 +162,113 @@ func TestAdminCommands(t *testing.T) {
 		}
 	})
 }
+
+// Issue 31 point 5: token list, repo delete, grant add|remove|list
+// through the real binary; usage errors exit 2, help needs no database
+// and exits 0, every binary answers --version.
+func TestCLIConventions(t *testing.T) {
+	bins := testbin.Build(t)
+	api := filepath.Join(bins, "api")
+	d := pgtest.New(t)
+	st := store.New(d.Pool, nil)
+	ctx := context.Background()
+	env := []string{"DATABASE_URL=" + d.URL}
+
+	t.Run("help without a database, --version everywhere", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"api", "--help"}, {"api", "token", "--help"}, {"api", "repo", "help"}, {"api", "grant", "-h"}, {"api", "policy", "--help"},
+			{"api", "blob", "--help"}, {"api", "lease", "--help"}, {"api", "serve", "--help"}, {"api", "migrate", "-h"},
+			{"worker", "--help"}, {"worker", "sweep", "--help"}, {"worker", "scrub", "-h"}, {"worker", "run", "--help"},
+			{"controller", "--help"}, {"controller", "plan", "--help"}, {"controller", "rollout", "-h"}, {"controller", "schedule", "--help"},
+		} {
+			code, stdout, stderr := run(filepath.Join(bins, args[0]), nil, args[1:]...)
+			if code != 0 || !strings.Contains(strings.ToLower(stdout), "usage") || stderr != "" {
+				t.Errorf("%v without DATABASE_URL: exit %d stdout %q stderr %q", args, code, stdout, stderr)
+			}
+		}
+		if _, stdout, _ := run(api, nil, "--help"); !strings.Contains(stdout, "Commands: serve (the default), migrate, lease, token, repo, grant, policy, blob") {
+			t.Errorf("api --help lists no subcommands: %q", stdout)
+		}
+		for _, b := range []string{"api", "worker", "controller"} {
+			code, stdout, _ := run(filepath.Join(bins, b), nil, "--version")
+			if code != 0 || !strings.HasPrefix(stdout, b+" ") || !strings.Contains(stdout, " commit ") || !strings.Contains(stdout, " go1.") {
+				t.Errorf("%s --version: exit %d %q", b, code, stdout)
+			}
+		}
+		for _, args := range [][]string{{"api", "frob"}, {"api", "token"}, {"api", "token", "create", "--nope"}, {"worker", "frob"}, {"controller", "frob"}, {"api", "--nope"}} {
+			if code, _, stderr := run(filepath.Join(bins, args[0]), env, args[1:]...); code != 2 || stderr == "" {
+				t.Errorf("%v: exit %d (want 2, usage) %q", args, code, stderr)
+			}
+		}
+		if code, _, stderr := run(api, nil, "repo", "list"); code != 2 || !strings.Contains(stderr, "DATABASE_URL") {
+			t.Errorf("a command that needs the database, without one: exit %d %q", code, stderr)
+		}
+	})
+
+	t.Run("settings after the command", func(t *testing.T) {
+		if code, _, stderr := run(api, nil, "repo", "list", "--database-url", d.URL); code != 0 {
+			t.Fatalf("repo list --database-url: exit %d %q", code, stderr)
+		}
+	})
+
+	t.Run("token list", func(t *testing.T) {
+		if code, _, stderr := run(api, env, "token", "create", "--principal", "lister", "--grant", "team/*:read"); code != 0 {
+			t.Fatalf("create: %d %q", code, stderr)
+		}
+		code, stdout, stderr := run(api, env, "token", "list", "--principal", "lister")
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "lister") || !strings.Contains(lines[1], "team/*:read") || strings.Contains(stdout, "bp_") {
+			t.Fatalf("token list: exit %d %q %q (never a secret)", code, stdout, stderr)
+		}
+	})
+
+	t.Run("grant add, list, remove", func(t *testing.T) {
+		if code, _, stderr := run(api, env, "grant", "add", "--principal", "dev", "--grant", "team/*:write"); code != 0 {
+			t.Fatalf("add: %d %q", code, stderr)
+		}
+		if ok, err := st.Allowed(ctx, "dev", "team/app", auth.Write); err != nil || !ok {
+			t.Fatalf("after grant add: %v %v", ok, err)
+		}
+		code, stdout, _ := run(api, env, "grant", "list", "--principal", "dev")
+		if code != 0 || !strings.Contains(stdout, "team/*:write") {
+			t.Fatalf("grant list: %d %q", code, stdout)
+		}
+		if code, _, stderr := run(api, env, "grant", "remove", "--principal", "dev", "--grant", "team/*:write"); code != 0 {
+			t.Fatalf("remove: %d %q", code, stderr)
+		}
+		if ok, _ := st.Allowed(ctx, "dev", "team/app", auth.Write); ok {
+			t.Fatal("the removed grant still allows")
+		}
+		if code, _, _ := run(api, env, "grant", "add", "--principal", "dev"); code != 2 {
+			t.Fatalf("grant add without --grant: exit %d", code)
+		}
+	})
+
+	t.Run("repo delete", func(t *testing.T) {
+		if code, _, stderr := run(api, env, "repo", "create", "scratch/tmp"); code != 0 {
+			t.Fatalf("create: %d %q", code, stderr)
+		}
+		if code, stdout, stderr := run(api, env, "repo", "delete", "scratch/tmp"); code != 0 || !strings.Contains(stdout, "deleted") {
+			t.Fatalf("delete: %d %q %q", code, stdout, stderr)
+		}
+		if ok, _ := st.RepositoryExists(ctx, "scratch/tmp"); ok {
+			t.Fatal("still exists")
+		}
+		if code, _, stderr := run(api, env, "repo", "delete", "scratch/tmp"); code != 1 || !strings.Contains(stderr, "no repository") {
+			t.Fatalf("delete twice: %d %q", code, stderr)
+		}
+		// A repository with an upload in flight is kept.
+		if code, _, _ := run(api, env, "repo", "create", "scratch/busy"); code != 0 {
+			t.Fatal("create busy")
+		}
+		if _, err := d.Pool.Exec(ctx, `INSERT INTO intents (repository, principal, ingress_datacenter, backend, expires_at) VALUES ('scratch/busy', 'alice', 'eu-1', 'fs', now() + interval '1 hour')`); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := run(api, env, "repo", "delete", "scratch/busy"); code != 1 || !strings.Contains(stderr, "1 uploads in flight") {
+			t.Fatalf("delete with an upload in flight: %d %q", code, stderr)
+		}
+		if ok, _ := st.RepositoryExists(ctx, "scratch/busy"); !ok {
+			t.Fatal("a repository with an upload in flight was deleted")
+		}
+	})
+}

@@ -60,7 +60,7 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 				fmt.Fprintf(os.Stdout, "usage: api %s\n  %s\nSettings: api --help\n", cmd, commandHelp[cmd])
 				return nil
 			}
-			return fmt.Errorf("api %s takes no arguments, got %q (settings are flags before the command or environment variables: api --help)", cmd, args[1])
+			return cli.Usagef("api %s takes no arguments, got %q (settings are flags or environment variables: api --help)", cmd, args[1])
 		}
 	}
 	switch cmd {
@@ -79,14 +79,21 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		return nil
 	case "lease":
 		return lease(ctx, cfg, logger, args[1:], os.Stdout)
-	case "token", "repo", "policy":
+	case "token", "repo", "policy", "grant":
 		// Access management (issue 6): tokens, grants, repositories;
 		// replication policies (issue 28).
 		return admin.Main(ctx, cfg.DatabaseURL, logger, cmd, args[1:], os.Stdout, os.Stderr)
 	case "blob": // obliteration (issue 29, docs/obliteration.md)
+		if admin.WantsHelp(args[1:]) {
+			admin.Help("blob", os.Stdout)
+			return nil
+		}
+		if len(args) == 1 {
+			return cli.UsageError{Err: errors.New(admin.BlobUsage)}
+		}
 		return admin.BlobMain(ctx, cfg.DatabaseURL, logger, args[1:], os.Stdout, os.Stderr)
 	default:
-		return fmt.Errorf("unknown command %q (serve, migrate, lease, token, repo, policy, blob)", cmd)
+		return cli.Usagef("unknown command %q (serve, migrate, lease, token, repo, grant, policy, blob; api --help)", cmd)
 	}
 }
 
@@ -96,14 +103,19 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 // takes the lease at epoch + 1 for --node (default this node), which fences
 // the displaced owner. Nothing automated calls it.
 func lease(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string, stdout io.Writer) error {
+	const usage = "usage: api lease force --partition P --operator O --reason R [--node N] [--endpoint host:port]"
+	if admin.WantsHelp(args) {
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	if len(args) == 0 || args[0] != "force" {
+		return cli.UsageError{Err: errors.New(usage)}
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if len(args) == 0 || args[0] != "force" {
-		return errors.New("usage: api lease force --partition P --operator O --reason R [--node N] [--endpoint host:port]")
-	}
 	fs := flag.NewFlagSet("api lease force", flag.ContinueOnError)
 	partition := fs.String("partition", "", "partition id to take over (required)")
 	operator := fs.String("operator", "", "who is forcing the takeover (required; recorded as taken_by)")

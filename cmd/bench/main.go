@@ -30,6 +30,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/blobplane/blobplane/internal/cli"
 )
 
 func main() {
@@ -37,6 +39,10 @@ func main() {
 }
 
 func mainCode(args []string, stdout, stderr io.Writer) int {
+	if slices.Contains(args, "--version") || slices.Contains(args, "-version") {
+		fmt.Fprintln(stdout, cli.Version("bench"))
+		return 0
+	}
 	o, err := parseOptions(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -56,6 +56,27 @@ func main() {
 	}))
 }
 
+// commandUsage is each command's synopsis, for `controller COMMAND --help`
+// (no database needed).
+var commandUsage = map[string]string{
+	"show":     "show                  the published map and leases (the default)",
+	"keygen":   "keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339]",
+	"publish":  "publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]]",
+	"run":      "run                   the service (one active at a time: leader lock; standbys wait)",
+	"plan":     "plan [--dry-run] [--json]   what a round would do now, against live state",
+	"apply":    "apply [--override-reason R --operator O] [--wait 60s]   one round applying every kind; beside a running service, asks it",
+	"freeze":   "freeze --operator O --reason R   halt new movement (ZBP-5 R123)",
+	"unfreeze": "unfreeze",
+	"status":   "status                map, leases, freeze, recent moves",
+	"takeover": "takeover --partition P --node N --operator O --reason R [--endpoint host:port]",
+	"split":    "split --partition P [--at SLOT] [--to N] --operator O --reason R [--wait 1m]",
+	"merge":    "merge --partitions P1,P2[,...] [--to N] --operator O --reason R [--wait 1m]",
+	"retire":   "retire [--node N] [--wait 2m]   the controller picks the node unless named; prints when it is safe to stop",
+	"undrain":  "undrain --node N",
+	"rollout":  "rollout --nodes N1,N2,... [--drain-wait 2m] [--restart-wait 10m]   one node at a time (ZBP-5 R80)",
+	"schedule": "schedule add --name S --cron EXPR --action split|merge|retire|exercise|freeze|unfreeze [args] --operator O --reason R [--lead auto|DUR] | schedule list | schedule remove --name S",
+}
+
 func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string, stdout io.Writer) error {
 	cmd := "show"
 	if len(args) > 0 {
@@ -66,7 +87,11 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		known = known || c == cmd
 	}
 	if !known {
-		return fmt.Errorf("unknown command %q (%v)", cmd, config.Commands[config.Controller])
+		return cli.Usagef("unknown command %q (%s; controller --help)", cmd, strings.Join(config.Commands[config.Controller], ", "))
+	}
+	if cli.HelpAsked(args) {
+		fmt.Fprintf(stdout, "usage: controller [settings] %s\nSettings: controller --help\n", commandUsage[cmd])
+		return nil
 	}
 	// Connect first: every command needs the database, and keygen must not
 	// leave a key file behind when it cannot publish the public half.

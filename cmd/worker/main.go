@@ -40,7 +40,23 @@ func main() {
 	os.Exit(cli.Main(config.Worker, os.Args[1:], os.Stdout, os.Stderr, run))
 }
 
+// commandUsage is each command's synopsis (`worker COMMAND --help`, no
+// database needed).
+var commandUsage = map[string]string{
+	"run":   "run                  the worker (the default): River jobs, cron sweeps, scrubs, replication, until SIGINT/SIGTERM",
+	"sweep": "sweep [--dry-run] [--only " + strings.Join(app.SweepSteps, ",") + "] | sweep --adopt BACKEND   one sweep pass now",
+	"scrub": "scrub [--rate N]      one scrub pass now, N bytes per second at most (KiB/MiB/GiB/TiB suffixes; 0: unpaced)",
+}
+
 func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string) error {
+	cmd := "run"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	if u, ok := commandUsage[cmd]; ok && cli.HelpAsked(args) {
+		fmt.Fprintf(os.Stdout, "usage: worker [settings] %s\nSettings: worker --help\n", u)
+		return nil
+	}
 	if len(args) == 0 || args[0] == "run" {
 		return app.RunWorker(ctx, cfg, logger)
 	}
@@ -50,7 +66,7 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 	case "scrub":
 		return scrub(ctx, cfg, logger, args[1:])
 	}
-	return fmt.Errorf("unknown command %q (run, sweep, scrub)", args[0])
+	return cli.Usagef("unknown command %q (run, sweep, scrub; worker --help)", args[0])
 }
 
 func sweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []string) error {

@@ -72,3 +72,46 @@ SELECT EXISTS (
     JOIN grants g ON g.token_id = t.id OR g.principal = t.principal
     WHERE t.revoked_at IS NULL AND g.pattern = '*' AND g.permission = 'admin'
 );
+
+-- name: ListTokens :many
+-- Every token (or one principal's), newest first, with its own grants;
+-- never the secret (only its hash is stored).
+SELECT t.id, t.principal, t.created_at, t.revoked_at, t.last_used_at,
+       coalesce(array_agg(g.pattern || ':' || g.permission ORDER BY g.pattern, g.permission) FILTER (WHERE g.id IS NOT NULL), '{}')::text[] AS grants
+FROM tokens t LEFT JOIN grants g ON g.token_id = t.id
+WHERE (@principal::text = '' OR t.principal = @principal::text)
+GROUP BY t.id
+ORDER BY t.created_at DESC, t.id;
+
+-- name: ListPrincipalGrantRows :many
+-- Grants given to principals (api grant add), by principal.
+SELECT principal::text AS principal, pattern, permission, created_at
+FROM grants
+WHERE principal IS NOT NULL AND (@principal::text = '' OR principal = @principal::text)
+ORDER BY principal, pattern, permission;
+
+-- name: DeleteRepository :one
+-- Deletes a repository with no blob references, no upload in flight and
+-- no abandoned upload whose staged bytes the reaper has still to delete:
+-- its finished uploads (published or abandoned) and their outcomes go
+-- with it, in this one statement (the foreign keys are checked at its
+-- end). Returns what still holds it when it is not empty (nothing is
+-- deleted then); deleted = true when it was.
+WITH holds AS (
+    SELECT (SELECT count(*) FROM blob_references b WHERE b.repository = @name::text)::bigint AS refs,
+           (SELECT count(*) FROM intents i WHERE i.repository = @name::text
+                AND (i.state = 'pending' OR (i.state = 'abandoned' AND i.staged_location IS NOT NULL AND i.staged_deleted_at IS NULL)))::bigint AS intents
+), outcomes AS (
+    DELETE FROM operation_outcomes o USING holds
+    WHERE o.repository = @name::text AND holds.refs = 0 AND holds.intents = 0
+    RETURNING 1
+), finished AS (
+    DELETE FROM intents i USING holds
+    WHERE i.repository = @name::text AND holds.refs = 0 AND holds.intents = 0
+    RETURNING 1
+), gone AS (
+    DELETE FROM repositories r USING holds
+    WHERE r.name = @name::text AND holds.refs = 0 AND holds.intents = 0
+    RETURNING 1
+)
+SELECT holds.refs, holds.intents, EXISTS (SELECT 1 FROM gone)::boolean AS deleted FROM holds;

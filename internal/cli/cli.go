@@ -12,23 +12,83 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/store"
 )
 
-// Exit codes.
+// Exit codes, the same for every binary (README "Exit codes").
 const (
-	ExitOK     = 0
-	ExitError  = 1
-	ExitConfig = 2
+	ExitOK     = 0 // done (also --help and --version)
+	ExitError  = 1 // the command failed; the error is the last line on stderr
+	ExitConfig = 2 // usage: a setting or flag is invalid, or the command is unknown
 )
+
+// UsageError marks an error as the caller's misuse (an unknown command,
+// a bad flag): the process exits ExitConfig.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// Usagef is a UsageError.
+func Usagef(format string, args ...any) error {
+	return UsageError{fmt.Errorf(format, args...)}
+}
+
+// HelpAsked reports whether args ask for help (-h, -help or --help).
+func HelpAsked(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
+// Version is binary's version line from the build information the Go
+// toolchain embeds (debug.ReadBuildInfo): the module version, the VCS
+// commit (with "+dirty" when built from a modified tree), its time, and
+// the Go version.
+func Version(binary string) string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return binary + " (no build information)"
+	}
+	version, commit, date, dirty := bi.Main.Version, "unknown", "unknown", ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			commit = s.Value
+			if len(commit) > 12 {
+				commit = commit[:12]
+			}
+		case "vcs.time":
+			date = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if version == "" {
+		version = "(devel)"
+	}
+	return fmt.Sprintf("%s %s commit %s%s built %s %s", binary, version, commit, dirty, date, bi.GoVersion)
+}
 
 // Main loads the config for binary from args and the environment, then calls
 // run with a context cancelled by the first SIGINT/SIGTERM (a second one
 // kills the process the default way). It returns the process exit code.
 func Main(binary string, args []string, stdout, stderr io.Writer, run func(ctx context.Context, cfg *config.Config, logger *slog.Logger, rest []string) error) int {
+	if slices.Contains(args, "--version") || slices.Contains(args, "-version") {
+		fmt.Fprintln(stdout, Version(binary))
+		return ExitOK
+	}
 	cfg, rest, err := config.Load(binary, args, os.Getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
@@ -46,6 +106,9 @@ func Main(binary string, args []string, stdout, stderr io.Writer, run func(ctx c
 	defer stop()
 	if err := run(ctx, cfg, logger, rest); err != nil {
 		fmt.Fprintf(stderr, "%s: %s\n", binary, oneLine(err))
+		if errors.As(err, new(UsageError)) || errors.Is(err, store.ErrNoDatabaseURL) {
+			return ExitConfig
+		}
 		return ExitError
 	}
 	return ExitOK

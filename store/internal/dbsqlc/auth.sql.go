@@ -64,6 +64,46 @@ func (q *Queries) DeletePrincipalGrants(ctx context.Context, db DBTX, arg Delete
 	return result.RowsAffected(), nil
 }
 
+const deleteRepository = `-- name: DeleteRepository :one
+WITH holds AS (
+    SELECT (SELECT count(*) FROM blob_references b WHERE b.repository = $1::text)::bigint AS refs,
+           (SELECT count(*) FROM intents i WHERE i.repository = $1::text
+                AND (i.state = 'pending' OR (i.state = 'abandoned' AND i.staged_location IS NOT NULL AND i.staged_deleted_at IS NULL)))::bigint AS intents
+), outcomes AS (
+    DELETE FROM operation_outcomes o USING holds
+    WHERE o.repository = $1::text AND holds.refs = 0 AND holds.intents = 0
+    RETURNING 1
+), finished AS (
+    DELETE FROM intents i USING holds
+    WHERE i.repository = $1::text AND holds.refs = 0 AND holds.intents = 0
+    RETURNING 1
+), gone AS (
+    DELETE FROM repositories r USING holds
+    WHERE r.name = $1::text AND holds.refs = 0 AND holds.intents = 0
+    RETURNING 1
+)
+SELECT holds.refs, holds.intents, EXISTS (SELECT 1 FROM gone)::boolean AS deleted FROM holds
+`
+
+type DeleteRepositoryRow struct {
+	Refs    int64
+	Intents int64
+	Deleted bool
+}
+
+// Deletes a repository with no blob references, no upload in flight and
+// no abandoned upload whose staged bytes the reaper has still to delete:
+// its finished uploads (published or abandoned) and their outcomes go
+// with it, in this one statement (the foreign keys are checked at its
+// end). Returns what still holds it when it is not empty (nothing is
+// deleted then); deleted = true when it was.
+func (q *Queries) DeleteRepository(ctx context.Context, db DBTX, name string) (DeleteRepositoryRow, error) {
+	row := db.QueryRow(ctx, deleteRepository, name)
+	var i DeleteRepositoryRow
+	err := row.Scan(&i.Refs, &i.Intents, &i.Deleted)
+	return i, err
+}
+
 const ensurePrincipal = `-- name: EnsurePrincipal :exec
 INSERT INTO principals (name) VALUES ($1) ON CONFLICT (name) DO NOTHING
 `
@@ -108,6 +148,46 @@ func (q *Queries) InsertToken(ctx context.Context, db DBTX, arg InsertTokenParam
 	return err
 }
 
+const listPrincipalGrantRows = `-- name: ListPrincipalGrantRows :many
+SELECT principal::text AS principal, pattern, permission, created_at
+FROM grants
+WHERE principal IS NOT NULL AND ($1::text = '' OR principal = $1::text)
+ORDER BY principal, pattern, permission
+`
+
+type ListPrincipalGrantRowsRow struct {
+	Principal  string
+	Pattern    string
+	Permission string
+	CreatedAt  pgtype.Timestamptz
+}
+
+// Grants given to principals (api grant add), by principal.
+func (q *Queries) ListPrincipalGrantRows(ctx context.Context, db DBTX, principal string) ([]ListPrincipalGrantRowsRow, error) {
+	rows, err := db.Query(ctx, listPrincipalGrantRows, principal)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListPrincipalGrantRowsRow{}
+	for rows.Next() {
+		var i ListPrincipalGrantRowsRow
+		if err := rows.Scan(
+			&i.Principal,
+			&i.Pattern,
+			&i.Permission,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listRepositories = `-- name: ListRepositories :many
 SELECT name, created_at, created_by FROM repositories ORDER BY name
 `
@@ -122,6 +202,53 @@ func (q *Queries) ListRepositories(ctx context.Context, db DBTX) ([]Repository, 
 	for rows.Next() {
 		var i Repository
 		if err := rows.Scan(&i.Name, &i.CreatedAt, &i.CreatedBy); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listTokens = `-- name: ListTokens :many
+SELECT t.id, t.principal, t.created_at, t.revoked_at, t.last_used_at,
+       coalesce(array_agg(g.pattern || ':' || g.permission ORDER BY g.pattern, g.permission) FILTER (WHERE g.id IS NOT NULL), '{}')::text[] AS grants
+FROM tokens t LEFT JOIN grants g ON g.token_id = t.id
+WHERE ($1::text = '' OR t.principal = $1::text)
+GROUP BY t.id
+ORDER BY t.created_at DESC, t.id
+`
+
+type ListTokensRow struct {
+	ID         string
+	Principal  string
+	CreatedAt  pgtype.Timestamptz
+	RevokedAt  pgtype.Timestamptz
+	LastUsedAt pgtype.Timestamptz
+	Grants     []string
+}
+
+// Every token (or one principal's), newest first, with its own grants;
+// never the secret (only its hash is stored).
+func (q *Queries) ListTokens(ctx context.Context, db DBTX, principal string) ([]ListTokensRow, error) {
+	rows, err := db.Query(ctx, listTokens, principal)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListTokensRow{}
+	for rows.Next() {
+		var i ListTokensRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Principal,
+			&i.CreatedAt,
+			&i.RevokedAt,
+			&i.LastUsedAt,
+			&i.Grants,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
