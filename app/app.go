@@ -548,7 +548,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	// BLOBPLANE_INTERNAL_LISTEN is set (issue 26 point 8).
 	workers := jobs.Workers(jobs.Deps{Store: st, Logger: logger, ClusterSecret: cfg.ClusterSecret, InternalPort: cfg.InternalPort(), ReplicateTo: cfg.ReplicateTo})
 	reaper := newReaper(cfg, st, backends, logger)
-	jobs.AddSweepWorker(workers, reaper)
+	jobs.AddSweepWorker(workers, reaper, newRetention(cfg, st, logger))
 	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName,
 		InventoryMinAge: cfg.InventoryMinAge, InventoryMaxDeletes: cfg.InventoryMaxDeletes}
 	var replMetrics *replication.Metrics
@@ -632,6 +632,12 @@ func newReaper(cfg *config.Config, st *store.Store, backends *Backends, logger *
 	return &sweep.Reaper{Store: st, Backends: sweep.Narrow[sweep.StagedDeleter](backends.ByName), Datacenter: cfg.Datacenter, Batch: cfg.SweepBatch, Logger: logger.With("service", "reaper")}
 }
 
+// newRetention wires the sweep's retention of finished rows (issue 31).
+func newRetention(cfg *config.Config, st *store.Store, logger *slog.Logger) *sweep.Retention {
+	return &sweep.Retention{Store: st, Operations: cfg.RetainOperations, History: cfg.RetainHistory,
+		Batch: cfg.SweepBatch, MaxBatches: 10, Logger: logger.With("service", "retention")}
+}
+
 // serveMetrics serves reg at http://addr/metrics until stop is called.
 func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
@@ -640,6 +646,8 @@ func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (s
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Liveness for the platform (issue 31): the process serves.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	// Bounded like the api's (issue 26 point 5); it serves no body.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 2 * time.Minute}
 	go func() { _ = srv.Serve(ln) }()
@@ -668,6 +676,8 @@ type SweepReport struct {
 	DeletionsSuperseded int `json:"deletions_superseded"`
 	// Inventory: every object classified; orphans deleted unless dry run.
 	Inventory *sweep.InventoryReport `json:"inventory,omitempty"`
+	// Retention: finished rows pruned (a dry run: one batch's worth).
+	Retention *store.Pruned `json:"retention,omitempty"`
 }
 
 // decided records the deletions a collection decided, to finish the local
@@ -680,7 +690,7 @@ func (d *decided) EnqueueDeletionsTx(_ context.Context, _ pgx.Tx, ds []store.Del
 }
 
 // SweepSteps are the steps of `worker sweep`, in the order they run.
-var SweepSteps = []string{"reaper", "collector", "inventory"}
+var SweepSteps = []string{"reaper", "collector", "inventory", "retention"}
 
 // SweepOptions say what RunSweep does.
 type SweepOptions struct {
@@ -734,6 +744,13 @@ func RunSweep(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts
 				MinAge: cfg.InventoryMinAge, MaxDeletes: cfg.InventoryMaxDeletes, Logger: logger.With("service", "inventory")}
 			r, err := inv.Run(ctx, dryRun)
 			rep.Inventory = &r
+			if err != nil {
+				return err
+			}
+		}
+		if opts.runs("retention") {
+			r, err := newRetention(cfg, st, logger).RunOnce(ctx, dryRun)
+			rep.Retention = &r
 			return err
 		}
 		return nil

@@ -156,6 +156,9 @@ type Config struct {
 	ControllerMaxPerNode    int
 	ControllerMaxFraction   float64
 	ControllerAuto          []string
+	// RetainOperations and RetainHistory are the sweep's retentions of
+	// finished rows (sweep.Retention).
+	RetainOperations, RetainHistory time.Duration
 	// ControllerBalanceCooldown is balance's per-partition hysteresis.
 	ControllerBalanceCooldown time.Duration
 	// Controller: where the map-signing key lives (a file, or inline; the
@@ -642,6 +645,24 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be an integer from 1 to 1000000", v)
 			}
 			c.SweepBatch = n
+			return nil
+		}},
+	{Flag: "retain-operations", Env: "BLOBPLANE_RETAIN_OPERATIONS", Default: "30d", Usage: "the sweep deletes published and abandoned uploads and their outcomes older than this (GET /v1/operations/<id> then answers 404); a Go duration or days as 30d, at least 1d", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			d, err := parseDays(v)
+			if err != nil || d < 24*time.Hour {
+				return fmt.Errorf("%q: must be a duration of at least 1d (e.g. 30d)", v)
+			}
+			c.RetainOperations = d
+			return nil
+		}},
+	{Flag: "retain-history", Env: "BLOBPLANE_RETAIN_HISTORY", Default: "90d", Usage: "the sweep deletes finished byte deletions, moves and recorded plans older than this; at least 31d (moves of the last 30 days give the controller's --lead auto)", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			d, err := parseDays(v)
+			if err != nil || d < 31*24*time.Hour {
+				return fmt.Errorf("%q: must be a duration of at least 31d (e.g. 90d)", v)
+			}
+			c.RetainHistory = d
 			return nil
 		}},
 	{Flag: "inventory-min-age", Env: "BLOBPLANE_INVENTORY_MIN_AGE", Default: "24h", Usage: "the inventory deletes no orphaned object and no residue (temp files, staged uploads, multipart uploads) younger than this, on the backend's clock (a Go duration, or days as 1d; at least 1m)", For: []string{Worker},

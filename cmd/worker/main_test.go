@@ -186,6 +186,37 @@ func testSweepCommand(t *testing.T, bin string) {
 	if again := sweep(); len(again.Reaped) != 0 || len(again.Deleted) != 0 {
 		t.Fatalf("second sweep: %+v", again)
 	}
+	// Retention (issue 31): the reaped intent, once past
+	// BLOBPLANE_RETAIN_OPERATIONS, is pruned by the retention step; a dry
+	// run counts it and keeps it.
+	if _, err := st.Pool().Exec(ctx, `UPDATE intents SET updated_at = now() - interval '40 days' WHERE operation_id = $1`, in.OperationID); err != nil {
+		t.Fatal(err)
+	}
+	retention := func(args ...string) int64 {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"sweep", "--only", "retention"}, args...)...)
+		cmd.Env = env
+		out, err := cmd.Output()
+		var r struct {
+			Retention *store.Pruned `json:"retention"`
+		}
+		if err != nil || json.Unmarshal(out, &r) != nil || r.Retention == nil {
+			t.Fatalf("sweep --only retention %v: %v %q", args, err, out)
+		}
+		return r.Retention.Intents
+	}
+	if n := retention("--dry-run"); n != 1 {
+		t.Fatalf("dry run of the retention: %d intents", n)
+	}
+	if _, err := st.GetIntent(ctx, in.OperationID); err != nil {
+		t.Fatalf("the dry run pruned: %v", err)
+	}
+	if n := retention(); n != 1 {
+		t.Fatalf("retention: %d intents", n)
+	}
+	if _, err := st.GetIntent(ctx, in.OperationID); err == nil {
+		t.Fatal("the retention kept a finished intent past its retention")
+	}
 	// A backend whose marker is gone: the inventory refuses to delete
 	// there until an operator re-adopts it (docs/sweeps.md).
 	if err := os.Remove(filepath.Join(f.be.Dir(), "marker.json")); err != nil {
@@ -257,6 +288,12 @@ func testScheduledSweep(t *testing.T, bin string) {
 	case url = <-metricsURL:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the worker never logged its metrics address")
+	}
+	// Liveness for the platform (issue 31).
+	if resp, err := http.Get(strings.TrimSuffix(url, "/metrics") + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("worker /healthz: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
