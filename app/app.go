@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -34,6 +36,8 @@ import (
 	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/handlers"
+	"github.com/blobplane/blobplane/internal/buildinfo"
+	"github.com/blobplane/blobplane/internal/opsmetrics"
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/node"
 	"github.com/blobplane/blobplane/read"
@@ -216,6 +220,8 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	routing.Keeper = a.keeper
 	a.beat.Report = a.keeper.Report
 	metrics := handlers.NewMetrics()
+	metrics.Registry.MustRegister(buildinfo.Collector(config.API),
+		opsmetrics.Pools(map[string]*pgxpool.Pool{"main": st.Pool(), "leases": a.leases.Pool()}), opsmetrics.Queues(st.Pool()))
 	metrics.RegisterCache("auth", st.AuthCacheStats)
 	metrics.RegisterCache("existence", st.ExistenceCacheStats)
 	metrics.RegisterBatches("finalize", st.FinalizeBatchStats)
@@ -552,8 +558,12 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName,
 		InventoryMinAge: cfg.InventoryMinAge, InventoryMaxDeletes: cfg.InventoryMaxDeletes}
 	var replMetrics *replication.Metrics
+	var latency *opsmetrics.JobLatency
 	if cfg.WorkerMetrics != "" {
 		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			buildinfo.Collector(config.Worker), opsmetrics.Pools(map[string]*pgxpool.Pool{"main": st.Pool()}), opsmetrics.Queues(st.Pool()))
+		latency = opsmetrics.NewJobLatency(reg)
 		reaper.Metrics = sweep.NewMetrics(reg)
 		collectDeps.Metrics = sweep.NewCollectMetrics(reg)
 		replMetrics = replication.NewMetrics(reg)
@@ -598,6 +608,11 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	beatDone := make(chan struct{})
 	go func() { defer close(beatDone); beat.Run(bg) }()
 	defer func() { stopBG(); <-beatDone }()
+	if latency != nil {
+		events, unsubscribe := client.Subscribe(opsmetrics.EventKinds...)
+		defer unsubscribe()
+		go latency.Follow(bg, events)
+	}
 
 	if err := client.Start(bg); err != nil {
 		return fmt.Errorf("start river: %w", err)

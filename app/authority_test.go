@@ -248,6 +248,9 @@ func TestV4_RoutingTableOverHTTP(t *testing.T) {
 		for _, want := range []string{
 			"blobplane_unowned_slots 0", "blobplane_unowned_partitions 0", "blobplane_duplicate_primaries 0",
 			"blobplane_map_oldest_version_in_use ", "blobplane_map_rejections_total 0", "blobplane_map_version 1",
+			// Issue 31 point 6: which build, the Postgres pools, River's queues.
+			`blobplane_build_info{binary="api",commit=`, `blobplane_db_pool_connections{pool="leases",state="acquired"}`,
+			`blobplane_db_pool_max_connections{pool="main"}`, "blobplane_db_pool_acquire_wait_seconds_total", "blobplane_river_jobs_scrape_errors_total 0",
 		} {
 			if !strings.Contains(metrics, want) {
 				t.Errorf("/metrics lacks %q", want)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/internal/buildinfo"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -51,6 +52,7 @@ type Metrics struct {
 // NewMetrics registers the controller's series on a new registry.
 func NewMetrics() *Metrics {
 	r := prometheus.NewRegistry()
+	r.MustRegister(buildinfo.Collector("controller"))
 	m := &Metrics{
 		Registry: r,
 		unavailable: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -36,7 +36,7 @@ func NewCollectMetrics(reg prometheus.Registerer) *CollectMetrics {
 			Name: "blobplane_collected_digests_total", Help: "Digests the collector decided to reclaim (no reference, no claim).",
 		}),
 		reclaimedBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "blobplane_collected_bytes_reclaimed_total", Help: "Content bytes of placements whose bytes a collection deleted.",
+			Name: "blobplane_collect_reclaimed_bytes_total", Help: "Content bytes of placements whose bytes a collection deleted.",
 		}),
 		oldestOwed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "blobplane_collect_oldest_owed_deletion_seconds", Help: "Age of the oldest collection decision whose byte deletion has not finished (0: none).",
@@ -51,7 +51,7 @@ func NewCollectMetrics(reg prometheus.Registerer) *CollectMetrics {
 			Name: "blobplane_inventory_orphans_deleted_total", Help: "Orphan objects the inventory deleted.",
 		}),
 		orphanBytesFreed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "blobplane_inventory_orphan_bytes_reclaimed_total", Help: "Stored bytes of orphan objects the inventory deleted.",
+			Name: "blobplane_inventory_orphan_reclaimed_bytes_total", Help: "Stored bytes of orphan objects the inventory deleted.",
 		}),
 		classified: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "blobplane_inventory_objects_classified_total", Help: "Objects the inventory classified, by class.",

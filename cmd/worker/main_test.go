@@ -318,7 +318,12 @@ func testScheduledSweep(t *testing.T, bin string) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if strings.Contains(string(body), "blobplane_sweep_intents_reaped_total 1") &&
-			strings.Contains(string(body), `blobplane_sweep_reclaimed_bytes_total{kind="staged"} 15`) {
+			strings.Contains(string(body), `blobplane_sweep_reclaimed_bytes_total{kind="staged"} 15`) &&
+			// Issue 31 point 6: the build, the pool, River's job latency by kind.
+			strings.Contains(string(body), `blobplane_build_info{binary="worker"`) &&
+			strings.Contains(string(body), `blobplane_db_pool_connections{pool="main"`) &&
+			strings.Contains(string(body), `blobplane_river_job_run_duration_seconds_count{kind="sweep",outcome="completed"}`) &&
+			strings.Contains(string(body), `blobplane_river_job_queue_wait_seconds_count{kind="sweep"}`) {
 			break
 		}
 		if time.Now().After(deadline) {

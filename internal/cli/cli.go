@@ -12,12 +12,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/internal/buildinfo"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -50,36 +50,8 @@ func HelpAsked(args []string) bool {
 	return false
 }
 
-// Version is binary's version line from the build information the Go
-// toolchain embeds (debug.ReadBuildInfo): the module version, the VCS
-// commit (with "+dirty" when built from a modified tree), its time, and
-// the Go version.
-func Version(binary string) string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return binary + " (no build information)"
-	}
-	version, commit, date, dirty := bi.Main.Version, "unknown", "unknown", ""
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			commit = s.Value
-			if len(commit) > 12 {
-				commit = commit[:12]
-			}
-		case "vcs.time":
-			date = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if version == "" {
-		version = "(devel)"
-	}
-	return fmt.Sprintf("%s %s commit %s%s built %s %s", binary, version, commit, dirty, date, bi.GoVersion)
-}
+// Version is binary's version line (buildinfo.Line).
+func Version(binary string) string { return buildinfo.Line(binary) }
 
 // Main loads the config for binary from args and the environment, then calls
 // run with a context cancelled by the first SIGINT/SIGTERM (a second one
