@@ -43,6 +43,7 @@ type principalKey struct{}
 // WithPrincipal returns ctx carrying p (what Authenticate does; exported
 // for tests and internal callers that act as a known principal).
 func WithPrincipal(ctx context.Context, p auth.Principal) context.Context {
+	noteRequest(ctx, func(n *requestNote) { n.principal = p.Name })
 	return context.WithValue(ctx, principalKey{}, p)
 }
 

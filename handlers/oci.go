@@ -135,6 +135,16 @@ func (h *ociHandler) route(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, blobplane.Errorf(blobplane.CodeInvalid, "repository name %q is not valid", name), ociNameInvalid)
 		return
 	}
+	noteRequest(r.Context(), func(n *requestNote) {
+		n.repository = name
+		// Only a well-formed digest is logged: a client's text is not.
+		for _, v := range []string{rest, r.URL.Query().Get("digest"), r.URL.Query().Get("mount")} {
+			if d, err := blobplane.ParseDigest(v); err == nil {
+				n.digest = string(d)
+				break
+			}
+		}
+	})
 	perm := auth.Write
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		if !strings.HasPrefix(rest, "uploads/") {

@@ -171,8 +171,9 @@ func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-			next.ServeHTTP(ww, r)
-			logger.LogAttrs(r.Context(), slog.LevelInfo, "http",
+			note := &requestNote{}
+			next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), requestNoteKey{}, note)))
+			attrs := []slog.Attr{
 				slog.String("method", r.Method),
 				slog.String("path", r.URL.Path),
 				slog.String("route", routePattern(r)),
@@ -181,8 +182,31 @@ func accessLog(logger *slog.Logger) func(http.Handler) http.Handler {
 				slog.Duration("duration", time.Since(start)),
 				slog.String("request_id", middleware.GetReqID(r.Context())),
 				slog.String("remote", r.RemoteAddr),
-			)
+			}
+			// Who did what to which repository and blob (issue 31): the
+			// principal once authenticated, the repository and digest once
+			// the route named them.
+			for _, kv := range [][2]string{{"principal", note.principal}, {"repository", note.repository}, {"digest", note.digest}} {
+				if kv[1] != "" {
+					attrs = append(attrs, slog.String(kv[0], kv[1]))
+				}
+			}
+			logger.LogAttrs(r.Context(), slog.LevelInfo, "http", attrs...)
 		})
+	}
+}
+
+// requestNote is what the access log says of a request beyond its HTTP
+// line, filled in as the request is understood.
+type requestNote struct{ principal, repository, digest string }
+
+type requestNoteKey struct{}
+
+// noteRequest records part of the request's note (a no-op outside the
+// access log).
+func noteRequest(ctx context.Context, fill func(*requestNote)) {
+	if n, ok := ctx.Value(requestNoteKey{}).(*requestNote); ok {
+		fill(n)
 	}
 }
 
