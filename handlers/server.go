@@ -99,6 +99,12 @@ func NewRouter(d Deps) http.Handler {
 		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "node_id": d.NodeID})
 	})
 	r.Get("/readyz", readyz(d))
+	// The /v1 API's OpenAPI document (issue 31), checked against this
+	// router by TestOpenAPIMatchesTheRouter.
+	r.Get("/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(OpenAPI)
+	})
 	r.Handle("/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{Registry: d.Metrics.Registry}))
 	if a := d.Authority; a != nil {
 		if a.Logger == nil {
