@@ -4,6 +4,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -25,6 +26,7 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 			Entrypoint  []string          `yaml:"entrypoint"`
 			Command     []string          `yaml:"command"`
 			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -66,9 +68,30 @@ func TestComposeFileMatchesBinaries(t *testing.T) {
 			}
 		}
 	}
-	for _, bin := range []string{API, Worker} {
+	for _, bin := range []string{API, Worker, Controller} {
 		if !seen[bin] {
 			t.Errorf("docker-compose.yml runs no %s", bin)
 		}
+	}
+	// Issue 31: the binaries run as the image's non-root user, and a
+	// named volume starts as a copy of the image's directory at its mount
+	// point: the Dockerfile must create each one owned by that user.
+	df, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, svc := range doc.Services {
+		if svc.Build == nil {
+			continue
+		}
+		for _, v := range svc.Volumes {
+			_, target, _ := strings.Cut(v, ":")
+			if !strings.Contains(string(df), "--chown=65532:65532 /volumes"+target+" "+target+"\n") {
+				t.Errorf("service %s mounts a volume at %s, which the Dockerfile does not create owned by nonroot (65532)", name, target)
+			}
+		}
+	}
+	if !strings.Contains(string(df), "USER nonroot") {
+		t.Error("the image does not run as nonroot")
 	}
 }

@@ -6,8 +6,8 @@
 //
 //	controller [flags]                show the published map and leases (the default)
 //	controller [flags] show
-//	controller [flags] keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339]
-//	controller [flags] publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]]
+//	controller [flags] keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339] [--if-missing]
+//	controller [flags] publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]] [--if-none] [--wait-nodes N [--wait 2m]]
 //	controller [flags] run                                 the service (leader lock; standbys wait)
 //	controller [flags] plan [--dry-run] [--json]           what a round would do now, against live state
 //	controller [flags] apply [--override-reason R --operator O] [--wait 60s]   every kind, balance included; beside a running service, asks it
@@ -60,8 +60,8 @@ func main() {
 // (no database needed).
 var commandUsage = map[string]string{
 	"show":     "show                  the published map and leases (the default)",
-	"keygen":   "keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339]",
-	"publish":  "publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]]",
+	"keygen":   "keygen [--out PATH] [--key-id ID] [--valid-for 8760h] [--not-before RFC3339] [--if-missing]",
+	"publish":  "publish [--slot-bits B] [--canary N1,N2 [--window 30s] [--max-error-ratio 0.01]] [--if-none] [--wait-nodes N [--wait 2m]]",
 	"run":      "run                   the service (one active at a time: leader lock; standbys wait)",
 	"plan":     "plan [--dry-run] [--json]   what a round would do now, against live state",
 	"apply":    "apply [--override-reason R --operator O] [--wait 60s]   one round applying every kind; beside a running service, asks it",
@@ -137,11 +137,23 @@ func publish(ctx context.Context, cfg *config.Config, st *store.Store, keyPath s
 	canary := fs.String("canary", "", "stage the map: only these api nodes (comma-separated) adopt it until it is promoted or withdrawn (ZBP-5 R120)")
 	window := fs.Duration("window", 30*time.Second, "with --canary: how long the canary nodes are observed once they serve from it")
 	maxErr := fs.Float64("max-error-ratio", 0.01, "with --canary: the stated outcome, most 5xx answers per request on the canary nodes")
+	ifNone := fs.Bool("if-none", false, "publish only when no map is published yet (a deployment's init step, run at every start)")
+	waitNodes := fs.Int("wait-nodes", 0, "first wait for this many registered api nodes that are up (for a deployment whose apis start alongside)")
+	wait := fs.Duration("wait", 2*time.Minute, "with --wait-nodes: how long to wait for them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	k, err := controller.LoadKey(cfg.SigningKey, keyPath)
 	if err != nil {
+		return err
+	}
+	if *ifNone {
+		if m, err := st.LatestMap(ctx); err == nil {
+			fmt.Fprintf(stdout, "map version %d is published; none published\n", m.Version)
+			return nil
+		}
+	}
+	if err := awaitNodes(ctx, st, *waitNodes, *wait); err != nil {
 		return err
 	}
 	if *canary != "" {
@@ -197,8 +209,13 @@ func keygen(ctx context.Context, st *store.Store, logger *slog.Logger, keyPath s
 	keyID := fs.String("key-id", "", "key id (default: map-<date>-<random>)")
 	validFor := fs.Duration("valid-for", controller.DefaultKeyValidity, "validity window length")
 	notBefore := fs.String("not-before", "", "start of the validity window, RFC 3339 (default: now)")
+	ifMissing := fs.Bool("if-missing", false, "succeed without a new key when --out exists already (a deployment's init step, run at every start)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if _, err := os.Stat(*out); err == nil && *ifMissing {
+		fmt.Fprintf(stdout, "signing key %s exists; none generated\n", *out)
+		return nil
 	}
 	nb := time.Now()
 	if *notBefore != "" {
@@ -325,6 +342,37 @@ func retire(ctx context.Context, cfg *config.Config, st *store.Store, logger *sl
 	}
 	fmt.Fprintf(stdout, "%s holds nothing: safe to stop\n", n)
 	return nil
+}
+
+// awaitNodes waits until n api nodes are registered and up, or wait passes.
+func awaitNodes(ctx context.Context, st *store.Store, n int, wait time.Duration) error {
+	if n <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		nodes, err := st.PlacementNodes(ctx)
+		if err != nil {
+			return err
+		}
+		up := 0
+		for _, nd := range nodes {
+			if nd.Up && !nd.Draining && controller.Endpoint(nd.Endpoint) != "" {
+				up++
+			}
+		}
+		if up >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d api node(s) up after %s, want %d: is the api running and registered?", up, wait, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // rollout runs `controller rollout` (R80): nodes restarted one at a time,
