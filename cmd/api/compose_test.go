@@ -46,6 +46,53 @@ type composeService struct {
 // bootstrap token printed, a signing key and a map made, and an upload
 // with that token answered 201 and read back.
 func TestComposeSequence(t *testing.T) {
+	base, token, volumeDir := composeUp(t)
+	if _, err := os.Stat(filepath.Join(volumeDir("controller"), "controller", "signing-key.json")); err != nil {
+		t.Fatalf("no signing key in the controller's volume: %v", err)
+	}
+	// What `oras blob push` sends: a monolithic POST, Basic auth with the
+	// token; the first one creates team/app. Until the api holds its
+	// partitions' leases under the published map it answers 202 or 503.
+	content := []byte("composed")
+	sum := sha256.Sum256(content)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v2/team/app/blobs/uploads/?digest="+digest, bytes.NewReader(content))
+		req.SetBasicAuth("x", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusCreated {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("upload into the composed system: %d %s", resp.StatusCode, body)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("upload into the composed system: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the api until it serves
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/v2/team/app/blobs/"+digest, nil)
+	req.SetBasicAuth("x", token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(got, content) {
+		t.Fatalf("read back: %d %q", resp.StatusCode, got)
+	}
+}
+
+// composeUp starts what docker-compose.yml starts (TestComposeSequence)
+// and returns the api's base URL, the bootstrap token and where each
+// named volume is.
+func composeUp(t *testing.T) (base, token string, volumeDir func(string) string) {
+	t.Helper()
 	bins := testbin.Build(t)
 	d := pgtest.New(t)
 	b, err := os.ReadFile("../../docker-compose.yml")
@@ -80,7 +127,7 @@ func TestComposeSequence(t *testing.T) {
 	}
 	port := freeLoopbackPort(t)
 	volumes := map[string]string{}
-	volumeDir := func(name string) string {
+	volumeDir = func(name string) string {
 		if volumes[name] == "" {
 			volumes[name] = t.TempDir()
 		}
@@ -135,7 +182,6 @@ func TestComposeSequence(t *testing.T) {
 			t.Fatalf("depends_on has a cycle or names an unknown service: %v", ours)
 		}
 	}
-	var token string
 	for _, name := range order {
 		s := ours[name]
 		cmd := exec.Command(filepath.Join(bins, path.Base(s.Entrypoint[0])), s.Command...)
@@ -176,46 +222,7 @@ func TestComposeSequence(t *testing.T) {
 	if !strings.HasPrefix(token, "bp_") {
 		t.Fatalf("the bootstrap service printed %q, not a token", token)
 	}
-	if _, err := os.Stat(filepath.Join(volumeDir("controller"), "controller", "signing-key.json")); err != nil {
-		t.Fatalf("no signing key in the controller's volume: %v", err)
-	}
-	// What `oras blob push` sends: a monolithic POST, Basic auth with the
-	// token; the first one creates team/app. Until the api holds its
-	// partitions' leases under the published map it answers 202 or 503.
-	content := []byte("composed")
-	sum := sha256.Sum256(content)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v2/team/app/blobs/uploads/?digest="+digest, bytes.NewReader(content))
-		req.SetBasicAuth("x", token)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusCreated {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("upload into the composed system: %d %s", resp.StatusCode, body)
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatalf("upload into the composed system: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond) // polling the api until it serves
-	}
-	req, _ := http.NewRequest(http.MethodGet, base+"/v2/team/app/blobs/"+digest, nil)
-	req.SetBasicAuth("x", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !bytes.Equal(got, content) {
-		t.Fatalf("read back: %d %q", resp.StatusCode, got)
-	}
+	return fmt.Sprintf("http://127.0.0.1:%d", port), token, volumeDir
 }
 
 func freeLoopbackPort(t *testing.T) int {
