@@ -79,6 +79,18 @@ func (f *fleet) hold(t *testing.T, node string) {
 func (f *fleet) gone(node string) {
 	f.present[node].Release()
 	delete(f.present, node)
+	// The lock goes when Postgres has ended the session, a moment after
+	// the connection closed: wait for it to be seen gone.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pres, err := f.st.PresentNodes(context.Background())
+		if err == nil && !pres.Present[node] {
+			return
+		}
+		if time.Now().After(deadline) {
+			panic(fmt.Sprintf("node %s still present 10 s after its presence was released (%v)", node, err))
+		}
+		time.Sleep(5 * time.Millisecond) // polling pg_locks for the ended session
+	}
 }
 
 func (f *fleet) tick(t *testing.T, nodes ...string) {
