@@ -245,6 +245,8 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Repositories: st,
 		Authority:    routing,
 		OCI:          oci,
+		// The admins' status page at / (issue 31).
+		Status: &handlers.StatusPage{Store: st, Replication: jobs.ReplicationBacklog(st.Pool())},
 		// Node-to-node endpoints only on their own listener when there
 		// is one (issue 26 point 8).
 		InternalListener: a.internal != nil,

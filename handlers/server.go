@@ -60,6 +60,9 @@ type Deps struct {
 	// it are answered 503 with Retry-After (capacity.go). 0 means
 	// DefaultMaxRequests; negative, no bound.
 	MaxRequests int64
+	// Status enables the admins' status page at / (with Auth); nil leaves
+	// it unmounted.
+	Status *StatusPage
 	// InternalListener says the node-to-node endpoints are served by
 	// NewInternalRouter on a listener of their own: this router leaves
 	// them out (issue 26 point 8).
@@ -121,6 +124,9 @@ func NewRouter(d Deps) http.Handler {
 	}
 	if d.Auth != nil && d.OCI != nil {
 		ociRoutes(r, d)
+	}
+	if d.Auth != nil && d.Status != nil {
+		statusRoutes(r, d)
 	}
 	switch {
 	case d.RiverUI == nil:

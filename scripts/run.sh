@@ -52,6 +52,7 @@ bin/controller publish || echo "run.sh: controller publish failed; the api serve
 cat >&2 <<MSG
 
   Blobplane is running: $url
+    status   $url/   (sign in with the admin token)
     health   $url/healthz   $url/readyz
     metrics  $url/metrics
     River UI $url/riverui/

@@ -14,6 +14,20 @@ eval "$(scripts/pg.sh env)"
 : "${BLOBPLANE_MINIO_BIN:=$(scripts/minio.sh)}"
 scripts/tool.sh crane >/dev/null
 scripts/tool.sh oras >/dev/null
+# The OCI conformance suite (cmd/api) and promtool (deploy/) likewise.
+scripts/tool.sh conformance >/dev/null
+scripts/tool.sh promtool >/dev/null
+# Headless Chromium renders the status page (handlers): Debian's package,
+# installed with apt-get when missing and this runs as root (as
+# scripts/pg.sh does for Postgres).
+if ! command -v chromium >/dev/null 2>&1; then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: installing chromium with apt-get" >&2
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >&2
+	else
+		echo "test.sh: no chromium (sudo apt-get install -y chromium); the status page's browser test will skip" >&2
+	fi
+fi
 : "${BLOBPLANE_REGISTRY_BIN:=$(scripts/tool.sh registry)}"
 export BLOBPLANE_MINIO_BIN BLOBPLANE_REGISTRY_BIN
 go test -race -timeout 45m -count=1 "$@" ./...
