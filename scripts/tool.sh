@@ -9,15 +9,17 @@
 #   oras      ORAS OCI client (blob API tests)
 #   registry  the CNCF Distribution registry (benchmarks)
 #   conformance  the OCI distribution-spec conformance suite (blob API tests)
+#   promtool  Prometheus's rule checker (deploy/ alert rules)     ~3 min cold
 set -euo pipefail
 
-name=${1:?usage: tool.sh minio|crane|oras|registry|conformance}
+name=${1:?usage: tool.sh minio|crane|oras|registry|conformance|promtool}
 case $name in
 minio) pkg=github.com/minio/minio version=v0.0.0-20260212201848-7aac2a2c5b7c ;;
 crane) pkg=github.com/google/go-containerregistry/cmd/crane version=v0.22.1 ;;
 oras) pkg=oras.land/oras/cmd/oras version=v1.3.6 ;;
 registry) pkg=github.com/distribution/distribution/v3/cmd/registry version=v3.1.2 ;;
 conformance) pkg=github.com/opencontainers/distribution-spec/conformance version=v0.0.0-20260831232431-97274622c111 ;;
+promtool) pkg=github.com/prometheus/prometheus/cmd/promtool version=v0.316.0 ;;
 *) echo "tool.sh: unknown tool $name" >&2; exit 2 ;;
 esac
 
