@@ -25,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
 	"riverqueue.com/riverui"
 
 	"github.com/blobplane/blobplane"
@@ -38,6 +40,7 @@ import (
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/buildinfo"
 	"github.com/blobplane/blobplane/internal/opsmetrics"
+	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/node"
 	"github.com/blobplane/blobplane/read"
@@ -170,7 +173,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 
 	// An insert-only River client: the API enqueues work (in the same
 	// transaction as the state it follows from) and serves the River UI.
-	riverClient, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: logger})
+	riverClient, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{Logger: logger, Middleware: tracedJobs()})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("river client: %w", err)
@@ -582,6 +585,8 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(st.Pool()), &river.Config{
+		// Each job worked (and inserted) a span (issue 31).
+		Middleware:   tracedJobs(),
 		ID:           cfg.NodeID,
 		Logger:       logger,
 		Queues:       queues,
@@ -647,6 +652,16 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 // backends.
 func newReaper(cfg *config.Config, st *store.Store, backends *Backends, logger *slog.Logger) *sweep.Reaper {
 	return &sweep.Reaper{Store: st, Backends: sweep.Narrow[sweep.StagedDeleter](backends.ByName), Datacenter: cfg.Datacenter, Batch: cfg.SweepBatch, Logger: logger.With("service", "reaper")}
+}
+
+// tracedJobs is River's tracing middleware when tracing is on: a span per
+// job inserted and worked, the worked one in the trace of the request
+// that inserted it.
+func tracedJobs() []rivertype.Middleware {
+	if !tracing.Enabled() {
+		return nil
+	}
+	return []rivertype.Middleware{otelriver.NewMiddleware(nil)}
 }
 
 // newRetention wires the sweep's retention of finished rows (issue 31).

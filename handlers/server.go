@@ -90,6 +90,7 @@ func NewRouter(d Deps) http.Handler {
 	r.Use(idleDeadlines(d.BodyIdleTimeout)) // outermost (issue 26 point 5)
 	r.Use(middleware.RequestID)
 	r.Use(requestIDHeader)
+	r.Use(traceRequests) // outside the access log: its line names the trace
 	r.Use(d.Metrics.middleware)
 	r.Use(accessLog(d.Logger))
 	r.Use(recoverer(d.Logger))

@@ -15,11 +15,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 	"github.com/blobplane/blobplane/store/internal/slots"
 )
@@ -130,6 +133,11 @@ func OpenAs(ctx context.Context, databaseURL string, logger *slog.Logger, timeou
 		cfg.MaxConns = 8
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	if tracing.Enabled() {
+		// Every query a span, in the trace of the request or job that
+		// ran it (issue 31).
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	}
 	for name, v := range timeouts.params() {
 		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
 			cfg.ConnConfig.RuntimeParams[name] = v
@@ -175,7 +183,14 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // InTx runs fn in one transaction, committing when fn returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	ctx, span := tracing.Tracer().Start(ctx, "store.tx")
+	defer span.End()
+	err := pgx.BeginFunc(ctx, s.pool, fn)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "transaction failed")
+	}
+	return err
 }
 
 var errNoRows = pgx.ErrNoRows

@@ -15,9 +15,11 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/internal/buildinfo"
+	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -69,7 +71,20 @@ func Main(binary string, args []string, stdout, stderr io.Writer, run func(ctx c
 		fmt.Fprintf(stderr, "%s: %s\n", binary, oneLine(err))
 		return ExitConfig
 	}
-	logger := cfg.Logger(stderr).With("binary", binary)
+	// Log lines written in a span name its trace (tracing.LogHandler).
+	logger := slog.New(tracing.LogHandler(cfg.Logger(stderr).Handler())).With("binary", binary)
+	shutdownTracing, err := tracing.Setup(context.Background(), binary, cfg.NodeID)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: tracing: %s\n", binary, oneLine(err))
+		return ExitConfig
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(ctx); err != nil {
+			logger.Warn("tracing: spans not flushed", "err", err)
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
