@@ -63,5 +63,7 @@ func (l logHandler) Handle(ctx context.Context, r slog.Record) error {
 	return l.Handler.Handle(ctx, r)
 }
 
-func (l logHandler) WithAttrs(as []slog.Attr) slog.Handler { return logHandler{l.Handler.WithAttrs(as)} }
-func (l logHandler) WithGroup(name string) slog.Handler    { return logHandler{l.Handler.WithGroup(name)} }
+func (l logHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return logHandler{l.Handler.WithAttrs(as)}
+}
+func (l logHandler) WithGroup(name string) slog.Handler { return logHandler{l.Handler.WithGroup(name)} }
