@@ -80,13 +80,17 @@ type API struct {
 type Backends struct {
 	Order  []string
 	ByName map[string]backend.Backend
-	kinds  []string // Kind of each, in Order
+	// Metrics measure every call to them (backend.Instrument); register
+	// its Collectors where the process serves /metrics.
+	Metrics *backend.Metrics
+	kinds   []string // Kind of each, in Order
+	desc    []string // Describe's, taken before instrumenting
 }
 
 // OpenBackends opens every configured backend, refusing with an error that
 // names the bad one.
 func OpenBackends(ctx context.Context, specs []backend.Spec) (*Backends, error) {
-	b := &Backends{ByName: map[string]backend.Backend{}}
+	b := &Backends{ByName: map[string]backend.Backend{}, Metrics: backend.NewMetrics()}
 	for _, spec := range specs {
 		be, err := backend.Open(ctx, spec)
 		if err != nil {
@@ -94,8 +98,10 @@ func OpenBackends(ctx context.Context, specs []backend.Spec) (*Backends, error) 
 			return nil, fmt.Errorf("invalid BLOBPLANE_BACKENDS: %s: %s", spec.Name, blobplaneMessage(err))
 		}
 		b.Order = append(b.Order, spec.Name)
-		b.ByName[spec.Name] = be
 		b.kinds = append(b.kinds, spec.Kind)
+		b.desc = append(b.desc, describe(spec.Name, spec.Kind, be))
+		// Every call measured, and a span when tracing is on (issue 31).
+		b.ByName[spec.Name] = backend.Instrument(spec.Name, be, b.Metrics)
 	}
 	return b, nil
 }
@@ -105,17 +111,16 @@ func OpenBackends(ctx context.Context, specs []backend.Spec) (*Backends, error) 
 // on the kernel: docs/backends.md) and its direct=<bytes> when set, e.g.
 // "fs=filesystem(sync=filesystem)": what the api and worker log when they
 // start.
-func (b *Backends) Describe() []string {
-	out := make([]string, len(b.Order))
-	for i, name := range b.Order {
-		out[i] = name + "=" + b.kinds[i]
-		if s, ok := b.ByName[name].(interface{ SyncMode() backend.SyncMode }); ok {
-			opts := "sync=" + string(s.SyncMode())
-			if d, ok := b.ByName[name].(interface{ Direct() int64 }); ok && d.Direct() > 0 {
-				opts += ",direct=" + strconv.FormatInt(d.Direct(), 10)
-			}
-			out[i] += "(" + opts + ")"
+func (b *Backends) Describe() []string { return slices.Clone(b.desc) }
+
+func describe(name, kind string, be backend.Backend) string {
+	out := name + "=" + kind
+	if s, ok := be.(interface{ SyncMode() backend.SyncMode }); ok {
+		opts := "sync=" + string(s.SyncMode())
+		if d, ok := be.(interface{ Direct() int64 }); ok && d.Direct() > 0 {
+			opts += ",direct=" + strconv.FormatInt(d.Direct(), 10)
 		}
+		out += "(" + opts + ")"
 	}
 	return out
 }
@@ -223,6 +228,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	routing.Keeper = a.keeper
 	a.beat.Report = a.keeper.Report
 	metrics := handlers.NewMetrics()
+	metrics.Registry.MustRegister(a.backends.Metrics.Collectors()...)
 	metrics.Registry.MustRegister(buildinfo.Collector(config.API),
 		opsmetrics.Pools(map[string]*pgxpool.Pool{"main": st.Pool(), "leases": a.leases.Pool()}), opsmetrics.Queues(st.Pool()))
 	metrics.RegisterCache("auth", st.AuthCacheStats)
@@ -568,6 +574,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 			buildinfo.Collector(config.Worker), opsmetrics.Pools(map[string]*pgxpool.Pool{"main": st.Pool()}), opsmetrics.Queues(st.Pool()))
+		reg.MustRegister(backends.Metrics.Collectors()...)
 		latency = opsmetrics.NewJobLatency(reg)
 		reaper.Metrics = sweep.NewMetrics(reg)
 		collectDeps.Metrics = sweep.NewCollectMetrics(reg)
