@@ -368,13 +368,13 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 			// Away from the home: forward to it through the routing contract
 			// (maps read from Postgres and verified), or queue a finalize job.
 			Forward: jobs.HomeFinalizer{Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), Routing: client.New(client.Config{
-				Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second}, MaxWait: 2 * time.Second,
+				Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second, Transport: tracing.Transport(nil)}, MaxWait: 2 * time.Second,
 			})},
 			Later: jobs.FinalizeQueue{Client: rc},
 		},
 		Reads: &read.Reader{
 			Datacenter: cfg.Datacenter, Backends: b.ByName, Ledger: st,
-			Remote:      &jobs.RemoteSource{Nodes: st, Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), HTTP: &http.Client{}},
+			Remote:      &jobs.RemoteSource{Nodes: st, Secret: cfg.ClusterSecret, Internal: jobs.InternalBase(internalPort), HTTP: &http.Client{Transport: tracing.Transport(nil)}},
 			Repair:      jobs.RepairQueue{Client: rc},
 			Unverified:  set(cfg.UnverifiedBackends),
 			Preference:  cfg.ReadPreference,

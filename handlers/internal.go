@@ -105,6 +105,7 @@ func NewInternalRouter(d Deps) (http.Handler, error) {
 	r.Use(idleDeadlines(d.BodyIdleTimeout))
 	r.Use(middleware.RequestID)
 	r.Use(requestIDHeader)
+	r.Use(traceRequests) // continues the calling node's trace
 	r.Use(accessLog(d.Logger))
 	r.Use(recoverer(d.Logger))
 	mountInternal(r, d, h)

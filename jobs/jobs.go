@@ -15,6 +15,7 @@ import (
 
 	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -40,7 +41,7 @@ func Workers(d Deps) *river.Workers {
 	river.AddWorker(w, &NodePruneWorker{store: d.Store, logger: d.Logger})
 	// The worker has no seed URL: the routing client reads the published
 	// maps from Postgres (and verifies them).
-	routing := client.New(client.Config{Maps: d.Store, HTTP: &http.Client{Timeout: 30 * time.Second}})
+	routing := client.New(client.Config{Maps: d.Store, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: tracing.Transport(nil)}})
 	river.AddWorker(w, &FinalizeWorker{Home: HomeFinalizer{Routing: routing, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort)}, Logger: d.Logger})
 	river.AddWorker(w, &ReconcileWorker{Store: d.Store, Fallback: d.ReplicateTo, Logger: d.Logger})
 	return w

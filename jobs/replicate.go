@@ -20,6 +20,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/config"
 	"github.com/blobplane/blobplane/internal/nodeauth"
+	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/replication"
 	"github.com/blobplane/blobplane/store"
@@ -107,7 +108,7 @@ func AddReplicateWorker(w *river.Workers, d ReplicateDeps) error {
 	river.AddWorker(w, &ReplicateWorker{Transfer: &replication.Transfer{
 		Ledger: d.Store, Datacenter: d.Datacenter, BackendName: d.Backend, Backend: be,
 		Local:   LocalSource{Backends: d.Backends},
-		Remote:  &RemoteSource{Nodes: d.Store, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort), HTTP: &http.Client{}},
+		Remote:  &RemoteSource{Nodes: d.Store, Secret: d.ClusterSecret, Internal: InternalBase(d.InternalPort), HTTP: &http.Client{Transport: tracing.Transport(nil)}},
 		Metrics: d.Metrics, Logger: d.Logger,
 	}, Logger: d.Logger})
 	return nil

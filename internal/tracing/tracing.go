@@ -10,6 +10,7 @@ package tracing
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 
 	"go.opentelemetry.io/otel"
@@ -67,3 +68,26 @@ func (l logHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return logHandler{l.Handler.WithAttrs(as)}
 }
 func (l logHandler) WithGroup(name string) slog.Handler { return logHandler{l.Handler.WithGroup(name)} }
+
+// Transport is base (http.DefaultTransport when nil) carrying the
+// caller's trace to the node it calls (W3C traceparent) when tracing is
+// on: a forwarded finalization or a remote read continues the trace of
+// the request or job that made it. Node-to-node signatures cover the
+// method, URI and body, not this header.
+func Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if !Enabled() {
+		return base
+	}
+	return propagating{base}
+}
+
+type propagating struct{ base http.RoundTripper }
+
+func (p propagating) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not change its request
+	otel.GetTextMapPropagator().Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	return p.base.RoundTrip(r)
+}
