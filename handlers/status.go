@@ -2,12 +2,13 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"html/template"
 	"log/slog"
 	"net/http"
 	"sort"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/replication"
@@ -39,10 +40,7 @@ const statusCookie = "blobplane_admin"
 
 // statusRoutes mounts GET / (the page, or the sign-in form without a
 // valid admin cookie), POST /login and POST /logout.
-func statusRoutes(r interface {
-	Get(string, http.HandlerFunc)
-	Post(string, http.HandlerFunc)
-}, d Deps) {
+func statusRoutes(r chi.Router, d Deps) {
 	s := d.Status
 	logger := d.Logger
 	admin := func(r *http.Request) (auth.Principal, bool) {
@@ -80,7 +78,8 @@ func statusRoutes(r interface {
 	})
 	r.Post("/login", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
-		if crossSite(r) {
+		if CrossSite(r) != "" { // csrf.go's test
+			logger.WarnContext(r.Context(), "cross-site sign-in refused", "reason", CrossSite(r))
 			renderLogin(w, logger, http.StatusForbidden, "Sign in from this page.")
 			return
 		}
@@ -103,17 +102,6 @@ func statusRoutes(r interface {
 		http.SetCookie(w, &http.Cookie{Name: statusCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
-}
-
-// crossSite reports a request another site's page made (csrf.go's test).
-func crossSite(r *http.Request) bool {
-	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
-		return true
-	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
-		return o != "http://"+r.Host && o != "https://"+r.Host
-	}
-	return false
 }
 
 // statusView is what the page shows.
@@ -175,7 +163,7 @@ func (s *StatusPage) view(ctx context.Context, d Deps) (statusView, error) {
 func renderLogin(w http.ResponseWriter, logger *slog.Logger, status int, message string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	if err := loginTemplate.Execute(w, message); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
+	if err := loginTemplate.Execute(w, message); err != nil {
 		logger.Warn("status sign-in page", "err", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -160,13 +161,7 @@ func composeUp(t *testing.T) (base, token string, volumeDir func(string) string)
 	done := map[string]bool{"postgres": true}
 	for len(order) < len(ours) {
 		progressed := false
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for n := range ours {
-				if !yield(n) {
-					return
-				}
-			}
-		}) {
+		for _, name := range slices.Sorted(maps.Keys(ours)) {
 			if done[name] {
 				continue
 			}

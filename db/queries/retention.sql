@@ -72,8 +72,7 @@ WITH victims AS (
     FOR UPDATE SKIP LOCKED
 ), requests AS (
     DELETE FROM controller_apply_requests r
-    WHERE r.taken_at < now() - make_interval(secs => @older_than_seconds::float8)
-      AND r.request_id IN (SELECT request_id FROM controller_apply_requests
+    WHERE r.request_id IN (SELECT request_id FROM controller_apply_requests
                            WHERE taken_at < now() - make_interval(secs => @older_than_seconds::float8)
                            ORDER BY taken_at LIMIT @batch_size)
     RETURNING 1

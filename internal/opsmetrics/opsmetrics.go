@@ -5,6 +5,7 @@ package opsmetrics
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,7 +57,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 type queueCollector struct {
 	pool         *pgxpool.Pool
 	jobs, errors *prometheus.Desc
-	failures     float64
+	failures     atomic.Int64 // scrapes may run at once
 }
 
 // Queues returns a collector of River's queue depth: jobs by queue and
@@ -91,9 +92,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	if err != nil {
-		c.failures++
+		c.failures.Add(1)
 	}
-	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, c.failures)
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(c.failures.Load()))
 }
 
 // JobLatency observes every job River finishes in this process: how long

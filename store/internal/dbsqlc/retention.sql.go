@@ -130,8 +130,7 @@ WITH victims AS (
     FOR UPDATE SKIP LOCKED
 ), requests AS (
     DELETE FROM controller_apply_requests r
-    WHERE r.taken_at < now() - make_interval(secs => $1::float8)
-      AND r.request_id IN (SELECT request_id FROM controller_apply_requests
+    WHERE r.request_id IN (SELECT request_id FROM controller_apply_requests
                            WHERE taken_at < now() - make_interval(secs => $1::float8)
                            ORDER BY taken_at LIMIT $2)
     RETURNING 1
