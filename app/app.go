@@ -37,6 +37,7 @@ import (
 	_ "github.com/blobplane/blobplane/backend/s3" // registers the S3 backend
 	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/config"
+	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/buildinfo"
 	"github.com/blobplane/blobplane/internal/opsmetrics"
@@ -252,8 +253,12 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		// Tokens and grants: /v1/admin and the River UI need admin.
 		Auth:         st,
 		Repositories: st,
-		Authority:    routing,
-		OCI:          oci,
+		// A force-takeover, the dry-run plan and apply requests for the
+		// controller service (*:admin only); the api never rounds or
+		// signs itself (ZBP-5 R109, R118).
+		Cluster:   &controller.Admin{Store: st, Settings: controller.SettingsFrom(cfg)},
+		Authority: routing,
+		OCI:       oci,
 		// The admins' status page at / (issue 31).
 		Status: &handlers.StatusPage{Store: st, Replication: jobs.ReplicationBacklog(st.Pool())},
 		// Node-to-node endpoints only on their own listener when there

@@ -2,15 +2,12 @@ package app_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,111 +17,34 @@ import (
 	"time"
 
 	"github.com/blobplane/blobplane/app"
-	"github.com/blobplane/blobplane/auth"
-	"github.com/blobplane/blobplane/authority"
-	"github.com/blobplane/blobplane/backend"
-	"github.com/blobplane/blobplane/config"
-	"github.com/blobplane/blobplane/internal/pgtest"
-	"github.com/blobplane/blobplane/store"
+	"github.com/blobplane/blobplane/internal/testnode"
 )
 
-// benchAPI is one real api process for benchmarks: a pgtest database, a
-// filesystem backend under Dir, and a published signed one-partition map
-// naming this node, so it is the home of every repository and finalizes
-// synchronously (201).
+// benchAPI is one real api node for benchmarks (internal/testnode: a
+// pgtest database, a filesystem backend, and a published signed
+// one-partition map naming it, so it is the home of every repository and
+// finalizes synchronously, 201).
 type benchAPI struct {
 	api    *app.API
 	Repo   string
 	token  string
-	Dir    string // parent of the backend directory: raw baselines write here (same disk)
+	Dir    string // beside the backend directory: raw baselines write here (same disk)
 	client *http.Client
 }
 
-// startBenchAPI starts the api, waits until its keeper holds the one
-// partition, and creates Repo with a write token. Everything stops at
-// tb's cleanup.
+// startBenchAPI starts the api, waits until it holds the one partition,
+// and creates Repo with a write token. Everything stops at tb's cleanup.
 func startBenchAPI(tb testing.TB) *benchAPI {
 	tb.Helper()
-	d := pgtest.New(tb)
-	st := store.New(d.Pool, nil)
-	dir := tb.TempDir()
-	spec, err := backend.ParseSpec("fs=filesystem:" + filepath.Join(dir, "backend"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "backend"), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	cfg := &config.Config{
-		Backends:    []backend.Spec{spec},
-		DatabaseURL: d.URL, Listen: "127.0.0.1:0", Datacenter: "local", NodeID: "bench-node",
-		DataDir: filepath.Join(dir, "data"), LogFormat: "text", ShutdownTimeout: 10 * time.Second,
-		Queues: map[string]int{"default": 1},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.NewAPI(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		tb.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Serve(ctx) }()
-	b := &benchAPI{api: a, Repo: "bench/blobs", Dir: dir, client: &http.Client{Transport: &http.Transport{
+	c := testnode.Start(tb, 1)
+	b := &benchAPI{api: c.Nodes[0], Repo: "bench/blobs", Dir: filepath.Dir(c.Backends[0]), client: &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
 	}}}
-	tb.Cleanup(func() {
-		b.client.CloseIdleConnections()
-		cancel()
-		if err := <-done; err != nil {
-			tb.Error(err)
-		}
-	})
-
-	pub, priv, _ := ed25519.GenerateKey(nil)
-	now := time.Now()
-	signer := authority.Signer{KeyID: "bench-key", Key: priv}
-	if err := st.PublishSigningKey(ctx, authority.TrustedKey{KeyID: "bench-key", Alg: authority.SignatureAlg, PublicKey: pub, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}); err != nil {
+	tb.Cleanup(b.client.CloseIdleConnections)
+	if err := c.Store.CreateRepository(context.Background(), b.Repo); err != nil {
 		tb.Fatal(err)
 	}
-	m, err := authority.EvenSplit{
-		Version: 1, GeneratedAt: now, Partitions: 1, State: authority.PrimaryServing, Epoch: 1, Class: "standard", Mode: authority.ModeDerived,
-		Nodes: []authority.NodeAddr{{Node: cfg.NodeID, Endpoint: a.Addr()}},
-	}.Build()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := signer.SignMap(m); err != nil {
-		tb.Fatal(err)
-	}
-	if err := st.PublishMap(ctx, m, nil); err != nil {
-		tb.Fatal(err)
-	}
-	if err := st.CreateRepository(ctx, b.Repo); err != nil {
-		tb.Fatal(err)
-	}
-	gs, err := auth.ParseGrants([]string{"bench/*:write"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if b.token, _, err = st.CreateToken(ctx, "bench", gs); err != nil {
-		tb.Fatal(err)
-	}
-	// The node adopts the map (NOTIFY) and acquires its partition.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := b.client.Get(a.URL() + "/v1/home/" + b.Repo)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the api did not become the home of %s: %v", b.Repo, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	b.token = c.Token(tb, "bench", "bench/*:write")
 	return b
 }
 

@@ -262,7 +262,9 @@ func duration(flag, env, def, usage string, forBinaries []string, field func(*Co
 
 // count is a controller setting holding an integer from 1 to 10000.
 func count(flag, env, def, usage string, field func(*Config) *int) Setting {
-	return Setting{Flag: flag, Env: env, Default: def, Usage: usage, For: []string{Controller},
+	// The controller's bounds; the api plans with them too (GET
+	// /v1/admin/plan), so both must be given the same values.
+	return Setting{Flag: flag, Env: env, Default: def, Usage: usage, For: []string{Controller, API},
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 10000 {
@@ -738,12 +740,12 @@ var Settings = []Setting{
 			return nil
 		}},
 	duration("controller-tick", "BLOBPLANE_CONTROLLER_TICK", "500ms", "longest wait between two controller rounds (handoff and map notifications wake it sooner)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerTick }),
-	duration("controller-failover-grace", "BLOBPLANE_CONTROLLER_FAILOVER_GRACE", "250ms", "how long a lease must have expired before its partition is recovered on another node when its node is gone (no Postgres session) or draining", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerFailoverGrace }),
-	duration("controller-live-grace", "BLOBPLANE_CONTROLLER_LIVE_GRACE", "30s", "the same wait when the lease's node is still connected (its keeper claims the lease back by itself: a blip moves nothing)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerLiveGrace }),
-	duration("controller-balance-cooldown", "BLOBPLANE_CONTROLLER_BALANCE_COOLDOWN", "1m", "balance's hysteresis: a partition moved more recently than this is not moved to balance load (ZBP-5 R116)", []string{Controller}, func(c *Config) *time.Duration { return &c.ControllerBalanceCooldown }),
+	duration("controller-failover-grace", "BLOBPLANE_CONTROLLER_FAILOVER_GRACE", "250ms", "how long a lease must have expired before its partition is recovered on another node when its node is gone (no Postgres session) or draining", []string{Controller, API}, func(c *Config) *time.Duration { return &c.ControllerFailoverGrace }),
+	duration("controller-live-grace", "BLOBPLANE_CONTROLLER_LIVE_GRACE", "30s", "the same wait when the lease's node is still connected (its keeper claims the lease back by itself: a blip moves nothing)", []string{Controller, API}, func(c *Config) *time.Duration { return &c.ControllerLiveGrace }),
+	duration("controller-balance-cooldown", "BLOBPLANE_CONTROLLER_BALANCE_COOLDOWN", "1m", "balance's hysteresis: a partition moved more recently than this is not moved to balance load (ZBP-5 R116)", []string{Controller, API}, func(c *Config) *time.Duration { return &c.ControllerBalanceCooldown }),
 	count("controller-max-moves", "BLOBPLANE_CONTROLLER_MAX_MOVES", "8", "most moves in flight at once (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxMoves }),
 	count("controller-max-moves-per-node", "BLOBPLANE_CONTROLLER_MAX_MOVES_PER_NODE", "4", "most moves in flight from or to one node (ZBP-5 R81)", func(c *Config) *int { return &c.ControllerMaxPerNode }),
-	{Flag: "controller-max-move-fraction", Env: "BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION", Default: "0.5", Usage: "most slots one plan moves, as a fraction of the map; more needs `controller apply --override-reason` (ZBP-5 R119)", For: []string{Controller},
+	{Flag: "controller-max-move-fraction", Env: "BLOBPLANE_CONTROLLER_MAX_MOVE_FRACTION", Default: "0.5", Usage: "most slots one plan moves, as a fraction of the map; more needs `controller apply --override-reason` (ZBP-5 R119)", For: []string{Controller, API},
 		set: func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f <= 0 || f > 1 {
@@ -752,7 +754,7 @@ var Settings = []Setting{
 			c.ControllerMaxFraction = f
 			return nil
 		}},
-	{Flag: "controller-auto", Env: "BLOBPLANE_CONTROLLER_AUTO", Default: "drain,recover", Usage: "plan kinds `controller run` applies without an operator, comma-separated from drain, recover and balance, or none (ZBP-5 R118); the others wait for `controller apply`", For: []string{Controller},
+	{Flag: "controller-auto", Env: "BLOBPLANE_CONTROLLER_AUTO", Default: "drain,recover", Usage: "plan kinds `controller run` applies without an operator, comma-separated from drain, recover and balance, or none (ZBP-5 R118); the others wait for `controller apply`", For: []string{Controller, API},
 		set: func(c *Config, v string) error {
 			c.ControllerAuto = []string{}
 			if v == "none" || v == "" {

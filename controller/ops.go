@@ -84,11 +84,22 @@ func deliberate(svc *Service) *Service {
 	return &d
 }
 
+// RequestApply queues an operator's request that the active controller
+// service apply every plan kind (drain, recover, balance) in its next
+// round (R118: only the leader acts), recorded as by; a non-empty
+// overrideReason lets that plan move more than the movement cap (R119:
+// an override records who and why). It returns the request's id, for
+// store.ApplyRequestState. Nothing takes the request while no service
+// runs.
+func RequestApply(ctx context.Context, st *store.Store, by, overrideReason string) (int64, error) {
+	return st.RequestApply(ctx, store.ApplyRequest{Kinds: []string{TriggerDrain, TriggerRecover, TriggerBalance}, By: by, OverrideReason: overrideReason})
+}
+
 // applyThroughService queues an apply request for the active service and
 // waits for it to be taken and for the moves of its plan to end.
 func applyThroughService(ctx context.Context, svc *Service, ov Override, wait time.Duration) ([]authority.Handoff, error) {
 	by := cmp.Or(ov.By, svc.AppliedBy, "an operator")
-	id, err := svc.Store.RequestApply(ctx, store.ApplyRequest{Kinds: []string{TriggerDrain, TriggerRecover, TriggerBalance}, By: by, OverrideReason: ov.Reason})
+	id, err := RequestApply(ctx, svc.Store, by, ov.Reason)
 	if err != nil {
 		return nil, err
 	}

@@ -158,6 +158,19 @@ func (s *Service) Observe(ctx context.Context) (Observed, error) {
 	return o, nil
 }
 
+// DryRun is the plan an automatic round would compute now, against live
+// state: the automatic policy (Settings.Auto, DefaultSettings' when nil,
+// as Round takes it) and no override. What `controller plan` shows; it
+// changes nothing.
+func (s *Service) DryRun(ctx context.Context) (Plan, error) {
+	o, err := s.Observe(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	settings := s.Settings.withDefaults()
+	return ComputePlan(o, settings, settings.Auto, Override{}), nil
+}
+
 // Round is one reconciliation (A.8): carry the moves in flight forward,
 // then plan against fresh state and start what the policy applies
 // automatically (apply nil: Settings.Auto). It returns the plan.

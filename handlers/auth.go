@@ -33,6 +33,10 @@ type RepositoryAdmin interface {
 	CreateRepository(ctx context.Context, name string) error
 	// ListRepositories returns every repository ordered by name.
 	ListRepositories(ctx context.Context) ([]store.Repository, error)
+	// DeleteRepository deletes the empty repository name. Errors:
+	// invalid for a malformed name; not_found when there is none;
+	// conflict while it still holds blob references or uploads.
+	DeleteRepository(ctx context.Context, name string) error
 }
 
 // Realm is the realm of the WWW-Authenticate challenges.
@@ -264,10 +268,32 @@ func adminRoutes(r chi.Router, d Deps) {
 			}
 			WriteJSON(w, http.StatusCreated, RepositoryJSON{Name: req.Name})
 		})
+		// DELETE /repositories/team/app deletes the empty repository
+		// where the caller holds admin (the name is the rest of the
+		// path: it contains slashes).
+		r.Delete("/repositories/*", func(w http.ResponseWriter, r *http.Request) {
+			name := chi.URLParam(r, "*")
+			if err := CheckPermission(r.Context(), name, auth.Admin); err != nil {
+				WriteAuthError(w, r, d.Logger, err)
+				return
+			}
+			noteRequest(r.Context(), func(n *requestNote) { n.repository = name })
+			if err := d.Repositories.DeleteRepository(r.Context(), name); err != nil {
+				WriteError(w, r, d.Logger, err)
+				return
+			}
+			p, _ := PrincipalOf(r.Context())
+			d.Logger.InfoContext(r.Context(), "repository deleted", "repository", name, "principal", p.Name)
+			w.WriteHeader(http.StatusNoContent)
+		})
 		// Replication policies (policy.go, docs/replication.md).
 		policyRoutes(r, d)
 		// Obliteration (obliterate.go, docs/obliteration.md).
 		obliterationRoutes(r, d)
+		// Tokens and grants (identity.go, docs/auth.md).
+		identityRoutes(r, d)
+		// Takeover, plan and apply (cluster.go, docs/auth.md).
+		clusterRoutes(r, d)
 	})
 }
 

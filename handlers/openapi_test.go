@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/upload"
 )
@@ -23,7 +24,7 @@ func TestOpenAPIMatchesTheRouter(t *testing.T) {
 	t.Parallel()
 	st, be, home := homeFixture(t, "team/app")
 	// Every optional part mounted, as the api mounts it.
-	r := handlers.NewRouter(handlers.Deps{Auth: st, Repositories: st, Placements: st,
+	r := handlers.NewRouter(handlers.Deps{Auth: st, Repositories: st, Placements: st, Cluster: &controller.Admin{Store: st},
 		Authority: &handlers.Authority{NodeID: "n", Keeper: noKeeper{}, Maps: st, Reports: st},
 		OCI:       &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1", Home: home}}})
 

@@ -50,9 +50,15 @@ type Deps struct {
 	// of a response may wait for the client (zero:
 	// DefaultBodyIdleTimeout; idle.go).
 	BodyIdleTimeout time.Duration
-	// Repositories backs /v1/admin/repositories (admin only); nil leaves
-	// the routes unmounted.
+	// Repositories backs /v1/admin/repositories (admin only) and, as it
+	// implements them, the replication policies (PolicyAdmin),
+	// obliteration (ObliterationAdmin), tokens and grants
+	// (IdentityAdmin); nil leaves the routes unmounted.
 	Repositories RepositoryAdmin
+	// Cluster backs the controller's operator commands under /v1/admin
+	// (a force-takeover, the dry-run plan, apply requests; *:admin only,
+	// cluster.go); nil leaves them unmounted.
+	Cluster ClusterAdmin
 	// OCI enables the /v2/ blob API and GET /v1/operations/{id} (with
 	// Auth); nil leaves them unmounted.
 	OCI *OCI
@@ -122,6 +128,7 @@ func NewRouter(d Deps) http.Handler {
 	}
 	if d.Auth != nil {
 		adminRoutes(r, d)
+		whoamiRoute(r, d)
 	}
 	if d.Auth != nil && d.OCI != nil {
 		ociRoutes(r, d)

@@ -57,6 +57,7 @@ cat >&2 <<MSG
     metrics  $url/metrics
     River UI $url/riverui/
     map      $url/v1/map   $url/v1/partitions
+    client   bin/blobctl login --server $url <token>   then push, pull, placements (README "Using it")
   DATABASE_URL=$DATABASE_URL
   Ctrl-C stops everything.
 

@@ -273,7 +273,7 @@ func reshape(ctx context.Context, cfg *config.Config, st *store.Store, logger *s
 	if err != nil {
 		return err
 	}
-	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: settings(cfg), Logger: logger.With("service", "controller")}
+	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.SettingsFrom(cfg), Logger: logger.With("service", "controller")}
 	var group int64
 	if cmd == "split" {
 		group, err = svc.Split(ctx, controller.SplitRequest{Partition: *partition, At: authority.Slot(*at), To: *to, By: *operator, Reason: *reason})
@@ -327,7 +327,7 @@ func retire(ctx context.Context, cfg *config.Config, st *store.Store, logger *sl
 	if err != nil {
 		return err
 	}
-	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: settings(cfg), Logger: logger.With("service", "controller"), AppliedBy: "controller retire"}
+	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.SettingsFrom(cfg), Logger: logger.With("service", "controller"), AppliedBy: "controller retire"}
 	n, err := svc.Retire(ctx, *node)
 	if err != nil {
 		return err
@@ -392,7 +392,7 @@ func rollout(ctx context.Context, cfg *config.Config, st *store.Store, logger *s
 	if err != nil {
 		return err
 	}
-	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: settings(cfg), Logger: logger.With("service", "controller"), AppliedBy: "controller rollout"}
+	svc := &controller.Service{Store: st, Signer: k.Signer(), Settings: controller.SettingsFrom(cfg), Logger: logger.With("service", "controller"), AppliedBy: "controller rollout"}
 	return controller.Rollout(ctx, svc, controller.RolloutRequest{Nodes: splitList(*nodes), DrainWait: *drainWait, RestartWait: *restartWait},
 		func(e controller.RolloutEvent) {
 			switch e.Step {
@@ -474,25 +474,8 @@ func splitList(v string) []string {
 	return out
 }
 
-// settings are the controller service's settings from cfg.
-func settings(cfg *config.Config) controller.Settings {
-	s := controller.Settings{
-		Tick: cfg.ControllerTick, HandoffDeadline: cfg.HandoffDeadline, FailoverGrace: cfg.ControllerFailoverGrace,
-		LiveNodeGrace: cfg.ControllerLiveGrace, MaxConcurrent: cfg.ControllerMaxMoves,
-		MaxPerNode: cfg.ControllerMaxPerNode, MaxMoveFraction: cfg.ControllerMaxFraction,
-		BalanceCooldown: cfg.ControllerBalanceCooldown,
-	}
-	if cfg.ControllerAuto != nil {
-		s.Auto = map[string]bool{}
-		for _, k := range cfg.ControllerAuto {
-			s.Auto[k] = true
-		}
-	}
-	return s
-}
-
 func service(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger, keyPath, cmd string, args []string, stdout io.Writer) error {
-	svc := &controller.Service{Store: st, Settings: settings(cfg), Logger: logger.With("service", "controller"), Metrics: controller.NewMetrics()}
+	svc := &controller.Service{Store: st, Settings: controller.SettingsFrom(cfg), Logger: logger.With("service", "controller"), Metrics: controller.NewMetrics()}
 	if cmd == "plan" {
 		fs := flag.NewFlagSet("controller plan", flag.ContinueOnError)
 		fs.Bool("dry-run", true, "only print the plan (always: `controller apply` applies)")
@@ -500,11 +483,10 @@ func service(ctx context.Context, cfg *config.Config, st *store.Store, logger *s
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		o, err := svc.Observe(ctx)
+		p, err := svc.DryRun(ctx)
 		if err != nil {
 			return err
 		}
-		p := controller.ComputePlan(o, svc.Settings, svc.Settings.Auto, controller.Override{})
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
