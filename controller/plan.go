@@ -173,13 +173,13 @@ type Adoption struct {
 // Plan is what a round would do (A.8 steps 2–5, R117): the moves it
 // starts, the ones it holds back and why, and the adoptions.
 type Plan struct {
-	MapVersion uint64
-	Moves      []Move // to start
-	Held       []Move // planned but held: freeze, concurrency, cap, policy, no target
-	Adoptions  []Adoption
-	MovedSlots uint64
-	TotalSlots uint64
-	Frozen     *store.FreezeState
+	MapVersion uint64             `json:"map_version"`
+	Moves      []Move             `json:"moves"` // to start
+	Held       []Move             `json:"held"`  // planned but held: freeze, concurrency, cap, policy, no target
+	Adoptions  []Adoption         `json:"adoptions"`
+	MovedSlots uint64             `json:"moved_slots"`
+	TotalSlots uint64             `json:"total_slots"`
+	Frozen     *store.FreezeState `json:"frozen"`
 }
 
 // Override lets one plan move more than MaxMoveFraction (R119): who

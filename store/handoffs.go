@@ -428,8 +428,9 @@ func (s *Store) RecordPlan(ctx context.Context, p PlanRecord) (int64, error) {
 
 // FreezeState is the controller's global freeze (R123).
 type FreezeState struct {
-	By, Reason string
-	At         time.Time
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
 }
 
 // Freeze halts new movement (R123) until Unfreeze; by and reason are

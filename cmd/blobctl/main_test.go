@@ -637,7 +637,7 @@ func TestAdminVerbs(t *testing.T) {
 	}
 
 	// The plan, and an apply the running controller takes.
-	if out := root.ok("admin", "plan"); !strings.Contains(out, "MapVersion") {
+	if out := root.ok("admin", "plan"); !strings.Contains(out, `"map_version": 1`) {
 		t.Fatalf("plan: %s", out)
 	}
 	if e := root.fails(cli.ExitError, "admin", "plan", "apply", "--wait", "0"); !strings.Contains(e, "503") {
