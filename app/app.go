@@ -66,6 +66,7 @@ type API struct {
 	beat     *node.Heartbeater
 	backends *Backends
 	keeper   *keeper.Keeper
+	guard    *store.Guard // the database's synchronous replication (issue 32)
 	// tls, when set, serves listener over HTTPS; internal, when set, is
 	// the only listener of the node-to-node endpoints (issue 26 point 8).
 	tls            *tls.Config
@@ -154,6 +155,10 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		return nil, err
 	}
 	a := &API{cfg: cfg, logger: logger, store: st, leases: leases}
+	// Issue 32: writes wait for a synchronous standby where the database
+	// has one, and a pool on a read-only standby is reset (both pools).
+	a.guard = &store.Guard{Store: st, Others: []*store.Store{leases}, Mode: store.SyncMode(cfg.SyncReplication),
+		Logger: logger.With("service", "sync_guard")}
 	if err := a.checkShutdown(ctx); err != nil {
 		st.Close()
 		leases.Close()
@@ -240,6 +245,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	shed := prometheus.NewCounter(prometheus.CounterOpts{Name: "blobplane_partition_writes_shed_total",
 		Help: "Writes refused at a partition's home because the partition was over its capacity budget (BLOBPLANE_PARTITION_MAX_WRITES, ZBP-5 R130): answered 503 with Retry-After."})
 	metrics.Registry.MustRegister(shed)
+	metrics.Registry.MustRegister(a.guard.Collectors()...)
 	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), shed, logger)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
@@ -270,6 +276,9 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		AuthFailures:    handlers.FailureLimit{Burst: cfg.AuthFailureBurst, Per: cfg.AuthFailurePer},
 		// The node's capacity budget (issue 30): past it, 503 at once.
 		MaxRequests: cfg.MaxRequests,
+		// No write acknowledged that the primary's loss could take back
+		// (issue 32).
+		SyncGuard: a.guard,
 	})
 	// A header must arrive within ReadHeaderTimeout and fit MaxHeaderBytes
 	// (0: Go's 1 MiB); a body or an answer that stalls fails after
@@ -443,6 +452,9 @@ func (a *API) Serve(ctx context.Context) error {
 	presenceDone := make(chan struct{})
 	go func() { defer close(presenceDone); a.holdPresence(bg) }()
 	defer func() { stopBG(); <-presenceDone }()
+	guardDone := make(chan struct{})
+	go func() { defer close(guardDone); a.guard.Run(bg) }()
+	defer func() { stopBG(); <-guardDone }()
 	// One LISTEN connection wakes the keeper on every map publication and
 	// keeps the caches exact: authentications and found blobs are served
 	// from memory while it proves that no token, grant or principal
@@ -633,6 +645,14 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 		go latency.Follow(bg, events)
 	}
 
+	// Issue 32: connections that landed on a read-only standby (a name
+	// or proxy that moved with a failover, river#1225) are dropped, so
+	// River recovers without a restart. The worker acknowledges nothing
+	// to a client: the guard only watches.
+	guard := &store.Guard{Store: st, Mode: store.SyncWatch, Logger: logger.With("service", "sync_guard")}
+	guardDone := make(chan struct{})
+	go func() { defer close(guardDone); guard.Run(bg) }()
+	defer func() { stopBG(); <-guardDone }()
 	if err := client.Start(bg); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}

@@ -96,8 +96,11 @@ type Config struct {
 	// AuthFailureBurst failed authentications per client address (and
 	// per token id) are allowed at once, refilled at that many per
 	// AuthFailurePer.
-	BodyIdleTimeout  time.Duration
-	MaxHeaderBytes   int
+	BodyIdleTimeout time.Duration
+	MaxHeaderBytes  int
+	// SyncReplication says when writes need a synchronous standby (issue
+	// 32): auto, required or degraded (store.SyncMode).
+	SyncReplication  string
 	AuthFailureBurst int
 	AuthFailurePer   time.Duration
 	// Every Postgres session starts with these (statement_timeout,
@@ -474,6 +477,14 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a duration of at least 1s such as 1h", v)
 			}
 			c.UploadTTL = d
+			return nil
+		}},
+	{Flag: "sync-replication", Env: "BLOBPLANE_SYNC_REPLICATION", Default: "auto", Usage: "api: when the blob API's writes need a synchronous standby (no acknowledged write lost with the primary): auto (once the database is replicated: it has a physical replication slot or had a synchronous standby), required (always; a lone Postgres refuses writes) or degraded (never; each write acknowledged without a standby is at risk, logged as an error)", For: []string{API},
+		set: func(c *Config, v string) error {
+			if v != "auto" && v != "required" && v != "degraded" {
+				return fmt.Errorf("%q: must be auto, required or degraded", v)
+			}
+			c.SyncReplication = v
 			return nil
 		}},
 	{Flag: "body-idle-timeout", Env: "BLOBPLANE_BODY_IDLE_TIMEOUT", Default: "1m", Usage: "longest one read of a request body or one write of a response waits for the client; a transfer that keeps moving is never cut (1s to 1h)", For: []string{API},

@@ -85,7 +85,8 @@ func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 
 // withCause answers for a request cancelled with a reason — its home's
 // lease lost mid-request (RequireHome, ZBP-5 R24): the reason (retryable
-// unavailable), not an internal error.
+// unavailable), not an internal error; and for work cancelled inside
+// while the client still waits, likewise retryable.
 func withCause(r *http.Request, err error) error {
 	if !errors.Is(err, context.Canceled) {
 		return err
@@ -93,6 +94,12 @@ func withCause(r *http.Request, err error) error {
 	var be *blobplane.Error
 	if cause := context.Cause(r.Context()); cause != nil && errors.As(cause, &be) {
 		return cause
+	}
+	if r.Context().Err() == nil {
+		// Cancelled inside while the client still waits: work this node
+		// gave up (a lease fenced during a database failover, issue 32),
+		// retryable, never an internal error.
+		return blobplane.Wrap(blobplane.CodeUnavailable, err, "the work was interrupted on this node; retry")
 	}
 	return err
 }

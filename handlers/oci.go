@@ -106,6 +106,11 @@ func ociRoutes(r chi.Router, d Deps) {
 	fail := func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, err, ociUnauthorized) }
 	r.Group(func(r chi.Router) {
 		r.Use(Authenticate(d.Auth, fail))
+		if d.SyncGuard != nil {
+			// Issue 32: no write acknowledged that the primary's loss
+			// could take back (syncguard.go).
+			r.Use(guardWrites(d.SyncGuard, func(w http.ResponseWriter, r *http.Request, err error) { h.fail(w, r, err, ociUnavailable) }))
+		}
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")

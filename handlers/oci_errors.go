@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"github.com/go-chi/chi/v5/middleware"
 	"net/http"
 
 	"github.com/blobplane/blobplane"
@@ -88,11 +89,15 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 			w.Header().Set("Retry-After", "1")
 		}
 	}
-	if status >= 500 && !errors.Is(err, context.Canceled) {
-		h.logger.ErrorContext(r.Context(), "oci request failed", "err", err, "path", r.URL.Path)
+	if status >= 500 && errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The request's context ended (its client went away, or closed
+		// its side of the connection): said, not alarmed.
+		h.logger.InfoContext(r.Context(), "oci request cancelled", "err", err, "cause", context.Cause(r.Context()), "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
+	} else if status >= 500 && !errors.Is(err, context.Canceled) {
+		h.logger.ErrorContext(r.Context(), "oci request failed", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
 	} else if db, ok := databaseDetail(err); ok {
 		// What Postgres said is logged, never answered (issue 26 point 10).
-		h.logger.WarnContext(r.Context(), "oci request refused by the database", "err", err, "path", r.URL.Path, db)
+		h.logger.WarnContext(r.Context(), "oci request refused by the database", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()), db)
 	}
 	h.writeOCI(w, r, status, oci, clientMessage(err))
 }

@@ -69,6 +69,9 @@ type Deps struct {
 	// Status enables the admins' status page at / (with Auth); nil leaves
 	// it unmounted.
 	Status *StatusPage
+	// SyncGuard, when set, holds the blob API's writes to the database's
+	// synchronous replication (issue 32, syncguard.go).
+	SyncGuard SyncGuard
 	// InternalListener says the node-to-node endpoints are served by
 	// NewInternalRouter on a listener of their own: this router leaves
 	// them out (issue 26 point 8).

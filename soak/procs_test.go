@@ -177,6 +177,25 @@ func (p *proc) logCount(substr string) int {
 	return n
 }
 
+// logLines is up to n lines of every incarnation's output that hold
+// substr.
+func (p *proc) logLines(substr string, n int) []string {
+	f, err := os.Open(p.logf.Name())
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var lines []string
+	for sc.Scan() && len(lines) < n {
+		if strings.Contains(sc.Text(), substr) {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines
+}
+
 // tail is the last n bytes of the process's log.
 func (p *proc) tail(n int64) string {
 	f, err := os.Open(p.logf.Name())

@@ -107,7 +107,8 @@ func TestAcknowledgedMeansKept(t *testing.T) {
 // cluster is the system under test: its Postgres, its processes, and what
 // the soak needs to talk to them.
 type cluster struct {
-	pg      *pgCluster
+	pg      *pgCluster // nil on a database the soak did not start (the HA formation)
+	dbURL   string     // DATABASE_URL of every process
 	bins    string
 	dcs     []string
 	apis    map[string]*proc // by datacenter
@@ -124,7 +125,14 @@ type cluster struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	pg := startPostgres(t)
-	c := &cluster{pg: pg, bins: testbin.Build(t), dcs: []string{"dc-a", "dc-b"},
+	return newClusterOn(t, pg, pg.URL())
+}
+
+// newClusterOn is newCluster on the database at url (pg, when the soak
+// started it).
+func newClusterOn(t *testing.T, pg *pgCluster, url string) *cluster {
+	t.Helper()
+	c := &cluster{pg: pg, dbURL: url, bins: testbin.Build(t), dcs: []string{"dc-a", "dc-b"},
 		apis: map[string]*proc{}, workers: map[string]*proc{}, urls: map[string]string{}, nodes: map[string]string{}}
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	c.hc = &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -134,7 +142,7 @@ func newCluster(t *testing.T) *cluster {
 	if _, err := rand.Read(secret); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"DATABASE_URL=" + pg.URL(), "BLOBPLANE_LOG_FORMAT=json", "BLOBPLANE_DATA_DIR=" + filepath.Join(dir, "tools")}
+	common := []string{"DATABASE_URL=" + url, "BLOBPLANE_LOG_FORMAT=json", "BLOBPLANE_DATA_DIR=" + filepath.Join(dir, "tools")}
 	api := filepath.Join(c.bins, "api")
 	if out, err := runTool(api, common, "migrate"); err != nil {
 		t.Fatalf("soak: %v\n%s", err, out)
@@ -152,7 +160,7 @@ func newCluster(t *testing.T) *cluster {
 		}
 		suffix := strings.TrimPrefix(dc, "dc-")
 		env := []string{
-			"DATABASE_URL=" + pg.URL(),
+			"DATABASE_URL=" + url,
 			"BLOBPLANE_DATACENTER=" + dc,
 			"BLOBPLANE_DATA_DIR=" + filepath.Join(dir, dc),
 			"BLOBPLANE_BACKENDS=fs=filesystem:" + filepath.Join(dir, dc, "blobs"),
@@ -202,11 +210,20 @@ func newCluster(t *testing.T) *cluster {
 			t.Fatalf("soak: %v", err)
 		}
 	}
-	if c.db, err = pgxpool.New(ctx, pg.URL()); err != nil {
+	if c.db, err = pgxpool.New(ctx, url); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.db.Close)
 	return c
+}
+
+// crashes counts the soak's crashes of Postgres (none on a database it
+// did not start).
+func (c *cluster) crashes() int {
+	if c.pg == nil {
+		return 0
+	}
+	return c.pg.crashes
 }
 
 // startAPI starts dc's api and waits until it is ready.
@@ -237,7 +254,7 @@ func (c *cluster) chooseRepos(t *testing.T, n int) map[string][]string {
 		if dc == "" || len(repos[dc]) >= n {
 			continue
 		}
-		if _, err := runTool(filepath.Join(c.bins, "api"), []string{"DATABASE_URL=" + c.pg.URL()}, "repo", "create", name); err != nil {
+		if _, err := runTool(filepath.Join(c.bins, "api"), []string{"DATABASE_URL=" + c.dbURL}, "repo", "create", name); err != nil {
 			t.Fatalf("soak: %v", err)
 		}
 		repos[dc] = append(repos[dc], name)
@@ -621,7 +638,7 @@ func summarize(t *testing.T, all []*upload, c *cluster, took time.Duration) {
 		checked = "NOT all read back (see above)"
 	}
 	t.Logf("soak: %d uploads attempted, %d acknowledged (%d answered 201, %d answered 202; %d of them repeated content; %.1f MiB), %s; answers %v; by mode (acknowledged/attempted) %v; %s; postgres crash-restarts %d; %s in all",
-		len(all), acked, acked-accepted, accepted, dups, float64(bytes)/(1<<20), checked, byStatus, byMode, strings.Join(restarts, ", "), c.pg.crashes, took.Round(time.Second))
+		len(all), acked, acked-accepted, accepted, dups, float64(bytes)/(1<<20), checked, byStatus, byMode, strings.Join(restarts, ", "), c.crashes(), took.Round(time.Second))
 }
 
 // mapIndex reads the published partition map from the api at base and

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -192,4 +193,13 @@ func (s *Store) ReapStatementForTest(datacenter string, batch int32) HotStatemen
 	var r recorder
 	_, _ = s.q.ReapExpiredIntents(context.Background(), &r, dbsqlc.ReapExpiredIntentsParams{IngressDatacenter: datacenter, Batch: batch})
 	return HotStatementForTest{Name: "ReapExpiredIntents", SQL: r.sql, Args: r.args}
+}
+
+// SetGuardCheckForTest makes g check with fn instead of the database.
+func SetGuardCheckForTest(g *Guard, fn func(context.Context) (Replication, error)) { g.check = fn }
+
+// NoticeForTest delivers a server notice to st's pool hook, as a
+// connection would.
+func NoticeForTest(st *Store, message string) {
+	st.pool.Config().ConnConfig.OnNotice(nil, &pgconn.Notice{Severity: "WARNING", Code: "01000", Message: message})
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +42,11 @@ type Store struct {
 	fin    slots.Batcher[*finalizeCall] // Finalize batches while its slots are busy (finalize_batch.go)
 	claims slots.Batcher[*claimCall]    // claim batches likewise (claim_batch.go)
 
-	chained     atomic.Int64    // closes ChainOpenAndStage chained (chain.go)
+	chained atomic.Int64 // closes ChainOpenAndStage chained (chain.go)
+	// syncCancels counts commits whose wait for the synchronous standby
+	// was cancelled (issue 32): committed here, perhaps not on the
+	// standby. Shared with the pool's notice hook (OpenAs).
+	syncCancels *atomic.Uint64
 	batchTracer pgx.BatchTracer // the pool's, for what a chain's pipeline sends (chain.go, internal/pipeline)
 }
 
@@ -133,6 +138,12 @@ func OpenAs(ctx context.Context, databaseURL string, logger *slog.Logger, timeou
 		cfg.MaxConns = 8
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	if len(cfg.ConnConfig.Fallbacks) > 0 && cfg.ConnConfig.ValidateConnect == nil {
+		// Several hosts (a failover formation, issue 32): connect only to
+		// the one that takes writes, as target_session_attrs=read-write
+		// would; a standby first in the list is skipped.
+		cfg.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+	}
 	if tracing.Enabled() {
 		// Every query a span, in the trace of the request or job that
 		// ran it (issue 31).
@@ -141,6 +152,17 @@ func OpenAs(ctx context.Context, databaseURL string, logger *slog.Logger, timeou
 	for name, v := range timeouts.params() {
 		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
 			cfg.ConnConfig.RuntimeParams[name] = v
+		}
+	}
+	// Issue 32: a commit whose wait for the synchronous standby was
+	// cancelled (a statement timeout, a terminated backend) still
+	// returns success, with only a WARNING saying it may not be on the
+	// standby. Count them: the Guard withholds the success of any write
+	// that was under way meanwhile.
+	syncCancels := new(atomic.Uint64)
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "wait for synchronous replication") {
+			syncCancels.Add(1)
 		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -153,7 +175,9 @@ func OpenAs(ctx context.Context, databaseURL string, logger *slog.Logger, timeou
 		pool.Close()
 		return nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the database at DATABASE_URL (%s:%d): %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, rootCause(err))
 	}
-	return New(pool, logger), nil
+	st := New(pool, logger)
+	st.syncCancels = syncCancels
+	return st, nil
 }
 
 // New wraps an existing pool.
@@ -162,7 +186,7 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	tracer, _ := pool.Config().ConnConfig.Tracer.(pgx.BatchTracer)
-	return &Store{pool: pool, q: dbsqlc.New(), logger: logger, batchTracer: tracer,
+	return &Store{pool: pool, q: dbsqlc.New(), logger: logger, batchTracer: tracer, syncCancels: new(atomic.Uint64),
 		fin:    slots.Batcher[*finalizeCall]{Slots: finalizeSlots, MaxBatch: maxFinalizeBatch, Order: byFinalizeDigest},
 		claims: slots.Batcher[*claimCall]{Slots: claimSlots, MaxBatch: maxClaimBatch, Order: byClaimDigest}}
 }
@@ -226,7 +250,8 @@ func dbErr(op string, err error) error {
 			return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: op, Message: "database temporarily unavailable", Retryable: true, Err: err}
 		}
 		switch pgErr.Code {
-		case "55P03", "25P03": // lock_timeout, idle_in_transaction_session_timeout (issue 26 point 5)
+		case "55P03", "25P03", // lock_timeout, idle_in_transaction_session_timeout (issue 26 point 5)
+			"25006": // read_only_sql_transaction: a connection on a standby after a failover; the Guard resets the pool (issue 32)
 			return &blobplane.Error{Code: blobplane.CodeUnavailable, Op: op, Message: "database temporarily unavailable", Retryable: true, Err: err}
 		}
 	}
@@ -249,7 +274,8 @@ func connectionLost(err error) bool {
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	return pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.As(err, &connectErr) ||
-		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgconn.ErrConnClosed) // a connection the driver closed under us (a failover, issue 32)
 }
 
 // rootCause names why a connection failed in a few words ("connection
