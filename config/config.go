@@ -479,7 +479,7 @@ var Settings = []Setting{
 			c.UploadTTL = d
 			return nil
 		}},
-	{Flag: "sync-replication", Env: "BLOBPLANE_SYNC_REPLICATION", Default: "auto", Usage: "api: when the blob API's writes need a synchronous standby (no acknowledged write lost with the primary): auto (once the database is replicated: it has a physical replication slot or had a synchronous standby), required (always; a lone Postgres refuses writes) or degraded (never; each write acknowledged without a standby is at risk, logged as an error)", For: []string{API},
+	{Flag: "sync-replication", Env: "BLOBPLANE_SYNC_REPLICATION", Default: "auto", Usage: "api: when the blob API's writes need a synchronous standby (no acknowledged write lost with the primary): auto (once the database is replicated: it had a synchronous standby, or is a pg_auto_failover primary), required (always; a lone Postgres refuses writes) or degraded (never; each write acknowledged without a standby is at risk, logged as an error)", For: []string{API},
 		set: func(c *Config, v string) error {
 			if v != "auto" && v != "required" && v != "degraded" {
 				return fmt.Errorf("%q: must be auto, required or degraded", v)

@@ -30,9 +30,11 @@ type SyncMode string
 
 const (
 	// SyncAuto requires a synchronous standby once the database is
-	// replicated: it has a physical replication slot (pg_auto_failover
-	// keeps one per standby, healthy or not), or has had a synchronous
-	// standby since start. A lone Postgres writes.
+	// replicated: it has had a synchronous standby since start, or it is
+	// a pg_auto_failover node (the primary keeps a pgautofailover_standby_*
+	// slot per standby, healthy or not). A lone Postgres writes, and so
+	// does one whose only slots are a backup tool's. Other HA stacks:
+	// SyncRequired.
 	SyncAuto SyncMode = "auto"
 	// SyncRequired always requires one: a lone Postgres refuses writes.
 	SyncRequired SyncMode = "required"
@@ -66,8 +68,9 @@ type Replication struct {
 	// SyncStandbys counts standbys in pg_stat_replication whose
 	// sync_state is sync or quorum.
 	SyncStandbys int `json:"sync_standbys"`
-	// Slots counts physical replication slots (a replicated database).
-	Slots int `json:"physical_slots"`
+	// Slots counts pg_auto_failover's standby slots (a replicated
+	// database).
+	Slots int `json:"pg_auto_failover_slots"`
 }
 
 // Synchronous reports whether a commit on this primary waits for a
@@ -88,7 +91,7 @@ func (s *Store) CheckReplication(ctx context.Context) (Replication, error) {
 	err := s.pool.QueryRow(ctx, `SELECT pg_is_in_recovery(),
 		current_setting('synchronous_standby_names'), current_setting('synchronous_commit'),
 		(SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))::int,
-		(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical')::int`).
+		(SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name LIKE 'pgautofailover\_standby\_%')::int`).
 		Scan(&r.InRecovery, &r.StandbyNames, &r.SyncCommit, &r.SyncStandbys, &r.Slots)
 	return r, dbErr("check replication", err)
 }
@@ -126,7 +129,7 @@ type Guard struct {
 	// acknowledged as durable.
 	losses     atomic.Uint64
 	resets     atomic.Uint64
-	replicated atomic.Bool // seen a synchronous standby or a physical slot
+	replicated atomic.Bool // seen a synchronous standby or a pg_auto_failover slot
 	mu         sync.Mutex
 	fresh      chan struct{} // closed and replaced by each completed check
 	lastLoud   time.Time     // degraded mode's last error log (Run's goroutine only)
@@ -238,7 +241,7 @@ func (g *Guard) report(prev, st *guardState) {
 		// At start: a deployment without a synchronous standby is warned
 		// about, not refused (unless BLOBPLANE_SYNC_REPLICATION=required).
 		g.logger().Warn("database: no synchronous standby; the loss of this Postgres loses acknowledged writes (docs/database.md, \"High availability\")",
-			"synchronous_standby_names", st.r.StandbyNames, "synchronous_commit", st.r.SyncCommit, "physical_slots", st.r.Slots, "mode", g.Mode)
+			"synchronous_standby_names", st.r.StandbyNames, "synchronous_commit", st.r.SyncCommit, "pg_auto_failover_slots", st.r.Slots, "mode", g.Mode)
 	}
 	switch {
 	case !sync && g.Mode == SyncDegraded && g.replicated.Load() && (was || time.Since(g.lastLoud) >= 30*time.Second):
