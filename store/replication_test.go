@@ -174,3 +174,47 @@ func TestCancelledSyncWaitIsAnUnknownOutcome(t *testing.T) {
 		t.Fatalf("a write begun after it: %v", err)
 	}
 }
+
+// A pool whose connections landed on a standby (a name or proxy that
+// moved with a failover, river#1225) is reset: its connections are
+// closed, so the next ones go where the URL now leads, with no restart.
+func TestGuardResetsAPoolOnAStandby(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := pgtest.New(t)
+	st, err := store.OpenAs(ctx, d.URL, nil, store.DefaultTimeouts, "blobplane-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	other, err := store.OpenAs(ctx, d.URL, nil, store.DefaultTimeouts, "blobplane-test-leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, s := range []*store.Store{st, other} {
+		if err := s.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var s scripted
+	resets := 0
+	g := &store.Guard{Store: st, Others: []*store.Store{other}, Mode: store.SyncAuto, OnReset: func() { resets++ }}
+	store.SetGuardCheckForTest(g, s.check)
+	s.set(syncOn, nil)
+	g.Check(ctx)
+	if resets != 0 || st.Pool().Stat().TotalConns() == 0 {
+		t.Fatalf("a primary: %d resets, %d connections", resets, st.Pool().Stat().TotalConns())
+	}
+	s.set(store.Replication{InRecovery: true, SyncCommit: "on"}, nil)
+	g.Check(ctx)
+	if resets != 1 || st.Pool().Stat().TotalConns() != 0 || other.Pool().Stat().TotalConns() != 0 {
+		t.Fatalf("on a standby: %d resets, %d and %d connections left", resets, st.Pool().Stat().TotalConns(), other.Pool().Stat().TotalConns())
+	}
+	if err := g.Admit(); !errors.Is(err, store.ErrNotSynchronous) {
+		t.Fatalf("on a standby: Admit %v", err)
+	}
+	if err := st.Ping(ctx); err != nil { // the pool works again at once
+		t.Fatal(err)
+	}
+}
