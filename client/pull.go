@@ -149,7 +149,7 @@ func (a *API) fetch(ctx context.Context, repo string, d blobplane.Digest, f *os.
 	case http.StatusRequestedRangeNotSatisfiable:
 		// What we hold is at least the whole blob: verify it as it is.
 		resp.Body.Close()
-		return a.verifyKept(f, d, h, have)
+		return verifyKept(d, h, have)
 	default:
 		return 0, 0, errorOf(resp)
 	}
@@ -178,7 +178,7 @@ func (a *API) fetch(ctx context.Context, repo string, d blobplane.Digest, f *os.
 }
 
 // verifyKept checks the bytes f already holds, the whole blob.
-func (a *API) verifyKept(f *os.File, d blobplane.Digest, h hash.Hash, have int64) (int64, int64, error) {
+func verifyKept(d blobplane.Digest, h hash.Hash, have int64) (int64, int64, error) {
 	if got := digestOf(h); got != d {
 		return have, have, &mismatchError{want: d, got: got, size: have}
 	}

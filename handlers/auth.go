@@ -220,6 +220,11 @@ type CreateRepositoryRequest struct {
 	Name string `json:"name"`
 }
 
+// requireGlobalAdmin requires admin on every repository (*:admin): for
+// what acts on the whole cluster or on identity (tokens, grants,
+// takeover, plans, obliteration, the River UI).
+var requireGlobalAdmin = RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin)
+
 // adminRoutes mounts /v1/admin. Every route under it requires
 // authentication and an admin grant on some pattern, then checks admin on
 // the repository it touches. Register every /v1/admin route here, inside
@@ -304,6 +309,6 @@ func riverUIRoutes(r chi.Router, d Deps) {
 	// and a 401 challenges Bearer only (issue 26 point 7). Its writes
 	// (pause a queue, cancel a job) are not all JSON, so Content-Type is
 	// not required here: Sec-Fetch-Site and Origin guard them.
-	r.With(refuseCrossSite(d.Logger), Authenticate(d.Auth, adminAuthFail(d.Logger)), RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin)).
+	r.With(refuseCrossSite(d.Logger), Authenticate(d.Auth, adminAuthFail(d.Logger)), requireGlobalAdmin).
 		Handle("/riverui/*", d.RiverUI)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/authority"
 )
 
@@ -92,7 +91,7 @@ func clusterRoutes(r chi.Router, d Deps) {
 	}
 	h := clusterHandler{cluster: d.Cluster, logger: d.Logger}
 	r.Group(func(r chi.Router) {
-		r.Use(RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin))
+		r.Use(requireGlobalAdmin)
 		r.Post("/partitions/{partition}/takeover", h.takeover)
 		r.Get("/plan", h.plan)
 		r.Post("/plan/apply", h.apply)

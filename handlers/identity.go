@@ -117,7 +117,7 @@ func identityRoutes(r chi.Router, d Deps) {
 	}
 	h := identityHandler{store: ia, logger: d.Logger}
 	r.Group(func(r chi.Router) {
-		r.Use(RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin))
+		r.Use(requireGlobalAdmin)
 		r.Get("/tokens", h.listTokens)
 		r.Post("/tokens", h.createToken)
 		r.Delete("/tokens/{id}", h.revokeToken)

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/blobplane/blobplane"
-	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -95,7 +94,7 @@ func obliterationRoutes(r chi.Router, d Deps) {
 	}
 	h := obliterationHandler{store: oa, logger: d.Logger, total: obliterationsTotal(d.Metrics)}
 	r.Route("/blobs/{digest}/obliterate", func(r chi.Router) {
-		r.Use(RequirePermission(func(*http.Request) string { return auth.AllRepositories }, auth.Admin))
+		r.Use(requireGlobalAdmin)
 		r.Post("/", h.obliterate)
 		r.Delete("/", h.unmark)
 		r.Get("/", h.status)

@@ -150,12 +150,7 @@ func TestGuardWithholdsWhatTheStandbyMayNotHave(t *testing.T) {
 func TestCancelledSyncWaitIsAnUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := pgtest.New(t)
-	st, err := store.OpenAs(ctx, d.URL, nil, store.DefaultTimeouts, "blobplane-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, pgtest.New(t).URL, "blobplane-test")
 	var s scripted
 	s.set(syncOn, nil)
 	g := &store.Guard{Store: st, Mode: store.SyncAuto, Interval: time.Hour}
@@ -181,17 +176,8 @@ func TestCancelledSyncWaitIsAnUnknownOutcome(t *testing.T) {
 func TestGuardResetsAPoolOnAStandby(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := pgtest.New(t)
-	st, err := store.OpenAs(ctx, d.URL, nil, store.DefaultTimeouts, "blobplane-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	other, err := store.OpenAs(ctx, d.URL, nil, store.DefaultTimeouts, "blobplane-test-leases")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	url := pgtest.New(t).URL
+	st, other := openStore(t, url, "blobplane-test"), openStore(t, url, "blobplane-test-leases")
 	for _, s := range []*store.Store{st, other} {
 		if err := s.Ping(ctx); err != nil {
 			t.Fatal(err)
@@ -217,4 +203,16 @@ func TestGuardResetsAPoolOnAStandby(t *testing.T) {
 	if err := st.Ping(ctx); err != nil { // the pool works again at once
 		t.Fatal(err)
 	}
+}
+
+// openStore opens a pool of its own on url (OpenAs: with the notice
+// hook), closed at t's end.
+func openStore(t *testing.T, url, name string) *store.Store {
+	t.Helper()
+	st, err := store.OpenAs(context.Background(), url, nil, store.DefaultTimeouts, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
 }

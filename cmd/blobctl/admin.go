@@ -79,7 +79,7 @@ type grantFlags struct {
 
 // flagSet is a flag set for s's command with --principal and --grant.
 func (g *grantFlags) flagSet(s *session) *flag.FlagSet {
-	fs := s.flags("")
+	fs := s.flags()
 	fs.StringVar(&g.principal, "principal", "", "the principal")
 	fs.Func("grant", "pattern:permission, e.g. 'team/*:write' (repeatable)", func(v string) error {
 		g.grants = append(g.grants, v)
@@ -89,7 +89,7 @@ func (g *grantFlags) flagSet(s *session) *flag.FlagSet {
 }
 
 func tokensList(ctx context.Context, s *session, a *client.API, args []string) error {
-	fs := s.flags("")
+	fs := s.flags()
 	principal := fs.String("principal", "", "only this principal's tokens")
 	if _, err := s.parse(fs, args, 0, "usage: blobctl admin tokens list [--principal P]"); err != nil {
 		return err
@@ -133,7 +133,7 @@ func tokensCreate(ctx context.Context, s *session, a *client.API, args []string)
 }
 
 func tokensRevoke(ctx context.Context, s *session, a *client.API, args []string) error {
-	pos, err := s.parse(s.flags(""), args, 1, "usage: blobctl admin tokens revoke ID")
+	pos, err := s.parse(s.flags(), args, 1, "usage: blobctl admin tokens revoke ID")
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func tokensRevoke(ctx context.Context, s *session, a *client.API, args []string)
 }
 
 func grantsList(ctx context.Context, s *session, a *client.API, args []string) error {
-	fs := s.flags("")
+	fs := s.flags()
 	principal := fs.String("principal", "", "only this principal's grants")
 	if _, err := s.parse(fs, args, 0, "usage: blobctl admin grants list [--principal P]"); err != nil {
 		return err
@@ -186,7 +186,7 @@ func grantsChange(ctx context.Context, s *session, a *client.API, args []string)
 }
 
 func reposList(ctx context.Context, s *session, a *client.API, args []string) error {
-	if _, err := s.parse(s.flags(""), args, 0, "usage: blobctl admin repos list"); err != nil {
+	if _, err := s.parse(s.flags(), args, 0, "usage: blobctl admin repos list"); err != nil {
 		return err
 	}
 	repos, err := a.Repositories(ctx)
@@ -205,7 +205,7 @@ func reposList(ctx context.Context, s *session, a *client.API, args []string) er
 
 func reposChange(ctx context.Context, s *session, a *client.API, args []string) error {
 	sub := strings.TrimPrefix(s.command, "admin repos ")
-	pos, err := s.parse(s.flags(""), args, 1, "usage: blobctl admin repos "+sub+" NAME")
+	pos, err := s.parse(s.flags(), args, 1, "usage: blobctl admin repos "+sub+" NAME")
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func reposChange(ctx context.Context, s *session, a *client.API, args []string) 
 
 func obliterate(ctx context.Context, s *session, a *client.API, args []string) error {
 	const use = "usage: blobctl admin obliterate DIGEST --reason R"
-	fs := s.flags("")
+	fs := s.flags()
 	reason := fs.String("reason", "", "why (required; recorded with your principal)")
 	pos, err := s.parse(fs, args, 1, use)
 	if err != nil {
@@ -242,7 +242,7 @@ func obliterate(ctx context.Context, s *session, a *client.API, args []string) e
 }
 
 func obliterationStatus(ctx context.Context, s *session, a *client.API, args []string) error {
-	pos, err := s.parse(s.flags(""), args, 1, "usage: blobctl admin obliterate status DIGEST")
+	pos, err := s.parse(s.flags(), args, 1, "usage: blobctl admin obliterate status DIGEST")
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func obliterationStatus(ctx context.Context, s *session, a *client.API, args []s
 
 func takeover(ctx context.Context, s *session, a *client.API, args []string) error {
 	const use = "usage: blobctl admin takeover --partition P --node N --reason R [--endpoint HOST:PORT]"
-	fs := s.flags("")
+	fs := s.flags()
 	partition := fs.String("partition", "", "the partition whose lease to force (required)")
 	node := fs.String("node", "", "the node that takes it (required)")
 	endpoint := fs.String("endpoint", "", "that node's host:port (default: its registered endpoint)")
@@ -278,7 +278,7 @@ func takeover(ctx context.Context, s *session, a *client.API, args []string) err
 }
 
 func planShow(ctx context.Context, s *session, a *client.API, args []string) error {
-	if _, err := s.parse(s.flags(""), args, 0, "usage: blobctl admin plan [show]"); err != nil {
+	if _, err := s.parse(s.flags(), args, 0, "usage: blobctl admin plan [show]"); err != nil {
 		return err
 	}
 	out, err := a.Plan(ctx)
@@ -290,7 +290,7 @@ func planShow(ctx context.Context, s *session, a *client.API, args []string) err
 
 func planApply(ctx context.Context, s *session, a *client.API, args []string) error {
 	const use = "usage: blobctl admin plan apply [--override-reason R] [--wait 1m]"
-	fs := s.flags("")
+	fs := s.flags()
 	override := fs.String("override-reason", "", "allow a plan past the move bound (R119), recorded with your principal")
 	wait := fs.Duration("wait", time.Minute, "how long to wait for the controller to take the request (0: do not wait)")
 	if _, err := s.parse(fs, args, 0, use); err != nil {

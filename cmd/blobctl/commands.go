@@ -19,7 +19,7 @@ import (
 
 func login(ctx context.Context, s *session, args []string) error {
 	const use = "usage: blobctl login [--server URL] [TOKEN | --token-stdin]"
-	fs := s.flags("")
+	fs := s.flags()
 	fromStdin := fs.Bool("token-stdin", false, "read the token from stdin (keeps it out of the shell history)")
 	pos, err := s.parse(fs, args, -1, use)
 	if err != nil {
@@ -62,7 +62,7 @@ func login(ctx context.Context, s *session, args []string) error {
 }
 
 func logout(_ context.Context, s *session, args []string) error {
-	if _, err := s.parse(s.flags(""), args, 0, "usage: blobctl logout"); err != nil {
+	if _, err := s.parse(s.flags(), args, 0, "usage: blobctl logout"); err != nil {
 		return err
 	}
 	p, err := s.configPath()
@@ -76,7 +76,7 @@ func logout(_ context.Context, s *session, args []string) error {
 }
 
 func whoami(ctx context.Context, s *session, args []string) error {
-	if _, err := s.parse(s.flags(""), args, 0, "usage: blobctl whoami"); err != nil {
+	if _, err := s.parse(s.flags(), args, 0, "usage: blobctl whoami"); err != nil {
 		return err
 	}
 	a, err := s.api()
@@ -107,7 +107,7 @@ func (s *session) sessionsDir() (client.Sessions, error) {
 
 func push(ctx context.Context, s *session, args []string) error {
 	const use = "usage: blobctl push FILE REPO [--chunk-size 16MiB] [--no-wait]"
-	fs := s.flags("")
+	fs := s.flags()
 	chunk := fs.String("chunk-size", "16MiB", "most bytes one PATCH carries (resumption happens at chunk boundaries)")
 	noWait := fs.Bool("no-wait", false, "return at a 202 instead of polling its operation until published")
 	pos, err := s.parse(fs, args, 2, use)
@@ -176,7 +176,7 @@ func pull(ctx context.Context, s *session, args []string) error {
 // blobArgs parses want positionals, the first REPO@DIGEST, and makes
 // the client.
 func (s *session) blobArgs(args []string, want int, use string) (*client.API, string, blobplane.Digest, []string, error) {
-	pos, err := s.parse(s.flags(""), args, want, use)
+	pos, err := s.parse(s.flags(), args, want, use)
 	if err != nil {
 		return nil, "", "", nil, err
 	}
@@ -204,7 +204,7 @@ func stat(ctx context.Context, s *session, args []string) error {
 
 func placements(ctx context.Context, s *session, args []string) error {
 	const use = "usage: blobctl placements REPO@DIGEST|DIGEST [--datacenter DC]"
-	fs := s.flags("")
+	fs := s.flags()
 	dc := fs.String("datacenter", "", "as seen from this datacenter (default: the server's)")
 	pos, err := s.parse(fs, args, 1, use)
 	if err != nil {
@@ -246,7 +246,7 @@ func placements(ctx context.Context, s *session, args []string) error {
 }
 
 func home(ctx context.Context, s *session, args []string) error {
-	pos, err := s.parse(s.flags(""), args, 1, "usage: blobctl home REPO")
+	pos, err := s.parse(s.flags(), args, 1, "usage: blobctl home REPO")
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func home(ctx context.Context, s *session, args []string) error {
 }
 
 func operation(ctx context.Context, s *session, args []string) error {
-	fs := s.flags("")
+	fs := s.flags()
 	wait := fs.Bool("wait", false, "poll until the operation is published or abandoned")
 	pos, err := s.parse(fs, args, 1, "usage: blobctl operation ID|LOCATION [--wait]")
 	if err != nil {

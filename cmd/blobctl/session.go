@@ -79,15 +79,8 @@ func (s *session) parse(fs *flag.FlagSet, args []string, want int, usage string)
 	return pos, nil
 }
 
-// command is a flag set for s's command (sub names a subcommand) with
-// the global flags.
-func (s *session) flags(sub string) *flag.FlagSet {
-	name := "blobctl " + s.command
-	if sub != "" {
-		name += " " + sub
-	}
-	return s.globals.flagSet(name)
-}
+// flags is a flag set for s's command with the global flags.
+func (s *session) flags() *flag.FlagSet { return s.globals.flagSet("blobctl " + s.command) }
 
 // saved is what `login` keeps in the config file.
 type saved struct {
