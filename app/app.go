@@ -584,7 +584,7 @@ func RunWorker(ctx context.Context, cfg *config.Config, logger *slog.Logger) err
 	reaper := newReaper(cfg, st, backends, logger)
 	jobs.AddSweepWorker(workers, reaper, newRetention(cfg, st, logger))
 	collectDeps := jobs.CollectDeps{Store: st, Logger: logger, Datacenter: cfg.Datacenter, Backends: backends.ByName,
-		InventoryMinAge: cfg.InventoryMinAge, InventoryMaxDeletes: cfg.InventoryMaxDeletes}
+		InventoryMinAge: cfg.InventoryMinAge, InventoryMaxDeletes: cfg.InventoryMaxDeletes, DeleteDelay: cfg.CollectDeleteDelay}
 	var replMetrics *replication.Metrics
 	var latency *opsmetrics.JobLatency
 	if cfg.WorkerMetrics != "" {
@@ -738,6 +738,10 @@ type SweepReport struct {
 	// datacenters stay owed for their delete_bytes jobs.
 	BytesDeleted        int `json:"bytes_deleted"`
 	DeletionsSuperseded int `json:"deletions_superseded"`
+	// DeletionsDelayed: deletions the pass decided that are not due
+	// before BLOBPLANE_COLLECT_DELETE_DELAY; they stay owed, and a
+	// worker's collect pass schedules their delete_bytes jobs.
+	DeletionsDelayed int `json:"deletions_delayed"`
 	// Inventory: every object classified; orphans deleted unless dry run.
 	Inventory *sweep.InventoryReport `json:"inventory,omitempty"`
 	// Retention: finished rows pruned (a dry run: one batch's worth).
@@ -891,12 +895,16 @@ func runCollector(ctx context.Context, cfg *config.Config, st *store.Store, back
 	if err != nil {
 		return err
 	}
-	del := &sweep.Deleter{Store: st, Backends: sweep.Narrow[sweep.ObjectDeleter](backends.ByName), Datacenter: cfg.Datacenter}
+	del := &sweep.Deleter{Store: st, Backends: sweep.Narrow[sweep.ObjectDeleter](backends.ByName), Datacenter: cfg.Datacenter, Delay: cfg.CollectDeleteDelay}
 	for _, d := range local.got {
 		if d.Key.Datacenter != cfg.Datacenter {
 			continue
 		}
 		res, err := del.Delete(ctx, d.Key)
+		if nd := (*store.NotDueError)(nil); errors.As(err, &nd) {
+			rep.DeletionsDelayed++ // owed: the worker's delete_bytes job deletes them once due
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -63,6 +63,11 @@ type Config struct {
 	// pass (docs/sweeps.md).
 	InventoryMinAge     time.Duration
 	InventoryMaxDeletes int
+	// CollectDeleteDelay keeps a collected copy's bytes this long after
+	// the collection decision, so a database restored from a backup taken
+	// within it finds the bytes of every reference it holds (issue 32,
+	// docs/database.md "Backup and restore"). Obliterations never wait.
+	CollectDeleteDelay time.Duration
 	// WorkerMetrics is the worker's /metrics listen address; "" serves none.
 	WorkerMetrics string
 	// MaxBlobSize bounds one blob (413 past it).
@@ -685,6 +690,15 @@ var Settings = []Setting{
 				return fmt.Errorf("%q: must be a duration of at least 1m (e.g. 24h or 1d)", v)
 			}
 			c.InventoryMinAge = d
+			return nil
+		}},
+	{Flag: "collect-delete-delay", Env: "BLOBPLANE_COLLECT_DELETE_DELAY", Default: "24h", Usage: "the collector deletes a collected copy's bytes no sooner than this after deciding to (set it at least as long as the age of the oldest database backup you would restore; obliterated blobs are deleted at once; a Go duration, or days as 1d; 0 deletes at once)", For: []string{Worker},
+		set: func(c *Config, v string) error {
+			d, err := parseDays(v)
+			if err != nil || d < 0 || d > 366*24*time.Hour {
+				return fmt.Errorf("%q: must be a duration from 0 to 366d (e.g. 24h or 7d)", v)
+			}
+			c.CollectDeleteDelay = d
 			return nil
 		}},
 	{Flag: "inventory-max-deletes", Env: "BLOBPLANE_INVENTORY_MAX_DELETES", Default: "10000", Usage: "most objects and residue one inventory pass deletes on one backend; the first pass that finds more due deletes nothing and reports them (a dry run first)", For: []string{Worker},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,6 +45,10 @@ type DeleteBytesArgs struct {
 	Backend    string           `json:"backend"`
 	Datacenter string           `json:"datacenter"`
 	Location   string           `json:"location"`
+	// Delayed: scheduled after the collection delete delay. Part of the
+	// job's unique key, so an obliteration's deletion of the same key (never
+	// delayed) is its own job and is not held behind a delayed one.
+	Delayed bool `json:"delayed,omitempty"`
 }
 
 func (DeleteBytesArgs) Kind() string { return "delete_bytes" }
@@ -52,13 +57,17 @@ func (a DeleteBytesArgs) key() placement.Key {
 	return placement.Key{Digest: a.Digest, Backend: a.Backend, Datacenter: a.Datacenter, Location: a.Location}
 }
 
-func deleteBytesInsert(d store.Deletion) river.InsertManyParams {
-	return river.InsertManyParams{
-		Args: DeleteBytesArgs{Digest: d.Key.Digest, Backend: d.Key.Backend, Datacenter: d.Key.Datacenter, Location: d.Key.Location},
+func deleteBytesInsert(d store.Deletion, delay time.Duration) river.InsertManyParams {
+	p := river.InsertManyParams{
+		Args: DeleteBytesArgs{Digest: d.Key.Digest, Backend: d.Key.Backend, Datacenter: d.Key.Datacenter, Location: d.Key.Location, Delayed: delay > 0},
 		InsertOpts: &river.InsertOpts{Queue: DeletionQueue(d.Key.Datacenter), UniqueOpts: river.UniqueOpts{
 			ByArgs: true, ByState: []rivertype.JobState{rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning, rivertype.JobStateScheduled},
 		}},
 	}
+	if delay > 0 && !d.DecidedAt.IsZero() {
+		p.InsertOpts.ScheduledAt = d.DecidedAt.Add(delay)
+	}
+	return p
 }
 
 // Deletion enqueues byte-deletion jobs: inside the deciding transaction
@@ -67,6 +76,9 @@ func deleteBytesInsert(d store.Deletion) river.InsertManyParams {
 type Deletion struct {
 	// Client may be insert-only.
 	Client *river.Client[pgx.Tx]
+	// Delay schedules each job that long after its decision (the
+	// collection delete delay; 0 for obliterations: at once).
+	Delay time.Duration
 }
 
 var (
@@ -78,7 +90,7 @@ var (
 func (e Deletion) EnqueueDeletionsTx(ctx context.Context, tx pgx.Tx, ds []store.Deletion) error {
 	params := make([]river.InsertManyParams, len(ds))
 	for i, d := range ds {
-		params[i] = deleteBytesInsert(d)
+		params[i] = deleteBytesInsert(d, e.Delay)
 	}
 	if _, err := e.Client.InsertManyTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("enqueue byte deletions: %w", err)
@@ -94,7 +106,7 @@ func (e Deletion) EnqueueDeletions(ctx context.Context, ds []store.Deletion) err
 	}
 	params := make([]river.InsertManyParams, len(ds))
 	for i, d := range ds {
-		params[i] = deleteBytesInsert(d)
+		params[i] = deleteBytesInsert(d, e.Delay)
 	}
 	if _, err := e.Client.InsertMany(ctx, params); err != nil {
 		return fmt.Errorf("re-enqueue byte deletions: %w", err)
@@ -115,7 +127,8 @@ func (CollectArgs) Kind() string { return "collect" }
 type CollectWorker struct {
 	river.WorkerDefaults[CollectArgs]
 	Store   *store.Store
-	Batch   int // <= 0: sweep.DefaultCollectBatch
+	Batch   int           // <= 0: sweep.DefaultCollectBatch
+	Delay   time.Duration // the collection delete delay (jobs scheduled after it)
 	Logger  *slog.Logger
 	Metrics *sweep.CollectMetrics
 }
@@ -125,7 +138,7 @@ func (w *CollectWorker) Work(ctx context.Context, job *river.Job[CollectArgs]) e
 	if err != nil {
 		return err
 	}
-	e := Deletion{Client: rc}
+	e := Deletion{Client: rc, Delay: w.Delay}
 	c := &sweep.Collector{Store: w.Store, Enqueuer: e, Requeuer: e, Batch: w.Batch, Logger: w.Logger, Metrics: w.Metrics}
 	_, err = c.RunOnce(ctx)
 	return err
@@ -144,6 +157,9 @@ type DeleteBytesWorker struct {
 
 func (w *DeleteBytesWorker) Work(ctx context.Context, job *river.Job[DeleteBytesArgs]) error {
 	res, err := w.Deleter.Delete(ctx, job.Args.key())
+	if nd := (*store.NotDueError)(nil); errors.As(err, &nd) {
+		return river.JobSnooze(nd.Wait + time.Second) // enqueued before the delay was set, or by an obliteration's re-run
+	}
 	if err != nil {
 		if blobplane.ErrorCode(err) == blobplane.CodeInvalid {
 			return river.JobCancel(err)
@@ -171,15 +187,18 @@ type CollectDeps struct {
 	// and MaxDeletes (0: its defaults).
 	InventoryMinAge     time.Duration
 	InventoryMaxDeletes int
+	// DeleteDelay is the collection delete delay
+	// (BLOBPLANE_COLLECT_DELETE_DELAY; 0: at once).
+	DeleteDelay time.Duration
 }
 
 // AddCollectWorkers registers CollectWorker, DeleteBytesWorker and
 // InventoryWorker on w. The worker's River client must also poll
 // DeletionQueue(d.Datacenter).
 func AddCollectWorkers(w *river.Workers, d CollectDeps) {
-	river.AddWorker(w, &CollectWorker{Store: d.Store, Logger: d.Logger, Metrics: d.Metrics})
+	river.AddWorker(w, &CollectWorker{Store: d.Store, Delay: d.DeleteDelay, Logger: d.Logger, Metrics: d.Metrics})
 	river.AddWorker(w, &DeleteBytesWorker{
-		Deleter: &sweep.Deleter{Store: d.Store, Backends: sweep.Narrow[sweep.ObjectDeleter](d.Backends), Datacenter: d.Datacenter, Metrics: d.Metrics},
+		Deleter: &sweep.Deleter{Store: d.Store, Backends: sweep.Narrow[sweep.ObjectDeleter](d.Backends), Datacenter: d.Datacenter, Delay: d.DeleteDelay, Metrics: d.Metrics},
 		Logger:  d.Logger,
 	})
 	river.AddWorker(w, &InventoryWorker{

@@ -70,7 +70,7 @@ func TestDeleteBytesJobUniqueByKey(t *testing.T) {
 
 type deleteStoreFunc func(ctx context.Context, k placement.Key, del func(context.Context) error) (store.DeletionResult, int64, error)
 
-func (f deleteStoreFunc) DeleteCollectedBytes(ctx context.Context, k placement.Key, del func(context.Context) error) (store.DeletionResult, int64, error) {
+func (f deleteStoreFunc) DeleteCollectedBytesAfter(ctx context.Context, k placement.Key, _ time.Duration, del func(context.Context) error) (store.DeletionResult, int64, error) {
 	return f(ctx, k, del)
 }
 
@@ -190,5 +190,56 @@ func TestCollectJobDeletesBytesThroughRiver(t *testing.T) {
 	}
 	if _, err := be.Stat(ctx, dg); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("L1: the collected bytes remain: %v", err)
+	}
+}
+
+// Issue 32: a collection's deletion is scheduled after the delete delay
+// (counted from its decision), and an obliteration's deletion of the same
+// key, never delayed, is a job of its own rather than a duplicate held
+// behind the delayed one.
+func TestDeleteBytesJobScheduledAfterTheDelay(t *testing.T) {
+	t.Parallel()
+	d := pgtest.New(t)
+	ctx := context.Background()
+	rc, err := river.NewClient(riverpgxv5.New(d.Pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dg := blobplane.Digest("sha256:" + strings.Repeat("cd", 32))
+	decided := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	del := store.Deletion{Key: placement.Key{Digest: dg, Backend: "fs", Datacenter: "eu-1", Location: "sha256/" + dg.Hex()}, DecidedAt: decided}
+	collect := Deletion{Client: rc, Delay: 24 * time.Hour}
+	if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return collect.EnqueueDeletionsTx(ctx, tx, []store.Deletion{del}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := collect.EnqueueDeletions(ctx, []store.Deletion{del}); err != nil { // the collector's re-enqueue: no double
+		t.Fatal(err)
+	}
+	if err := (Deletion{Client: rc}).EnqueueDeletions(ctx, []store.Deletion{del}); err != nil { // an obliteration's
+		t.Fatal(err)
+	}
+	rows, err := d.Pool.Query(ctx, `SELECT state, scheduled_at, (args->>'delayed')::bool IS TRUE FROM river_job WHERE kind = 'delete_bytes' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		state   string
+		at      time.Time
+		delayed bool
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (j job, err error) {
+		return j, r.Scan(&j.state, &j.at, &j.delayed)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 {
+		t.Fatalf("%d delete_bytes jobs, want 2 (one delayed, one at once): %+v", len(jobs), jobs)
+	}
+	if j := jobs[0]; !j.delayed || j.state != string(rivertype.JobStateScheduled) || !j.at.Equal(decided.Add(24*time.Hour)) {
+		t.Fatalf("the collection's job: %+v, want scheduled at %v", j, decided.Add(24*time.Hour))
+	}
+	if j := jobs[1]; j.delayed || j.state != string(rivertype.JobStateAvailable) {
+		t.Fatalf("the obliteration's job: %+v, want available now", j)
 	}
 }

@@ -17,11 +17,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Issue 32: the source of truth survives its machine. A pg_auto_failover
 // formation (scripts/pg-ha.sh: a monitor, a primary and a synchronous
-// standby) under the soak's two apis and two workers; the primary is
+// standby) under the soak's two apis and two workers, with clients
+// uploading, mounting and deleting references while the workers' sweeps
+// collect what the deletes leave (bytes at once); the primary is
 // failed over twice mid-load, once by `pg_autoctl perform failover` and
 // once by a SIGKILL of its postmaster. Afterwards every acknowledged
 // upload (201, or 202 whose operation reports it published) is readable
@@ -135,6 +139,7 @@ func TestHAFailoverLosesNothing(t *testing.T) {
 	c.waitHomes(t, ctx, repos, phaseBound)
 
 	l := newLoad(c.token, c.urls, c.dcs, slices.Concat(repos["dc-a"], repos["dc-b"]))
+	l.mutate = true // mounts and deletes too; the workers' sweeps collect what the deletes leave
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	waitClients := l.run(loadCtx, 4)
 	t0 := time.Now()
@@ -231,21 +236,32 @@ func TestHAFailoverLosesNothing(t *testing.T) {
 	if took, ok := c.settle(t, ctx, all, settleBound); ok {
 		logf("every upload answered 202 published, %s after the load stopped", took.Round(time.Millisecond))
 	}
-	c.verify(t, ctx, all)
+	c.verify(t, ctx, l.kept(all))
 	c.checkIntents(t, ctx)
 	// The ledger agrees with itself across the failovers: every
-	// admitted intent has its outcome, every outcome its reference (the
-	// load deletes nothing), and every operation published once (the
-	// retried closes found their stored outcome).
+	// admitted intent has its outcome, every outcome its reference
+	// unless the load deleted it, and every operation published once
+	// (the retried closes found their stored outcome).
 	var orphans, unreferenced int
 	if err := c.db.QueryRow(ctx, `SELECT count(*) FROM intents i WHERE state = 'admitted'
 		AND NOT EXISTS (SELECT 1 FROM operation_outcomes o WHERE o.operation_id = i.operation_id)`).Scan(&orphans); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.db.QueryRow(ctx, `SELECT count(*) FROM operation_outcomes o
-		WHERE NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.repository = o.repository AND r.digest = o.digest)`).Scan(&unreferenced); err != nil {
+	rows, err := c.db.Query(ctx, `SELECT o.repository, o.digest FROM operation_outcomes o
+		WHERE NOT EXISTS (SELECT 1 FROM blob_references r WHERE r.repository = o.repository AND r.digest = o.digest)`)
+	if err != nil {
 		t.Fatal(err)
 	}
+	gone, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ Repo, Digest string }])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gone {
+		if !l.wasDeleted(&upload{repo: g.Repo, digest: g.Digest}) {
+			unreferenced++
+		}
+	}
+	t.Logf("mutations: %d mounts answered 201, %d references deleted (202)", countMode(all, mounted), l.deletes.Load())
 	if orphans+unreferenced > 0 {
 		t.Errorf("ledger: %d admitted intents without an outcome, %d outcomes without their reference", orphans, unreferenced)
 	}
@@ -266,4 +282,15 @@ func firstPublished(all []*upload, since time.Time) time.Time {
 		}
 	}
 	return first
+}
+
+// countMode counts the uploads of mode m answered 201.
+func countMode(all []*upload, m mode) int {
+	n := 0
+	for _, u := range all {
+		if u.mode == m && u.status == http.StatusCreated {
+			n++
+		}
+	}
+	return n
 }

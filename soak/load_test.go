@@ -31,6 +31,9 @@ const (
 	// chunked: POST, PATCH with the first part (Content-Range), then PUT
 	// <location>?digest=<d> with the rest.
 	chunked mode = "POST+PATCH+PUT"
+	// mounted: POST .../blobs/uploads/?mount=<d>&from=<repo> of a blob
+	// published in another repository (load.mutate).
+	mounted mode = "POST?mount"
 )
 
 // upload is one attempt and its final answer.
@@ -70,6 +73,14 @@ type load struct {
 	mu      sync.Mutex
 	uploads []*upload
 	recent  [][]byte // a few recent contents, re-uploaded now and then
+	// mutate: the clients also mount published blobs into other
+	// repositories and delete references (a tenth of their requests
+	// each). A deleted (repository, digest) is never checked again:
+	// deleted holds every one a DELETE was sent for, before it is sent.
+	mutate    bool
+	published []*upload // 201s, what mounts and deletes pick from
+	deleted   map[string]bool
+	deletes   atomic.Int64 // DELETEs answered 202
 
 	acks     atomic.Int64 // 201 + 202
 	accepted atomic.Int64 // 202
@@ -77,13 +88,80 @@ type load struct {
 }
 
 func newLoad(token string, urls map[string]string, dcs, repos []string) *load {
-	return &load{token: token, urls: urls, dcs: dcs, repos: repos, changed: make(chan struct{})}
+	return &load{token: token, urls: urls, dcs: dcs, repos: repos, changed: make(chan struct{}), deleted: map[string]bool{}}
+}
+
+func pair(repo, digest string) string { return repo + "@" + digest }
+
+// kept is all without the uploads whose reference a DELETE may have
+// removed.
+func (l *load) kept(all []*upload) []*upload {
+	var out []*upload
+	for _, u := range all {
+		if !l.wasDeleted(u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// wasDeleted reports whether a DELETE of u's reference was sent: u proves
+// nothing about what is kept.
+func (l *load) wasDeleted(u *upload) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deleted[pair(u.repo, u.digest)]
+}
+
+// mutation sends a mount or a DELETE instead of an upload, when the load
+// mutates and has published blobs to pick from; it returns the mount to
+// record, or nil (a DELETE is counted, not recorded).
+func (l *load) mutation(ctx context.Context, hc *http.Client, rng *rand.Rand, client, seq int) (*upload, bool) {
+	if !l.mutate {
+		return nil, false
+	}
+	r := rng.IntN(10)
+	if r > 1 {
+		return nil, false
+	}
+	l.mu.Lock()
+	if len(l.published) == 0 {
+		l.mu.Unlock()
+		return nil, false
+	}
+	src := l.published[rng.IntN(len(l.published))]
+	if r == 0 {
+		l.deleted[pair(src.repo, src.digest)] = true
+	}
+	l.mu.Unlock()
+	dc := l.dcs[rng.IntN(len(l.dcs))]
+	if r == 0 {
+		resp, err := l.do(ctx, hc, http.MethodDelete, l.urls[dc]+"/v2/"+src.repo+"/blobs/"+src.digest, nil, nil)
+		if err == nil {
+			if resp.StatusCode == http.StatusAccepted {
+				l.deletes.Add(1)
+			}
+			resp.Body.Close()
+		}
+		return nil, true
+	}
+	to := l.repos[rng.IntN(len(l.repos))]
+	if to == src.repo {
+		return nil, false
+	}
+	u := &upload{seq: seq, client: client, repo: to, dc: dc, mode: mounted, size: src.size, digest: src.digest}
+	resp, err := l.do(ctx, hc, http.MethodPost, l.urls[dc]+"/v2/"+to+"/blobs/uploads/?mount="+src.digest+"&from="+src.repo, nil, nil)
+	l.answer(u, resp, err)
+	return u, true
 }
 
 // record adds u's outcome to the ledger and wakes waiters.
 func (l *load) record(u *upload) {
 	l.mu.Lock()
 	l.uploads = append(l.uploads, u)
+	if u.status == http.StatusCreated && len(l.published) < 4096 {
+		l.published = append(l.published, u)
+	}
 	if u.acknowledged() {
 		l.acks.Add(1)
 		if u.status == http.StatusAccepted {
@@ -136,8 +214,15 @@ func (l *load) run(ctx context.Context, n int) (wait func()) {
 			hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 			rng := rand.New(rand.NewChaCha8([32]byte{byte(c), 27}))
 			for ctx.Err() == nil {
-				u, body := l.next(rng, c, int(seq.Add(1)))
-				l.send(ctx, hc, u, body)
+				u, sent := l.mutation(ctx, hc, rng, c, int(seq.Add(1)))
+				if !sent {
+					var body []byte
+					u, body = l.next(rng, c, int(seq.Add(1)))
+					l.send(ctx, hc, u, body)
+				}
+				if u == nil {
+					continue // a DELETE
+				}
 				l.record(u)
 				if u.status == 0 || u.status >= 500 {
 					// A client backs off a little after a refused
@@ -233,6 +318,11 @@ func (l *load) send(ctx context.Context, hc *http.Client, u *upload, body []byte
 		}
 		resp, err = l.do(ctx, hc, http.MethodPut, base+loc+sep+"digest="+u.digest, rest, nil)
 	}
+	l.answer(u, resp, err)
+}
+
+// answer records the closing request's answer in u.
+func (l *load) answer(u *upload, resp *http.Response, err error) {
 	u.at = time.Now()
 	if err != nil {
 		u.err = err.Error()
@@ -247,6 +337,9 @@ func (l *load) send(ctx context.Context, hc *http.Client, u *upload, body []byte
 		u.op = resp.Header.Get("Docker-Upload-UUID")
 		if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, "/v1/operations/") || u.op == "" || !strings.HasSuffix(loc, "/"+u.op) {
 			u.err = fmt.Sprintf("202 with Location %q and upload id %q: not an accepted operation", loc, u.op)
+			if u.mode == mounted {
+				u.status = 0 // a mount the server turned into an upload session: not kept
+			}
 		}
 	default:
 		u.err = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))

@@ -114,7 +114,8 @@ type cluster struct {
 	apis    map[string]*proc // by datacenter
 	workers map[string]*proc
 	urls    map[string]string
-	nodes   map[string]string // api node id → datacenter
+	nodes   map[string]string   // api node id → datacenter
+	env     map[string][]string // by datacenter: its processes' environment, less the node id
 	token   string
 	db      *pgxpool.Pool // the soak's own connections, for leases and the final checks
 	hc      *http.Client
@@ -129,11 +130,12 @@ func newCluster(t *testing.T) *cluster {
 }
 
 // newClusterOn is newCluster on the database at url (pg, when the soak
-// started it).
-func newClusterOn(t *testing.T, pg *pgCluster, url string) *cluster {
+// started it); extra is added to every process's environment (a later
+// value of a variable wins).
+func newClusterOn(t *testing.T, pg *pgCluster, url string, extra ...string) *cluster {
 	t.Helper()
 	c := &cluster{pg: pg, dbURL: url, bins: testbin.Build(t), dcs: []string{"dc-a", "dc-b"},
-		apis: map[string]*proc{}, workers: map[string]*proc{}, urls: map[string]string{}, nodes: map[string]string{}}
+		apis: map[string]*proc{}, workers: map[string]*proc{}, urls: map[string]string{}, nodes: map[string]string{}, env: map[string][]string{}}
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	c.hc = &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -177,7 +179,12 @@ func newClusterOn(t *testing.T, pg *pgCluster, url string) *cluster {
 			"BLOBPLANE_SWEEP_CRON=@every 1s",
 			"BLOBPLANE_COLLECT_CRON=@every 3s",
 			"BLOBPLANE_INVENTORY_CRON=@every 10s",
+			// Collected bytes go at once, so that bytes collected
+			// wrongly would be missed within the soak.
+			"BLOBPLANE_COLLECT_DELETE_DELAY=0",
 		}
+		env = append(env, extra...)
+		c.env[dc] = env
 		node := "api-" + suffix
 		c.apis[dc] = newProc(t, node, api, append(env, "BLOBPLANE_NODE_ID="+node))
 		c.workers[dc] = newProc(t, "worker-"+suffix, filepath.Join(c.bins, "worker"), append(env, "BLOBPLANE_NODE_ID=worker-"+suffix))

@@ -257,7 +257,28 @@ func (s *Store) owned(ctx context.Context, tx pgx.Tx, d string) (bool, error) {
 	return false, nil
 }
 
-// DeleteCollectedBytes finishes the owed deletion of k. While the digest's
+// NotDueError is DeleteCollectedBytesAfter's answer for a deletion
+// decided less than its delay ago: nothing was deleted, and it is due in
+// Wait.
+type NotDueError struct {
+	Key  placement.Key
+	Wait time.Duration
+}
+
+func (e *NotDueError) Error() string {
+	return fmt.Sprintf("deletion of %s on %s/%s is not due for %s (collection delete delay)", e.Key.Digest, e.Key.Datacenter, e.Key.Backend, e.Wait.Round(time.Second))
+}
+
+// DeleteCollectedBytes is DeleteCollectedBytesAfter with no delay.
+func (s *Store) DeleteCollectedBytes(ctx context.Context, k placement.Key, del func(context.Context) error) (DeletionResult, int64, error) {
+	return s.DeleteCollectedBytesAfter(ctx, k, 0, del)
+}
+
+// DeleteCollectedBytesAfter finishes the owed deletion of k once it was
+// decided at least delay ago by the database clock (an obliterated
+// digest's at once): before that it deletes nothing and returns a
+// *NotDueError. The delay keeps collected bytes for a database restored
+// from a backup taken within it (issue 32, docs/database.md). While the digest's
 // placement lock is held (so no upload can stage, and so write, the key
 // meanwhile) it calls del only when the placement is still revoked and
 // nothing owns the digest; otherwise it records the deletion superseded.
@@ -265,7 +286,7 @@ func (s *Store) owned(ctx context.Context, tx pgx.Tx, d string) (bool, error) {
 // deletion owed and comes back unchanged (the job retries). It returns
 // DeletionNone when no deletion of k is owed (a re-run). The size is the
 // placement's recorded content size. Errors: those of del, unavailable.
-func (s *Store) DeleteCollectedBytes(ctx context.Context, k placement.Key, del func(context.Context) error) (DeletionResult, int64, error) {
+func (s *Store) DeleteCollectedBytesAfter(ctx context.Context, k placement.Key, delay time.Duration, del func(context.Context) error) (DeletionResult, int64, error) {
 	const op = "delete collected bytes"
 	if err := k.Validate(); err != nil {
 		return DeletionNone, 0, err
@@ -274,6 +295,7 @@ func (s *Store) DeleteCollectedBytes(ctx context.Context, k placement.Key, del f
 		res  DeletionResult
 		size int64
 		delE error
+		wait time.Duration
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
@@ -285,6 +307,15 @@ func (s *Store) DeleteCollectedBytes(ctx context.Context, k placement.Key, del f
 		}
 		if err != nil {
 			return err
+		}
+		if delay > 0 {
+			secs, err := s.q.DeletionWait(ctx, tx, dbsqlc.DeletionWaitParams{DelaySeconds: delay.Seconds(), DecidedAt: dl.DecidedAt, Digest: string(k.Digest)})
+			if err != nil {
+				return err
+			}
+			if wait = time.Duration(secs * float64(time.Second)); wait > 0 {
+				return nil
+			}
 		}
 		size = dl.SizeBytes
 		res = DeletionSuperseded
@@ -311,6 +342,9 @@ func (s *Store) DeleteCollectedBytes(ctx context.Context, k placement.Key, del f
 	}
 	if err != nil {
 		return DeletionNone, 0, placementErr(op, err)
+	}
+	if wait > 0 {
+		return DeletionNone, 0, &NotDueError{Key: k, Wait: wait}
 	}
 	return res, size, nil
 }
@@ -350,6 +384,12 @@ const (
 	// than deleting it: the collector revokes the placement before the
 	// bytes go, so no verified placement ever points at deleted bytes.
 	ClassUnowned ObjectClass = "unowned"
+	// ClassUnrecorded: a repository references the digest, its blob is
+	// live, and the ledger has no placement of it on this backend at
+	// all: a copy the database lost (restored to before the copy was
+	// made, issue 32). Kept; the inventory re-hashes it and records it as
+	// verified (Store.RediscoverPlacement).
+	ClassUnrecorded ObjectClass = "unrecorded"
 	// ClassOrphan: nothing in Postgres accounts for the bytes (a crash
 	// between byte write and ledger write, a lost reply, a collected
 	// digest whose deletion is still owed).
@@ -444,6 +484,56 @@ func (s *Store) DeleteIfOrphan(ctx context.Context, d blobplane.Digest, backend,
 		return "", placementErr("delete orphan", err)
 	}
 	return c, nil
+}
+
+// RediscoverPlacement records k, a copy the ledger lost, as verified:
+// its bytes were just read whole from k and hashed to hashed, size bytes.
+// Under the blob state row lock and the digest's placement lock it
+// re-classifies the object and records it only while it is still
+// unrecorded (a live, referenced blob with no placement row on k's
+// backend): a stage of the same key meanwhile (an upload, a transfer),
+// an obliteration or a collection wins, and recorded is false. The row is
+// staged and verified at epoch 1 in one transaction, so no one sees it
+// pending. Errors: invalid (a malformed key, or hashed is not k's digest:
+// other bytes are never recorded, S2), unavailable.
+func (s *Store) RediscoverPlacement(ctx context.Context, k placement.Key, hashed blobplane.Digest, size int64) (p placement.Placement, recorded bool, err error) {
+	const op = "rediscover placement"
+	if err := checkTransition(k, 1); err != nil {
+		return placement.Placement{}, false, err
+	}
+	if hashed != k.Digest || size < 0 {
+		return placement.Placement{}, false, &blobplane.Error{Code: blobplane.CodeInvalid, Op: op,
+			Message: fmt.Sprintf("%s: the bytes hashed to %s (%d bytes): only the digest's own bytes are recorded", keyString(k), hashed, size)}
+	}
+	if err := s.ensurePlacements(ctx); err != nil {
+		return placement.Placement{}, false, err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Same order as the collector and DeleteIfOrphan: blob row, then
+		// placement lock.
+		if _, err := s.q.LockBlobIfExists(ctx, tx, string(k.Digest)); err != nil {
+			return err
+		}
+		if err := s.q.LockPlacementDigest(ctx, tx, dbsqlc.LockPlacementDigestParams{LockClass: placementDigestLockClass, Digest: string(k.Digest)}); err != nil {
+			return err
+		}
+		c, err := s.classify(ctx, tx, string(k.Digest), k.Backend, k.Datacenter)
+		if err != nil || c != ClassUnrecorded {
+			return err
+		}
+		if _, err := s.stageLockedTx(ctx, tx, k, size, 1); err != nil {
+			return err
+		}
+		if p, err = s.verifyTx(ctx, tx, k, hashed, size, 1, true); err != nil {
+			return err
+		}
+		recorded = true
+		return nil
+	})
+	if err != nil {
+		return placement.Placement{}, false, placementErr(op, err)
+	}
+	return p, recorded, nil
 }
 
 // classify is ClassifyObjects of one object, in tx: the page's

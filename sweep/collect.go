@@ -154,9 +154,10 @@ func (c *Collector) logger() *slog.Logger {
 // DeleteStore is what a Deleter needs from Postgres; *store.Store
 // implements it.
 type DeleteStore interface {
-	// DeleteCollectedBytes calls del under the digest's placement lock
-	// only if the deletion of k is owed and still justified.
-	DeleteCollectedBytes(ctx context.Context, k placement.Key, del func(context.Context) error) (store.DeletionResult, int64, error)
+	// DeleteCollectedBytesAfter calls del under the digest's placement
+	// lock only if the deletion of k is owed, due after delay, and still
+	// justified.
+	DeleteCollectedBytesAfter(ctx context.Context, k placement.Key, delay time.Duration, del func(context.Context) error) (store.DeletionResult, int64, error)
 }
 
 var _ DeleteStore = (*store.Store)(nil)
@@ -175,7 +176,11 @@ type Deleter struct {
 	Store      DeleteStore
 	Backends   map[string]ObjectDeleter // this datacenter's backends by name
 	Datacenter string
-	Metrics    *CollectMetrics // nil records nothing
+	// Delay keeps a collected copy's bytes this long after the decision
+	// (BLOBPLANE_COLLECT_DELETE_DELAY): a deletion not yet due returns a
+	// *store.NotDueError. Obliterated digests never wait.
+	Delay   time.Duration
+	Metrics *CollectMetrics // nil records nothing
 }
 
 // Delete finishes the owed deletion of k. Idempotent: a finished (or
@@ -190,7 +195,7 @@ func (d *Deleter) Delete(ctx context.Context, k placement.Key) (store.DeletionRe
 	if !ok {
 		return store.DeletionNone, blobplane.Errorf(blobplane.CodeInvalid, "delete %s: backend %q is not configured in %s", k.Digest, k.Backend, d.Datacenter)
 	}
-	res, size, err := d.Store.DeleteCollectedBytes(ctx, k, func(ctx context.Context) error { return be.Delete(ctx, k.Digest) })
+	res, size, err := d.Store.DeleteCollectedBytesAfter(ctx, k, d.Delay, func(ctx context.Context) error { return be.Delete(ctx, k.Digest) })
 	if err != nil {
 		return store.DeletionNone, err
 	}

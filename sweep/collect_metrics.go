@@ -26,6 +26,10 @@ type CollectMetrics struct {
 	heldObjects           prometheus.Gauge
 	handedBack            prometheus.Counter
 	stalePlacements       prometheus.Counter
+	// issue 32, lost copies
+	unrecorded    prometheus.Gauge
+	rediscovered  prometheus.Counter
+	rediscoverBad prometheus.Counter
 }
 
 // NewCollectMetrics creates the metrics and registers them on reg (nil:
@@ -71,6 +75,15 @@ func NewCollectMetrics(reg prometheus.Registerer) *CollectMetrics {
 		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "blobplane_inventory_handed_back_total", Help: "Verified copies no blob row collected (an upload abandoned after its verification) that the inventory handed back to the collector.",
 		}),
+		unrecorded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "blobplane_inventory_unrecorded_objects", Help: "Referenced objects the last inventory found with no placement of them on their backend in the ledger: copies the database lost (restored to an earlier point).",
+		}),
+		rediscovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "blobplane_inventory_rediscovered_total", Help: "Copies the database had lost that the inventory re-hashed and recorded as verified placements.",
+		}),
+		rediscoverBad: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "blobplane_inventory_rediscover_mismatches_total", Help: "Unrecorded referenced objects whose bytes did not hash to their digest: not recorded, left in place.",
+		}),
 		stalePlacements: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "blobplane_collect_stale_placements_total", Help: "Pending placements whose writer was gone (no pending intent claims the digest, no replicate job into the datacenter is unfinished) that the collector failed, so their bytes can be reclaimed.",
 		}),
@@ -85,7 +98,8 @@ func NewCollectMetrics(reg prometheus.Registerer) *CollectMetrics {
 	if reg != nil {
 		reg.MustRegister(m.collectedDigests, m.reclaimedBytes, m.oldestOwed, m.orphanObjects, m.orphanBytes,
 			m.orphansDeleted, m.orphanBytesFreed, m.classified,
-			m.residueDeleted, m.residueBytesReclaimed, m.refusedPasses, m.heldObjects, m.handedBack, m.stalePlacements)
+			m.residueDeleted, m.residueBytesReclaimed, m.refusedPasses, m.heldObjects, m.handedBack, m.stalePlacements,
+			m.unrecorded, m.rediscovered, m.rediscoverBad)
 	}
 	return m
 }
@@ -122,6 +136,9 @@ func (m *CollectMetrics) inventory(r InventoryReport) {
 	if !r.DryRun {
 		m.heldObjects.Set(float64(r.Held))
 		m.handedBack.Add(float64(r.HandedBack))
+		m.unrecorded.Set(float64(r.Unrecorded))
+		m.rediscovered.Add(float64(r.Rediscovered))
+		m.rediscoverBad.Add(float64(r.RediscoverMismatched))
 	}
 }
 

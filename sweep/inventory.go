@@ -2,13 +2,17 @@ package sweep
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -34,6 +38,15 @@ import (
 // verified copy no blob row collects (an upload abandoned after its
 // verification) is handed back to the collector, which revokes the
 // placement before its bytes go.
+//
+// A referenced object the ledger has no placement of on its backend (a
+// copy the database lost when it was restored to an earlier point, issue
+// 32) is never deleted: it is read whole, re-hashed, and recorded as a
+// verified placement (Store.RediscoverPlacement) when its bytes are the
+// digest's. Adding a verified copy is proven by the bytes alone, so it is
+// also done on a backend whose marker says the database is behind or
+// empty (the restore case), though never on one the marker says belongs
+// to another database, and never in a dry run.
 
 // InventoryStore is what the inventory needs from Postgres; *store.Store
 // implements it.
@@ -48,6 +61,9 @@ type InventoryStore interface {
 	HandBack(ctx context.Context, ds []blobplane.Digest) (int64, error)
 	// OwnedStagedUploads says which staged uploads an intent still owns.
 	OwnedStagedUploads(ctx context.Context, datacenter, backend string, ids []string) (map[string]bool, error)
+	// RediscoverPlacement records a lost copy whose bytes hashed to its
+	// digest as verified, if it is still unrecorded under the locks.
+	RediscoverPlacement(ctx context.Context, k placement.Key, hashed blobplane.Digest, size int64) (placement.Placement, bool, error)
 	MarkerStore
 }
 
@@ -77,6 +93,9 @@ type Lister interface {
 	List(ctx context.Context, opts backend.ListOptions) (backend.Page, error)
 	// Delete removes d's object; a missing object is success.
 	Delete(ctx context.Context, d blobplane.Digest) error
+	// Read opens d's object (decoded content), to re-hash an unrecorded
+	// copy.
+	Read(ctx context.Context, d blobplane.Digest, opts backend.ReadOptions) (*backend.Object, error)
 	backend.Janitor
 }
 
@@ -94,6 +113,10 @@ const (
 	// stagedBatch bounds the staged upload ids one ownership query asks
 	// about.
 	stagedBatch = 1000
+	// DefaultMaxRediscoveries is Inventory.MaxRediscoveries unset: the
+	// unrecorded copies one pass re-hashes per backend (the rest wait for
+	// the next pass).
+	DefaultMaxRediscoveries = 1000
 )
 
 // Inventory classifies every object of one datacenter's backends.
@@ -107,8 +130,11 @@ type Inventory struct {
 	// MaxDeletes caps the deletions of one pass on one backend (<= 0:
 	// DefaultMaxDeletes).
 	MaxDeletes int
-	Logger     *slog.Logger // nil discards
-	Metrics    *CollectMetrics
+	// MaxRediscoveries caps the unrecorded copies one pass re-hashes on
+	// one backend (<= 0: DefaultMaxRediscoveries).
+	MaxRediscoveries int
+	Logger           *slog.Logger // nil discards
+	Metrics          *CollectMetrics
 }
 
 // InventoryReport counts one inventory pass.
@@ -127,6 +153,14 @@ type InventoryReport struct {
 	// HandedBack counts verified copies no blob row collected, handed
 	// back to the collector.
 	HandedBack int `json:"handed_back"`
+	// Unrecorded counts referenced objects the ledger had no placement of
+	// on their backend (lost copies); Rediscovered those re-hashed and
+	// recorded as verified; RediscoverMismatched those whose bytes were
+	// not the digest's (left alone, logged: they serve nothing).
+	Unrecorded           int   `json:"unrecorded"`
+	Rediscovered         int   `json:"rediscovered"`
+	RediscoveredBytes    int64 `json:"rediscovered_bytes"`
+	RediscoverMismatched int   `json:"rediscover_mismatched"`
 	// Residue counts the residue found by kind (staged: only the uploads
 	// past the minimum age that no intent owns), ResidueDeleted what was
 	// deleted.
@@ -199,6 +233,10 @@ type pass struct {
 	objects []backend.Entry
 	residue []backend.Residue
 	staged  []backend.Residue // staged uploads past the minimum age, ownership not yet asked
+	// rediscover: this pass records lost copies; unrecorded holds the
+	// first inv.maxRediscoveries() found.
+	rediscover bool
+	unrecorded []backend.Entry
 }
 
 func (inv *Inventory) runBackend(ctx context.Context, name string, be Lister, dryRun bool, rep *InventoryReport, bp *BackendPass) error {
@@ -206,8 +244,12 @@ func (inv *Inventory) runBackend(ctx context.Context, name string, be Lister, dr
 	if err != nil {
 		return fmt.Errorf("inventory %s/%s: %w", inv.Datacenter, name, err)
 	}
-	p := &pass{inv: inv, name: name, be: be, rep: rep, bp: bp, writes: ok, max: inv.maxDeletes()}
+	p := &pass{inv: inv, name: name, be: be, rep: rep, bp: bp, writes: ok, max: inv.maxDeletes(),
+		rediscover: !dryRun && (ok || bp.Refusal == RefuseBehind || bp.Refusal == RefuseEmpty)}
 	if err := p.objectsPass(ctx); err != nil {
+		return fmt.Errorf("inventory %s/%s: %w", inv.Datacenter, name, err)
+	}
+	if err := p.rediscoverPass(ctx); err != nil {
 		return fmt.Errorf("inventory %s/%s: %w", inv.Datacenter, name, err)
 	}
 	if err := p.residuePass(ctx); err != nil {
@@ -354,6 +396,11 @@ func (p *pass) objectsPass(ctx context.Context) error {
 				p.dueObject(e, page.Now)
 			case store.ClassUnowned:
 				unowned = append(unowned, e.Digest)
+			case store.ClassUnrecorded:
+				p.rep.Unrecorded++
+				if len(p.unrecorded) < p.inv.maxRediscoveries() {
+					p.unrecorded = append(p.unrecorded, e)
+				}
 			}
 		}
 		if p.writes && len(unowned) > 0 {
@@ -367,6 +414,60 @@ func (p *pass) objectsPass(ctx context.Context) error {
 		}
 		after = page.Next
 	}
+}
+
+// rediscoverPass re-hashes the unrecorded copies the objects pass found
+// and records those whose bytes are their digest's as verified
+// placements. A copy whose bytes are not is left alone and logged: it
+// serves nothing, and the digest's other copies are the scrub's.
+func (p *pass) rediscoverPass(ctx context.Context) error {
+	if !p.rediscover {
+		return nil
+	}
+	for _, e := range p.unrecorded {
+		hashed, n, err := p.rehash(ctx, e.Digest)
+		switch {
+		case errors.Is(err, backend.ErrNotFound):
+			continue // deleted since the listing: nothing to record
+		case errors.Is(err, backend.ErrCorrupt):
+			hashed = "" // bytes that do not decode are not the digest's
+		case err != nil:
+			return fmt.Errorf("re-hash %s: %w", e.Digest, err)
+		}
+		if hashed != e.Digest {
+			p.rep.RediscoverMismatched++
+			p.inv.logger().ErrorContext(ctx, "inventory found a referenced object whose bytes are not its digest's; it is not recorded",
+				"datacenter", p.inv.Datacenter, "backend", p.name, "digest", e.Digest, "hashed", hashed, "bytes", n)
+			continue
+		}
+		k := placement.Key{Digest: e.Digest, Backend: p.name, Datacenter: p.inv.Datacenter, Location: placement.ObjectLocation(e.Digest)}
+		_, recorded, err := p.inv.Store.RediscoverPlacement(ctx, k, hashed, n)
+		if err != nil {
+			return fmt.Errorf("rediscover %s: %w", e.Digest, err)
+		}
+		if recorded {
+			p.rep.Rediscovered++
+			p.rep.RediscoveredBytes += n
+			p.inv.logger().InfoContext(ctx, "inventory re-discovered a copy the database had lost, re-hashed it and recorded it as verified",
+				"datacenter", p.inv.Datacenter, "backend", p.name, "digest", e.Digest, "bytes", n)
+		}
+	}
+	return nil
+}
+
+// rehash reads d's object whole and hashes its content.
+func (p *pass) rehash(ctx context.Context, d blobplane.Digest) (blobplane.Digest, int64, error) {
+	obj, err := p.be.Read(ctx, d, backend.ReadOptions{})
+	if err != nil {
+		return "", 0, err
+	}
+	defer obj.Body.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, obj.Body)
+	if err != nil {
+		return "", n, err
+	}
+	return blobplane.Digest("sha256:" + hex.EncodeToString(h.Sum(nil))), n, nil
 }
 
 func (p *pass) dueObject(e backend.Entry, now time.Time) {
@@ -537,6 +638,13 @@ func (inv *Inventory) maxDeletes() int {
 		return DefaultMaxDeletes
 	}
 	return inv.MaxDeletes
+}
+
+func (inv *Inventory) maxRediscoveries() int {
+	if inv.MaxRediscoveries <= 0 {
+		return DefaultMaxRediscoveries
+	}
+	return inv.MaxRediscoveries
 }
 
 func (inv *Inventory) logger() *slog.Logger {

@@ -85,7 +85,10 @@ func newFixture(t *testing.T) *fixture {
 	}
 
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "DATABASE_URL=" + d.URL,
-		"BLOBPLANE_DATA_DIR=" + dataDir, "BLOBPLANE_DATACENTER=local"}
+		"BLOBPLANE_DATA_DIR=" + dataDir, "BLOBPLANE_DATACENTER=local",
+		// Collected bytes go at once here; the delete delay (24h by
+		// default) is sweep.TestCollectDeleteDelayKeepsBytesUntilDue's.
+		"BLOBPLANE_COLLECT_DELETE_DELAY=0"}
 	return &fixture{d: d, st: st, be: be, in: in, id: id, env: env}
 }
 

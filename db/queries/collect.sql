@@ -133,10 +133,20 @@ ORDER BY m.digest, d.id;
 -- blob row makes the digest the collector's; with no row, or a collected
 -- one, nothing would ever collect it (its upload was abandoned after its
 -- verification committed): 'unowned', which the inventory hands back to
--- the collector (HandBackToCollector) instead of deleting.
+-- the collector (HandBackToCollector) instead of deleting. A referenced
+-- object of a live blob with no placement row at all on this backend is
+-- 'unrecorded': a copy the ledger lost (a database restored to before the
+-- copy was made), which the inventory re-hashes and records as verified
+-- (RediscoverPlacement, issue 32). An obliterated digest never is. A
+-- collected copy whose deletion is owed is the collector's ('staged'),
+-- which keeps it for the delete delay (DeletionWait).
 SELECT o.digest::text AS digest,
        (CASE
-            WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
+            WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN
+                (CASE WHEN EXISTS (SELECT 1 FROM blobs b WHERE b.digest = o.digest AND b.state = 'live')
+                       AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend
+                                       AND coalesce(p.datacenter, '') = @datacenter::text) THEN 'unrecorded'
+                      ELSE 'referenced' END)
             WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
             WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = @backend AND coalesce(p.datacenter, '') = @datacenter::text
                          AND p.state = 'pending') THEN 'staged'
@@ -144,6 +154,8 @@ SELECT o.digest::text AS digest,
                          AND p.state = 'verified') THEN
                 (CASE WHEN EXISTS (SELECT 1 FROM blobs b WHERE b.digest = o.digest AND b.state IN ('live', 'obliterated')) THEN 'staged'
                       ELSE 'unowned' END)
+            WHEN EXISTS (SELECT 1 FROM deletions d WHERE d.digest = o.digest AND d.backend = @backend AND d.datacenter = @datacenter::text
+                         AND d.deleted_at IS NULL) THEN 'staged'
             ELSE 'orphan'
         END)::text AS class
 FROM unnest(@digests::text[]) AS o(digest);
@@ -165,3 +177,13 @@ WHERE b.state = 'live'
   AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = b.digest AND p.state = 'pending')
 ORDER BY b.digest
 LIMIT @max_rows;
+
+-- name: DeletionWait :one
+-- How long an owed deletion decided at decided_at must still wait before
+-- its bytes go, by the database clock: the collection delete delay keeps
+-- a collected digest's bytes that long, so a database restored from a
+-- backup taken within it finds every reference's bytes (issue 32). An
+-- obliterated digest's bytes never wait.
+SELECT (CASE WHEN b.state = 'obliterated' THEN 0
+             ELSE greatest(0, sqlc.arg(delay_seconds)::float8 - date_part('epoch', now() - sqlc.arg(decided_at)::timestamptz)) END)::float8 AS wait_seconds
+FROM (SELECT coalesce((SELECT state FROM blobs WHERE digest = sqlc.arg(digest)::text), '') AS state) b;

@@ -33,7 +33,11 @@ func (q *Queries) BlobOwnership(ctx context.Context, db DBTX, digest string) (Bl
 const classifyObjects = `-- name: ClassifyObjects :many
 SELECT o.digest::text AS digest,
        (CASE
-            WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN 'referenced'
+            WHEN EXISTS (SELECT 1 FROM blob_references r WHERE r.digest = o.digest) THEN
+                (CASE WHEN EXISTS (SELECT 1 FROM blobs b WHERE b.digest = o.digest AND b.state = 'live')
+                       AND NOT EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1
+                                       AND coalesce(p.datacenter, '') = $2::text) THEN 'unrecorded'
+                      ELSE 'referenced' END)
             WHEN EXISTS (SELECT 1 FROM intents i WHERE i.state = 'pending' AND i.expected_digest = o.digest) THEN 'claimed'
             WHEN EXISTS (SELECT 1 FROM placements p WHERE p.digest = o.digest AND p.backend = $1 AND coalesce(p.datacenter, '') = $2::text
                          AND p.state = 'pending') THEN 'staged'
@@ -41,6 +45,8 @@ SELECT o.digest::text AS digest,
                          AND p.state = 'verified') THEN
                 (CASE WHEN EXISTS (SELECT 1 FROM blobs b WHERE b.digest = o.digest AND b.state IN ('live', 'obliterated')) THEN 'staged'
                       ELSE 'unowned' END)
+            WHEN EXISTS (SELECT 1 FROM deletions d WHERE d.digest = o.digest AND d.backend = $1 AND d.datacenter = $2::text
+                         AND d.deleted_at IS NULL) THEN 'staged'
             ELSE 'orphan'
         END)::text AS class
 FROM unnest($3::text[]) AS o(digest)
@@ -65,7 +71,13 @@ type ClassifyObjectsRow struct {
 // blob row makes the digest the collector's; with no row, or a collected
 // one, nothing would ever collect it (its upload was abandoned after its
 // verification committed): 'unowned', which the inventory hands back to
-// the collector (HandBackToCollector) instead of deleting.
+// the collector (HandBackToCollector) instead of deleting. A referenced
+// object of a live blob with no placement row at all on this backend is
+// 'unrecorded': a copy the ledger lost (a database restored to before the
+// copy was made), which the inventory re-hashes and records as verified
+// (RediscoverPlacement, issue 32). An obliterated digest never is. A
+// collected copy whose deletion is owed is the collector's ('staged'),
+// which keeps it for the delete delay (DeletionWait).
 func (q *Queries) ClassifyObjects(ctx context.Context, db DBTX, arg ClassifyObjectsParams) ([]ClassifyObjectsRow, error) {
 	rows, err := db.Query(ctx, classifyObjects, arg.Backend, arg.Datacenter, arg.Digests)
 	if err != nil {
@@ -194,6 +206,30 @@ func (q *Queries) DecideCollection(ctx context.Context, db DBTX, digests []strin
 		return nil, err
 	}
 	return items, nil
+}
+
+const deletionWait = `-- name: DeletionWait :one
+SELECT (CASE WHEN b.state = 'obliterated' THEN 0
+             ELSE greatest(0, $1::float8 - date_part('epoch', now() - $2::timestamptz)) END)::float8 AS wait_seconds
+FROM (SELECT coalesce((SELECT state FROM blobs WHERE digest = $3::text), '') AS state) b
+`
+
+type DeletionWaitParams struct {
+	DelaySeconds float64
+	DecidedAt    pgtype.Timestamptz
+	Digest       string
+}
+
+// How long an owed deletion decided at decided_at must still wait before
+// its bytes go, by the database clock: the collection delete delay keeps
+// a collected digest's bytes that long, so a database restored from a
+// backup taken within it finds every reference's bytes (issue 32). An
+// obliterated digest's bytes never wait.
+func (q *Queries) DeletionWait(ctx context.Context, db DBTX, arg DeletionWaitParams) (float64, error) {
+	row := db.QueryRow(ctx, deletionWait, arg.DelaySeconds, arg.DecidedAt, arg.Digest)
+	var wait_seconds float64
+	err := row.Scan(&wait_seconds)
+	return wait_seconds, err
 }
 
 const finishDeletion = `-- name: FinishDeletion :exec
