@@ -139,7 +139,7 @@ func (w *CollectWorker) Work(ctx context.Context, job *river.Job[CollectArgs]) e
 		return err
 	}
 	e := Deletion{Client: rc, Delay: w.Delay}
-	c := &sweep.Collector{Store: w.Store, Enqueuer: e, Requeuer: e, Batch: w.Batch, Logger: w.Logger, Metrics: w.Metrics}
+	c := &sweep.Collector{Store: w.Store, Enqueuer: e, Requeuer: e, Batch: w.Batch, Delay: w.Delay, Logger: w.Logger, Metrics: w.Metrics}
 	_, err = c.RunOnce(ctx)
 	return err
 }

@@ -67,9 +67,13 @@ type Collector struct {
 	Store    CollectStore
 	Enqueuer store.DeletionEnqueuer // required: byte deletions run as jobs
 	Requeuer DeletionRequeuer       // nil: owed deletions are only reported
-	Batch    int                    // digests per pass; <= 0 means DefaultCollectBatch
-	Logger   *slog.Logger           // nil discards
-	Metrics  *CollectMetrics        // nil records nothing
+	// Delay is the collection delete delay the Deleters wait out: a
+	// deletion is overdue (blobplane_collect_oldest_owed_deletion_seconds)
+	// only past it.
+	Delay   time.Duration
+	Batch   int             // digests per pass; <= 0 means DefaultCollectBatch
+	Logger  *slog.Logger    // nil discards
+	Metrics *CollectMetrics // nil records nothing
 }
 
 // CollectReport is what one collection pass decided.
@@ -137,7 +141,7 @@ func (c *Collector) RunOnce(ctx context.Context) (CollectReport, error) {
 			}
 		}
 	}
-	c.Metrics.owed(rep.OldestOwed)
+	c.Metrics.owed(max(rep.OldestOwed-c.Delay, 0))
 	if len(got) > 0 {
 		c.logger().InfoContext(ctx, "collected unreferenced digests", "digests", len(got), "deletions", rep.Deletions, "owed", rep.Owed)
 	}

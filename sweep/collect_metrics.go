@@ -43,7 +43,7 @@ func NewCollectMetrics(reg prometheus.Registerer) *CollectMetrics {
 			Name: "blobplane_collect_reclaimed_bytes_total", Help: "Content bytes of placements whose bytes a collection deleted.",
 		}),
 		oldestOwed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "blobplane_collect_oldest_owed_deletion_seconds", Help: "Age of the oldest collection decision whose byte deletion has not finished (0: none).",
+			Name: "blobplane_collect_oldest_owed_deletion_seconds", Help: "How long past the collection delete delay (BLOBPLANE_COLLECT_DELETE_DELAY) the oldest collection decision whose byte deletion has not finished is (0: none overdue).",
 		}),
 		orphanObjects: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "blobplane_inventory_orphan_objects", Help: "Objects the last inventory found that nothing in Postgres accounts for (before deleting them).",
