@@ -4,12 +4,8 @@ package soak_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -236,28 +232,6 @@ func (c *cluster) inventory(t *testing.T, dc string) inventoryReport {
 		t.Fatalf("%s: worker sweep printed %q: %v", dc, out, err)
 	}
 	return rep.Inventory
-}
-
-// read GETs repo@digest at dc and checks its bytes.
-func (c *cluster) read(ctx context.Context, dc, repo, digest string, size int64) string {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[dc]+"/v2/"+repo+"/blobs/"+digest, nil)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return "GET: " + err.Error()
-	}
-	defer resp.Body.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, resp.Body)
-	switch got := "sha256:" + hex.EncodeToString(h.Sum(nil)); {
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Sprintf("GET: %d", resp.StatusCode)
-	case err != nil:
-		return "GET body: " + err.Error()
-	case n != size || got != digest:
-		return fmt.Sprintf("GET: %d bytes hashing to %s", n, got)
-	}
-	return ""
 }
 
 func lastLine(s string) string {

@@ -500,22 +500,8 @@ func (c *cluster) verify(t *testing.T, ctx context.Context, all []*upload) {
 }
 
 func (c *cluster) check(ctx context.Context, u *upload) string {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[u.dc]+"/v2/"+u.repo+"/blobs/"+u.digest, nil)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return "GET: " + err.Error()
-	}
-	h := sha256.New()
-	n, err := io.Copy(h, resp.Body)
-	resp.Body.Close()
-	switch got := "sha256:" + hex.EncodeToString(h.Sum(nil)); {
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Sprintf("GET at %s: %d", u.dc, resp.StatusCode)
-	case err != nil:
-		return "GET body: " + err.Error()
-	case n != int64(u.size) || got != u.digest:
-		return fmt.Sprintf("GET at %s: %d bytes hashing to %s", u.dc, n, got)
+	if msg := c.read(ctx, u.dc, u.repo, u.digest, int64(u.size)); msg != "" {
+		return msg + " at " + u.dc
 	}
 	for _, dc := range c.dcs {
 		if dc == u.dc {
@@ -531,6 +517,28 @@ func (c *cluster) check(ctx context.Context, u *upload) string {
 		if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(u.size) {
 			return fmt.Sprintf("HEAD at %s: %d, Content-Length %d", dc, resp.StatusCode, resp.ContentLength)
 		}
+	}
+	return ""
+}
+
+// read GETs repo@digest at dc and checks its bytes.
+func (c *cluster) read(ctx context.Context, dc, repo, digest string, size int64) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.urls[dc]+"/v2/"+repo+"/blobs/"+digest, nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "GET: " + err.Error()
+	}
+	defer resp.Body.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
+	switch got := "sha256:" + hex.EncodeToString(h.Sum(nil)); {
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Sprintf("GET: %d", resp.StatusCode)
+	case err != nil:
+		return "GET body: " + err.Error()
+	case n != size || got != digest:
+		return fmt.Sprintf("GET: %d bytes hashing to %s", n, got)
 	}
 	return ""
 }

@@ -1,0 +1,271 @@
+// Package quota is the per-repository usage and quota state a home holds
+// for its partition (issue 33, docs/adr/0009-quotas-as-partition-state.md):
+// the journal records that change it, the deterministic applier
+// (ZBP-5-R33), the admission check, and the checkpoint encoding, ordered by
+// slot (ZBP-5-R38). Pure: no I/O, no clock, no randomness.
+package quota
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/authority"
+)
+
+// Op is what a record did.
+type Op string
+
+const (
+	// RefAdded: the ledger created a reference row (the digest's first
+	// reference in the repository: a second publication of the same
+	// content creates none, so none is journalled and dedup holds).
+	RefAdded Op = "ref+"
+	// RefRemoved: the ledger removed a reference row.
+	RefRemoved Op = "ref-"
+	// SetQuota: an admin set (or, with a zero Limit, cleared) a
+	// repository's quota.
+	SetQuota Op = "quota"
+)
+
+// formatVersion is the only payload format this binary writes and reads
+// (ZBP-5-R43: a record of another version is refused, never guessed at).
+const formatVersion = 1
+
+// Record is one journal payload. It says what the ledger did, captured
+// when it was written (ZBP-5-R34): the size is the blob's, from the row
+// the publication locked, never recomputed on replay.
+type Record struct {
+	V          int              `json:"v"`
+	Op         Op               `json:"op"`
+	Repository string           `json:"repository"`
+	Digest     blobplane.Digest `json:"digest,omitempty"`
+	Size       int64            `json:"size,omitempty"`
+	Limit      *Limit           `json:"limit,omitempty"`
+}
+
+// Limit is a quota. A zero field sets no limit on that measure.
+type Limit struct {
+	Bytes int64 `json:"bytes"`
+	Blobs int64 `json:"blobs"`
+}
+
+// Usage is what a repository holds: each distinct digest it references
+// once (a blob referenced by two repositories counts in both).
+type Usage struct {
+	Bytes int64 `json:"bytes"`
+	Blobs int64 `json:"blobs"`
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage { return Usage{Bytes: u.Bytes + v.Bytes, Blobs: u.Blobs + v.Blobs} }
+
+// Encode renders r as a journal payload. Errors: an invalid record.
+func (r Record) Encode() ([]byte, error) {
+	r.V = formatVersion
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(r)
+}
+
+// ErrPoison wraps every reason a payload cannot be applied: the record is
+// quarantined and counted (ZBP-5-R59), never retried forever.
+var ErrPoison = errors.New("quota: record cannot be applied")
+
+// Decode parses a journal payload strictly: unknown fields, another
+// format version or an invalid record are ErrPoison.
+func Decode(payload []byte) (Record, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	var r Record
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, fmt.Errorf("%w: %v", ErrPoison, err)
+	}
+	if dec.More() {
+		return Record{}, fmt.Errorf("%w: trailing data", ErrPoison)
+	}
+	if r.V != formatVersion {
+		return Record{}, fmt.Errorf("%w: format version %d, this binary reads %d", ErrPoison, r.V, formatVersion)
+	}
+	if err := r.validate(); err != nil {
+		return Record{}, fmt.Errorf("%w: %v", ErrPoison, err)
+	}
+	return r, nil
+}
+
+func (r Record) validate() error {
+	if err := auth.CheckRepository(r.Repository); err != nil {
+		return err
+	}
+	switch r.Op {
+	case RefAdded, RefRemoved:
+		if _, err := blobplane.ParseDigest(string(r.Digest)); err != nil {
+			return err
+		}
+		if r.Size < 0 || r.Limit != nil {
+			return fmt.Errorf("%s %s: size %d, limit %v", r.Op, r.Digest, r.Size, r.Limit)
+		}
+	case SetQuota:
+		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || r.Digest != "" || r.Size != 0 {
+			return fmt.Errorf("quota for %s: want a limit of non-negative bytes and blobs, and no digest or size", r.Repository)
+		}
+	default:
+		return fmt.Errorf("op %q: want ref+, ref- or quota", r.Op)
+	}
+	return nil
+}
+
+// State is one partition's quota state: usage and quota by repository.
+// The zero value is empty and ready.
+type State struct {
+	usage  map[string]Usage
+	limits map[string]Limit
+}
+
+// Apply applies one record. It is deterministic (ZBP-5-R33): the same
+// state and record give the same state. Errors (ErrPoison, the state
+// unchanged): a removal of more than the repository holds, which a
+// journal that agrees with its ledger never contains.
+func (s *State) Apply(r Record) error {
+	if s.usage == nil {
+		s.usage, s.limits = map[string]Usage{}, map[string]Limit{}
+	}
+	switch r.Op {
+	case RefAdded:
+		s.usage[r.Repository] = s.usage[r.Repository].Add(Usage{Bytes: r.Size, Blobs: 1})
+	case RefRemoved:
+		u := s.usage[r.Repository].Add(Usage{Bytes: -r.Size, Blobs: -1})
+		if u.Bytes < 0 || u.Blobs < 0 {
+			return fmt.Errorf("%w: %s of %s (%d bytes) from %s holding %+v", ErrPoison, r.Op, r.Digest, r.Size, r.Repository, s.usage[r.Repository])
+		}
+		if u == (Usage{}) {
+			delete(s.usage, r.Repository)
+		} else {
+			s.usage[r.Repository] = u
+		}
+	case SetQuota:
+		if *r.Limit == (Limit{}) {
+			delete(s.limits, r.Repository)
+		} else {
+			s.limits[r.Repository] = *r.Limit
+		}
+	default:
+		return fmt.Errorf("%w: op %q", ErrPoison, r.Op)
+	}
+	return nil
+}
+
+// Usage is repo's usage.
+func (s *State) Usage(repo string) Usage { return s.usage[repo] }
+
+// Limit is repo's quota (zero: none).
+func (s *State) Limit(repo string) Limit { return s.limits[repo] }
+
+// Equal reports whether two states hold the same usage and quotas.
+func (s *State) Equal(o *State) bool {
+	return maps.Equal(s.usage, o.usage) && maps.Equal(s.limits, o.limits)
+}
+
+// ExceededError is an admission refused by a quota; its message names
+// the quota, the usage and the upload.
+type ExceededError struct {
+	Repository string
+	Measure    string // "bytes" or "blobs"
+	Limit      int64
+	Used       int64 // committed plus reserved
+	Adding     int64
+}
+
+func (e *ExceededError) Error() string {
+	return fmt.Sprintf("repository %s is over its quota of %d %s: it holds %d, and this upload adds %d", e.Repository, e.Limit, e.Measure, e.Used, e.Adding)
+}
+
+// Admit decides whether repo may take one more blob of size bytes, with
+// reserved already promised to publications in flight. Errors:
+// *ExceededError.
+func (s *State) Admit(repo string, size int64, reserved Usage) error {
+	l := s.limits[repo]
+	u := s.usage[repo].Add(reserved)
+	if l.Bytes > 0 && u.Bytes+size > l.Bytes {
+		return &ExceededError{Repository: repo, Measure: "bytes", Limit: l.Bytes, Used: u.Bytes, Adding: size}
+	}
+	if l.Blobs > 0 && u.Blobs+1 > l.Blobs {
+		return &ExceededError{Repository: repo, Measure: "blobs", Limit: l.Blobs, Used: u.Blobs, Adding: 1}
+	}
+	return nil
+}
+
+// checkpointEntry is one repository's line in a checkpoint part.
+type checkpointEntry struct {
+	Slot       uint32 `json:"slot"`
+	Repository string `json:"repository"`
+	Usage      Usage  `json:"usage"`
+	Limit      *Limit `json:"limit,omitempty"`
+}
+
+// Checkpoint renders the state as newline-delimited JSON ordered by
+// (slot at slotBits, repository), so that the state of a slot range is a
+// contiguous run of lines (ZBP-5-R38).
+func (s *State) Checkpoint(slotBits int) []byte {
+	repos := slices.Collect(maps.Keys(s.usage))
+	for r := range s.limits {
+		if _, ok := s.usage[r]; !ok {
+			repos = append(repos, r)
+		}
+	}
+	entries := make([]checkpointEntry, len(repos))
+	for i, r := range repos {
+		entries[i] = checkpointEntry{Slot: uint32(authority.SlotOf(r, slotBits)), Repository: r, Usage: s.usage[r]}
+		if l, ok := s.limits[r]; ok {
+			entries[i].Limit = &l
+		}
+	}
+	slices.SortFunc(entries, func(a, b checkpointEntry) int {
+		if a.Slot != b.Slot {
+			return int(int64(a.Slot) - int64(b.Slot))
+		}
+		return strings.Compare(a.Repository, b.Repository)
+	})
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	for _, e := range entries {
+		_ = enc.Encode(e) // plain fields: never fails
+	}
+	return out.Bytes()
+}
+
+// Restore reads a checkpoint written by Checkpoint, keeping only the
+// repositories whose slot falls in [lo, hi] (a child of a split restores
+// its own ranges). Errors: a malformed checkpoint (ErrPoison).
+func Restore(b []byte, slotBits int, lo, hi uint32) (*State, error) {
+	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	for dec.More() {
+		var e checkpointEntry
+		if err := dec.Decode(&e); err != nil {
+			return nil, fmt.Errorf("%w: checkpoint: %v", ErrPoison, err)
+		}
+		if err := auth.CheckRepository(e.Repository); err != nil || uint32(authority.SlotOf(e.Repository, slotBits)) != e.Slot ||
+			e.Usage.Bytes < 0 || e.Usage.Blobs < 0 {
+			return nil, fmt.Errorf("%w: checkpoint entry %+v", ErrPoison, e)
+		}
+		if e.Slot < lo || e.Slot > hi {
+			continue
+		}
+		if e.Usage != (Usage{}) {
+			s.usage[e.Repository] = e.Usage
+		}
+		if e.Limit != nil {
+			s.limits[e.Repository] = *e.Limit
+		}
+	}
+	return s, nil
+}
