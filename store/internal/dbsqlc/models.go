@@ -436,6 +436,27 @@ type OperationOutcome struct {
 	Result []byte
 }
 
+// Journal records not yet sealed into a segment object, one row per LSN; the framing of package journal (with its CRC32C) is applied when a range is written to the backend. record_type: 1 APPLY, 2 MARK, 3 SEAL.
+type PartitionJournal struct {
+	PartitionID string
+	Generation  int64
+	Lsn         int64
+	Epoch       int64
+	RecordType  int16
+	Slot        int32
+	Payload     []byte
+	AppendedAt  pgtype.Timestamptz
+}
+
+// One row per partition: the next LSN of its journal (dense, gapless: R35) and the epoch allowed to append. An append moves next_lsn under this row's lock, fenced on epoch; a new primary advances epoch (FenceJournal) before it reads the tail, so a displaced primary's append either committed before that read or changes no row.
+type PartitionJournalHead struct {
+	PartitionID string
+	Generation  int64
+	Epoch       int64
+	NextLsn     int64
+	UpdatedAt   pgtype.Timestamptz
+}
+
 // Every published partition map version (ZBP-5 R5-R9), kept and addressable so that a client holding an old version can be answered with a delta. Versions strictly increase and are never reused (R6); rows are immutable. Each insert notifies channel blobplane_map with the version.
 type PartitionMap struct {
 	// map_version of the document; strictly greater than every earlier row (enforced by trigger under a lock).
