@@ -1,0 +1,256 @@
+// Package partstate holds one partition's quota state at its home
+// (issue 33, docs/adr/0009-quotas-as-partition-state.md): restored from the
+// journal before it serves (ZBP-5-R23, A.3), kept caught up with it (the
+// only write path into the state: ZBP-5-R31), and asked for admission with
+// reservations for publications in flight. A record the applier refuses is
+// quarantined: skipped, counted and logged, never retried forever and never
+// a crash (ZBP-5-R59).
+package partstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/blobplane/blobplane/journal"
+	"github.com/blobplane/blobplane/quota"
+	"github.com/blobplane/blobplane/store"
+)
+
+// Journal is what a partition needs of the journal's tail; *store.Store
+// implements it.
+type Journal interface {
+	// FenceJournal takes the journal at epoch (the caller's claim) and
+	// returns its head once every record of an older epoch is committed.
+	FenceJournal(ctx context.Context, partition string, epoch uint64) (store.JournalHead, error)
+	// ReadJournal lists records after an LSN, in order.
+	ReadJournal(ctx context.Context, partition string, generation int64, after uint64, limit int) ([]journal.Record, error)
+}
+
+var _ Journal = (*store.Store)(nil)
+
+// Status is where a partition's state stands (ZBP-5-R23: holding the
+// lease and being ready are distinct).
+type Status string
+
+const (
+	Restoring Status = "RESTORING"
+	Serving   Status = "SERVING"
+)
+
+// ErrNotReady answers a partition that has not finished restoring.
+var ErrNotReady = errors.New("partstate: the partition is restoring")
+
+// page is how many records one journal read lists.
+const page = 1000
+
+// Partition is one partition's state at its home, for one epoch: a new
+// epoch is a new Partition (ZBP-5-R24: a stale primary's state is
+// discarded, never flushed).
+type Partition struct {
+	ID     string
+	Epoch  uint64
+	Logger *slog.Logger // nil discards
+
+	j Journal
+
+	mu          sync.Mutex
+	status      Status
+	generation  int64
+	replay      *journal.Replay
+	state       quota.State
+	reserved    map[string]quota.Usage
+	quarantined int
+	caught      chan struct{} // closed and replaced after each catch-up
+}
+
+// New returns partition id's state at epoch, restoring.
+func New(j Journal, id string, epoch uint64, logger *slog.Logger) *Partition {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Partition{ID: id, Epoch: epoch, Logger: logger, j: j, status: Restoring, reserved: map[string]quota.Usage{}, caught: make(chan struct{})}
+}
+
+// Restore takes the journal at the partition's epoch and applies every
+// record in it, then serves (A.3 steps 3-10; checkpoints are not read
+// yet: the whole retained journal is replayed). Errors: the journal's
+// (stale_epoch: another primary holds a newer epoch), journal.ErrGap.
+func (p *Partition) Restore(ctx context.Context) error {
+	head, err := p.j.FenceJournal(ctx, p.ID, p.Epoch)
+	if err != nil {
+		return fmt.Errorf("restore %s at epoch %d: %w", p.ID, p.Epoch, err)
+	}
+	p.mu.Lock()
+	p.generation, p.replay = head.Generation, journal.NewReplay(0, nil)
+	p.mu.Unlock()
+	for {
+		lsn, err := p.CatchUp(ctx)
+		if err != nil {
+			return err
+		}
+		if lsn+1 >= head.NextLSN {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.status = Serving
+	p.mu.Unlock()
+	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined())
+	return nil
+}
+
+// CatchUp applies the records appended since the last one applied and
+// returns the LSN applied up to. Errors: the journal's, journal.ErrGap.
+func (p *Partition) CatchUp(ctx context.Context) (uint64, error) {
+	for {
+		p.mu.Lock()
+		if p.replay == nil {
+			p.mu.Unlock()
+			return 0, ErrNotReady
+		}
+		after, gen := p.replay.LSN(), p.generation
+		p.mu.Unlock()
+		recs, err := p.j.ReadJournal(ctx, p.ID, gen, after, page)
+		if err != nil {
+			return after, err
+		}
+		if err := p.apply(ctx, recs); err != nil {
+			return p.LSN(), err
+		}
+		if len(recs) < page {
+			p.mu.Lock()
+			close(p.caught)
+			p.caught = make(chan struct{})
+			p.mu.Unlock()
+			return p.LSN(), nil
+		}
+	}
+}
+
+// apply feeds recs through the replay and applies them in order; a
+// concurrent CatchUp that read the same records skips them (the replay
+// has passed them).
+func (p *Partition) apply(ctx context.Context, recs []journal.Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, jr := range recs {
+		if jr.LSN <= p.replay.LSN() {
+			continue
+		}
+		ok, err := p.replay.Feed(jr)
+		if err != nil {
+			return fmt.Errorf("partition %s: %w", p.ID, err)
+		}
+		if !ok {
+			continue
+		}
+		r, err := quota.Decode(jr.Payload)
+		if err == nil {
+			err = p.state.Apply(r)
+		}
+		if err != nil {
+			p.quarantined++
+			p.Logger.ErrorContext(ctx, "partition state quarantined a journal record it cannot apply; the state skips it", "partition", p.ID, "lsn", jr.LSN, "epoch", jr.Epoch, "err", err)
+		}
+	}
+	return nil
+}
+
+// LSN is the last LSN applied.
+func (p *Partition) LSN() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.replay == nil {
+		return 0
+	}
+	return p.replay.LSN()
+}
+
+// Status says whether the partition serves.
+func (p *Partition) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Quarantined counts the records skipped because the applier refused
+// them.
+func (p *Partition) Quarantined() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.quarantined
+}
+
+// WaitFor returns once the state has applied lsn (read-your-writes,
+// ZBP-5-R107), catching up from the journal as needed. Errors: ctx's,
+// the journal's.
+func (p *Partition) WaitFor(ctx context.Context, lsn uint64) error {
+	for {
+		if p.LSN() >= lsn {
+			return nil
+		}
+		got, err := p.CatchUp(ctx)
+		if err != nil {
+			return err
+		}
+		if got >= lsn {
+			return nil
+		}
+		// The record is not committed yet (its transaction still holds
+		// the head): wait for the next catch-up, or ctx.
+		p.mu.Lock()
+		ch := p.caught
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Usage is repo's committed usage and quota.
+func (p *Partition) Usage(repo string) (quota.Usage, quota.Limit) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.Usage(repo), p.state.Limit(repo)
+}
+
+// Reserve admits one blob of size bytes into repo against its quota,
+// counting what publications in flight have reserved, and reserves it;
+// release returns the reservation (call it once the publication has
+// committed and been applied, or failed). Errors: ErrNotReady,
+// *quota.ExceededError.
+func (p *Partition) Reserve(repo string, size int64) (release func(), err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.status != Serving {
+		return nil, ErrNotReady
+	}
+	if err := p.state.Admit(repo, size, p.reserved[repo]); err != nil {
+		return nil, err
+	}
+	p.reserved[repo] = p.reserved[repo].Add(quota.Usage{Bytes: size, Blobs: 1})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if u := p.reserved[repo].Add(quota.Usage{Bytes: -size, Blobs: -1}); u == (quota.Usage{}) {
+				delete(p.reserved, repo)
+			} else {
+				p.reserved[repo] = u
+			}
+		})
+	}, nil
+}
+
+// Snapshot returns a copy of the state (for a checkpoint or a test).
+func (p *Partition) Snapshot(slotBits int) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.Checkpoint(slotBits)
+}
