@@ -25,8 +25,11 @@ type Journal interface {
 	// FenceJournal takes the journal at epoch (the caller's claim) and
 	// returns its head once every record of an older epoch is committed.
 	FenceJournal(ctx context.Context, partition string, epoch uint64) (store.JournalHead, error)
-	// ReadJournal lists records after an LSN, in order.
-	ReadJournal(ctx context.Context, partition string, generation int64, after uint64, limit int) ([]journal.Record, error)
+	// SequenceJournal gives committed records their LSNs, as the primary
+	// at epoch.
+	SequenceJournal(ctx context.Context, partition string, epoch uint64, limit int) ([]store.Sequenced, error)
+	// ReadJournal lists sequenced records after an LSN, in order.
+	ReadJournal(ctx context.Context, partition string, generation int64, after uint64, limit int) ([]store.JournalEntry, error)
 }
 
 var _ Journal = (*store.Store)(nil)
@@ -64,20 +67,31 @@ type Partition struct {
 	reserved    map[string]quota.Usage
 	quarantined int
 	caught      chan struct{} // closed and replaced after each catch-up
+	// recent maps the append ids of the last records applied to their
+	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
+	// the oldest past recentMax.
+	recent map[int64]uint64
+	order  []int64
 }
+
+// recentMax bounds the append ids a partition remembers: far more than
+// the publications in flight at once.
+const recentMax = 1 << 14
 
 // New returns partition id's state at epoch, restoring.
 func New(j Journal, id string, epoch uint64, logger *slog.Logger) *Partition {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Partition{ID: id, Epoch: epoch, Logger: logger, j: j, status: Restoring, reserved: map[string]quota.Usage{}, caught: make(chan struct{})}
+	return &Partition{ID: id, Epoch: epoch, Logger: logger, j: j, status: Restoring, reserved: map[string]quota.Usage{},
+		caught: make(chan struct{}), recent: map[int64]uint64{}}
 }
 
-// Restore takes the journal at the partition's epoch and applies every
-// record in it, then serves (A.3 steps 3-10; checkpoints are not read
-// yet: the whole retained journal is replayed). Errors: the journal's
-// (stale_epoch: another primary holds a newer epoch), journal.ErrGap.
+// Restore takes the journal at the partition's epoch, sequences what the
+// displaced primary left committed and applies every record, then serves
+// (A.3 steps 3-10; checkpoints are not read yet: the whole retained
+// journal is replayed). Errors: the journal's (stale_epoch: another
+// primary holds a newer epoch), journal.ErrGap.
 func (p *Partition) Restore(ctx context.Context) error {
 	head, err := p.j.FenceJournal(ctx, p.ID, p.Epoch)
 	if err != nil {
@@ -86,14 +100,8 @@ func (p *Partition) Restore(ctx context.Context) error {
 	p.mu.Lock()
 	p.generation, p.replay = head.Generation, journal.NewReplay(0, nil)
 	p.mu.Unlock()
-	for {
-		lsn, err := p.CatchUp(ctx)
-		if err != nil {
-			return err
-		}
-		if lsn+1 >= head.NextLSN {
-			break
-		}
+	if _, err := p.CatchUp(ctx); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	p.status = Serving
@@ -102,9 +110,22 @@ func (p *Partition) Restore(ctx context.Context) error {
 	return nil
 }
 
-// CatchUp applies the records appended since the last one applied and
-// returns the LSN applied up to. Errors: the journal's, journal.ErrGap.
+// CatchUp sequences the records committed since the last round (this
+// home is its partition's one sequencer), applies every record after the
+// last one applied, and returns the LSN applied up to. Errors: the
+// journal's (stale_epoch once another primary took the journal),
+// journal.ErrGap.
 func (p *Partition) CatchUp(ctx context.Context) (uint64, error) {
+	for {
+		got, err := p.j.SequenceJournal(ctx, p.ID, p.Epoch, page)
+		if err != nil {
+			return p.LSN(), err
+		}
+		if len(got) == page {
+			continue // more to number before reading
+		}
+		break
+	}
 	for {
 		p.mu.Lock()
 		if p.replay == nil {
@@ -133,17 +154,18 @@ func (p *Partition) CatchUp(ctx context.Context) (uint64, error) {
 // apply feeds recs through the replay and applies them in order; a
 // concurrent CatchUp that read the same records skips them (the replay
 // has passed them).
-func (p *Partition) apply(ctx context.Context, recs []journal.Record) error {
+func (p *Partition) apply(ctx context.Context, recs []store.JournalEntry) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, jr := range recs {
 		if jr.LSN <= p.replay.LSN() {
 			continue
 		}
-		ok, err := p.replay.Feed(jr)
+		ok, err := p.replay.Feed(jr.Record)
 		if err != nil {
 			return fmt.Errorf("partition %s: %w", p.ID, err)
 		}
+		p.remember(jr.AppendID, jr.LSN)
 		if !ok {
 			continue
 		}
@@ -157,6 +179,45 @@ func (p *Partition) apply(ctx context.Context, recs []journal.Record) error {
 		}
 	}
 	return nil
+}
+
+func (p *Partition) remember(id int64, lsn uint64) {
+	p.recent[id] = lsn
+	p.order = append(p.order, id)
+	if len(p.order) > recentMax {
+		delete(p.recent, p.order[0])
+		p.order = p.order[1:]
+	}
+}
+
+// WaitForAppend returns the LSN of the record a writer appended with id,
+// once the state has applied it: the writer calls it after its
+// transaction committed (read-your-writes, ZBP-5-R107: the LSN is the
+// position its response carries). Errors: ctx's, the journal's.
+func (p *Partition) WaitForAppend(ctx context.Context, id int64) (uint64, error) {
+	for {
+		p.mu.Lock()
+		lsn, ok := p.recent[id]
+		ch := p.caught
+		p.mu.Unlock()
+		if ok {
+			return lsn, nil
+		}
+		if _, err := p.CatchUp(ctx); err != nil {
+			return 0, err
+		}
+		p.mu.Lock()
+		lsn, ok = p.recent[id]
+		p.mu.Unlock()
+		if ok {
+			return lsn, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-ch:
+		}
+	}
 }
 
 // LSN is the last LSN applied.

@@ -47,20 +47,23 @@ func digestN(i int) blobplane.Digest {
 }
 
 // append journals payloads at epoch in one transaction and returns the
-// first LSN.
-func (f *fixture) append(t *testing.T, epoch uint64, payloads ...[]byte) (uint64, error) {
+// append id of the first.
+func (f *fixture) append(t *testing.T, epoch uint64, payloads ...[]byte) (int64, error) {
 	t.Helper()
-	var first uint64
+	var ids []int64
 	err := pgx.BeginFunc(context.Background(), f.db.Pool, func(tx pgx.Tx) error {
 		recs := make([]store.JournalAppend, len(payloads))
 		for i, p := range payloads {
 			recs[i] = store.JournalAppend{Type: journal.Apply, Payload: p}
 		}
 		var err error
-		_, first, err = f.st.AppendJournalTx(context.Background(), tx, f.p, epoch, recs)
+		ids, err = f.st.AppendJournalTx(context.Background(), tx, f.p, epoch, recs)
 		return err
 	})
-	return first, err
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
 }
 
 func rec(t *testing.T, r quota.Record) []byte {
@@ -173,8 +176,9 @@ func TestReserveNeverOvershoots(t *testing.T) {
 	}
 }
 
-// Read-your-writes (ZBP-5-R107): a writer that committed a record at LSN n
-// waits for the state to have applied n, and then sees its change.
+// Read-your-writes (ZBP-5-R107): a writer that committed a record learns
+// its LSN once the state has applied it, and then sees its change; a
+// reader presenting that LSN is answered at once.
 func TestWaitForAppliesTheWritersRecord(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -183,7 +187,11 @@ func TestWaitForAppliesTheWritersRecord(t *testing.T) {
 	if err := p.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lsn, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(1), Size: 3}))
+	id, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(1), Size: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsn, err := p.WaitForAppend(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,56 +10,48 @@ import (
 )
 
 const appendJournal = `-- name: AppendJournal :many
-WITH head AS (
-    UPDATE partition_journal_heads
-    SET next_lsn = next_lsn + cardinality($5::bytea[]), updated_at = now()
-    WHERE partition_id = $1 AND epoch = $2
-    RETURNING generation, next_lsn - cardinality($5::bytea[]) AS first
+WITH lease AS (
+    SELECT l.epoch FROM leases l WHERE l.partition_id = $1 AND l.epoch = $5 FOR KEY SHARE
 )
-INSERT INTO partition_journal (partition_id, generation, lsn, epoch, record_type, slot, payload)
-SELECT $1, head.generation, head.first + i - 1, $2,
-       ($3::smallint[])[i], ($4::integer[])[i], ($5::bytea[])[i]
-FROM head, generate_subscripts($5::bytea[], 1) AS i
+INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
+SELECT $1, lease.epoch, ($2::smallint[])[i], ($3::integer[])[i], ($4::bytea[])[i]
+FROM lease, generate_subscripts($4::bytea[], 1) AS i
 ORDER BY i
-RETURNING generation, lsn
+RETURNING append_id
 `
 
 type AppendJournalParams struct {
 	PartitionID string
-	Epoch       int64
 	Types       []int16
 	Slots       []int32
 	Payloads    [][]byte
+	Epoch       int64
 }
 
-type AppendJournalRow struct {
-	Generation int64
-	Lsn        int64
-}
-
-// Appends one record per payload at the next LSNs, in order, fenced on
-// the head's epoch: no row when @epoch is not the head's (stale). The
-// head's row lock is held to the end of the caller's transaction, so
-// LSNs are dense and gapless (a rollback returns them).
-func (q *Queries) AppendJournal(ctx context.Context, db DBTX, arg AppendJournalParams) ([]AppendJournalRow, error) {
+// Inserts one record per payload, without an LSN, fenced as a publication
+// is: only while the lease record holds @epoch, key-share-locked so that a
+// claim of a higher epoch waits for this transaction. Shared locks only:
+// concurrent appends to one partition do not wait for each other. No row
+// back: the lease moved on.
+func (q *Queries) AppendJournal(ctx context.Context, db DBTX, arg AppendJournalParams) ([]int64, error) {
 	rows, err := db.Query(ctx, appendJournal,
 		arg.PartitionID,
-		arg.Epoch,
 		arg.Types,
 		arg.Slots,
 		arg.Payloads,
+		arg.Epoch,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []AppendJournalRow{}
+	items := []int64{}
 	for rows.Next() {
-		var i AppendJournalRow
-		if err := rows.Scan(&i.Generation, &i.Lsn); err != nil {
+		var append_id int64
+		if err := rows.Scan(&append_id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, append_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -89,9 +81,7 @@ type FenceJournalRow struct {
 // Partition journals (db/migrations/00038_partition_journal.sql).
 // A primary that claimed the partition at @epoch takes its journal: the
 // head's epoch moves up to @epoch, only if the lease record holds @epoch
-// (an epoch no one claimed never appends). Waits for an append in flight
-// at the old epoch (the head's row lock) and returns the head after it:
-// every record of the old epoch is committed and readable from here.
+// (an epoch no one claimed never sequences). Returns the head.
 func (q *Queries) FenceJournal(ctx context.Context, db DBTX, arg FenceJournalParams) (FenceJournalRow, error) {
 	row := db.QueryRow(ctx, fenceJournal, arg.PartitionID, arg.Epoch)
 	var i FenceJournalRow
@@ -116,9 +106,35 @@ func (q *Queries) JournalHead(ctx context.Context, db DBTX, partitionID string) 
 	return i, err
 }
 
+const lockJournalHead = `-- name: LockJournalHead :one
+SELECT generation, next_lsn FROM partition_journal_heads
+WHERE partition_id = $1 AND epoch = $2
+FOR UPDATE
+`
+
+type LockJournalHeadParams struct {
+	PartitionID string
+	Epoch       int64
+}
+
+type LockJournalHeadRow struct {
+	Generation int64
+	NextLsn    int64
+}
+
+// The first statement of a sequencing: the head, locked for the rest of
+// the transaction, only while @epoch holds it. One sequencer at a time
+// per partition; the next statement takes a snapshot after this lock.
+func (q *Queries) LockJournalHead(ctx context.Context, db DBTX, arg LockJournalHeadParams) (LockJournalHeadRow, error) {
+	row := db.QueryRow(ctx, lockJournalHead, arg.PartitionID, arg.Epoch)
+	var i LockJournalHeadRow
+	err := row.Scan(&i.Generation, &i.NextLsn)
+	return i, err
+}
+
 const readJournal = `-- name: ReadJournal :many
-SELECT lsn, epoch, record_type, slot, payload FROM partition_journal
-WHERE partition_id = $1 AND generation = $2 AND lsn > $3
+SELECT append_id, lsn::bigint AS lsn, epoch, record_type, slot, payload FROM partition_journal
+WHERE partition_id = $1 AND generation = $2::bigint AND lsn > $3::bigint
 ORDER BY lsn
 LIMIT $4
 `
@@ -131,6 +147,7 @@ type ReadJournalParams struct {
 }
 
 type ReadJournalRow struct {
+	AppendID   int64
 	Lsn        int64
 	Epoch      int64
 	RecordType int16
@@ -138,7 +155,8 @@ type ReadJournalRow struct {
 	Payload    []byte
 }
 
-// The records of a partition's generation after @after_lsn, in LSN order.
+// The sequenced records of a partition's generation after @after_lsn, in
+// LSN order.
 func (q *Queries) ReadJournal(ctx context.Context, db DBTX, arg ReadJournalParams) ([]ReadJournalRow, error) {
 	rows, err := db.Query(ctx, readJournal,
 		arg.PartitionID,
@@ -154,12 +172,79 @@ func (q *Queries) ReadJournal(ctx context.Context, db DBTX, arg ReadJournalParam
 	for rows.Next() {
 		var i ReadJournalRow
 		if err := rows.Scan(
+			&i.AppendID,
 			&i.Lsn,
 			&i.Epoch,
 			&i.RecordType,
 			&i.Slot,
 			&i.Payload,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sequenceJournal = `-- name: SequenceJournal :many
+WITH ready AS (
+    SELECT j.append_id, row_number() OVER (ORDER BY j.append_id) AS n
+    FROM partition_journal j
+    WHERE j.partition_id = $1 AND j.lsn IS NULL
+    ORDER BY j.append_id
+    LIMIT $2
+), numbered AS (
+    UPDATE partition_journal j
+    SET lsn = ready.n - 1 + $3::bigint, generation = $4::bigint
+    FROM ready
+    WHERE j.append_id = ready.append_id AND j.lsn IS NULL
+    RETURNING j.append_id, j.lsn
+), moved AS (
+    UPDATE partition_journal_heads h
+    SET next_lsn = (SELECT count(*) FROM numbered) + $3::bigint, updated_at = now()
+    WHERE h.partition_id = $1 AND EXISTS (SELECT 1 FROM numbered)
+    RETURNING h.next_lsn
+)
+SELECT numbered.append_id, numbered.lsn::bigint AS lsn FROM numbered
+ORDER BY numbered.lsn
+`
+
+type SequenceJournalParams struct {
+	PartitionID string
+	MaxRows     int32
+	NextLsn     int64
+	Generation  int64
+}
+
+type SequenceJournalRow struct {
+	AppendID int64
+	Lsn      int64
+}
+
+// Under the head's lock (LockJournalHead), gives the partition's
+// committed, unsequenced records this statement sees the LSNs from
+// @next_lsn on, in insertion order, up to @max_rows; one that commits
+// later gets a later LSN. Readers see only sequenced records, so the
+// journal's order is the order records became visible to its one
+// sequencer. The head moves past them.
+func (q *Queries) SequenceJournal(ctx context.Context, db DBTX, arg SequenceJournalParams) ([]SequenceJournalRow, error) {
+	rows, err := db.Query(ctx, sequenceJournal,
+		arg.PartitionID,
+		arg.MaxRows,
+		arg.NextLsn,
+		arg.Generation,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SequenceJournalRow{}
+	for rows.Next() {
+		var i SequenceJournalRow
+		if err := rows.Scan(&i.AppendID, &i.Lsn); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -436,25 +436,40 @@ type OperationOutcome struct {
 	Result []byte
 }
 
-// Journal records not yet sealed into a segment object, one row per LSN; the framing of package journal (with its CRC32C) is applied when a range is written to the backend. record_type: 1 APPLY, 2 MARK, 3 SEAL.
+// Journal records not yet sealed into a segment object. Inserted without an LSN by the transaction that makes the change; given one by SequenceJournal once committed. The framing of package journal (with its CRC32C) is applied when a range is written to the backend.
 type PartitionJournal struct {
+	// Insertion order: SequenceJournal numbers the committed records it sees in this order; a record committed later gets a later LSN, whatever its append_id.
+	AppendID int64
+	// The partition whose journal this is.
 	PartitionID string
-	Generation  int64
-	Lsn         int64
-	Epoch       int64
-	RecordType  int16
-	Slot        int32
-	Payload     []byte
-	AppendedAt  pgtype.Timestamptz
+	// The journal generation its LSN belongs to (NULL until sequenced).
+	Generation pgtype.Int8
+	// Dense and gapless within (partition, generation) (R35); NULL until sequenced.
+	Lsn pgtype.Int8
+	// The lease epoch the record was appended under.
+	Epoch int64
+	// 1 APPLY, 2 MARK, 3 SEAL (package journal).
+	RecordType int16
+	// The slot the record is about (records for slots a partition does not own are discarded on replay: R58).
+	Slot int32
+	// Opaque to the runtime, interpreted only by the applier (package quota: a versioned JSON record).
+	Payload []byte
+	// When the record was inserted (database clock).
+	AppendedAt pgtype.Timestamptz
 }
 
-// One row per partition: the next LSN of its journal (dense, gapless: R35) and the epoch allowed to append. An append moves next_lsn under this row's lock, fenced on epoch; a new primary advances epoch (FenceJournal) before it reads the tail, so a displaced primary's append either committed before that read or changes no row.
+// One row per partition: the next LSN its primary gives (dense, gapless: R35) and the epoch of the primary allowed to give it. Moved only by SequenceJournal under this row's lock, fenced on epoch; FenceJournal moves epoch up to a claimed one.
 type PartitionJournalHead struct {
+	// Opaque partition id from the map (leases.partition_id).
 	PartitionID string
-	Generation  int64
-	Epoch       int64
-	NextLsn     int64
-	UpdatedAt   pgtype.Timestamptz
+	// Journal generation: LSNs restart at 1 in a new generation (a split or merge gives children their own partition ids: R108).
+	Generation int64
+	// The epoch whose primary sequences the journal: moved up only by FenceJournal, to an epoch the lease record holds.
+	Epoch int64
+	// The LSN the next sequenced record gets (R35: assigned here, never from a clock).
+	NextLsn int64
+	// Last sequencing or fence, by the database clock.
+	UpdatedAt pgtype.Timestamptz
 }
 
 // Every published partition map version (ZBP-5 R5-R9), kept and addressable so that a client holding an old version can be answered with a delta. Versions strictly increase and are never reused (R6); rows are immutable. Each insert notifies channel blobplane_map with the version.
