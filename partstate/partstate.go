@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/journal"
 	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/store"
@@ -24,7 +25,8 @@ import (
 type Journal interface {
 	// FenceJournal takes the journal at epoch (the caller's claim) and
 	// returns its head once every record of an older epoch is committed.
-	FenceJournal(ctx context.Context, partition string, epoch uint64) (store.JournalHead, error)
+	// The first fence creates the journal with the ledger's usage.
+	FenceJournal(ctx context.Context, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange) (store.JournalHead, error)
 	// SequenceJournal gives committed records their LSNs, as the primary
 	// at epoch.
 	SequenceJournal(ctx context.Context, partition string, epoch uint64, limit int) ([]store.Sequenced, error)
@@ -53,9 +55,11 @@ const page = 1000
 // epoch is a new Partition (ZBP-5-R24: a stale primary's state is
 // discarded, never flushed).
 type Partition struct {
-	ID     string
-	Epoch  uint64
-	Logger *slog.Logger // nil discards
+	ID       string
+	Epoch    uint64
+	SlotBits int
+	Slots    []authority.SlotRange // the partition's, from the map
+	Logger   *slog.Logger          // nil discards
 
 	j Journal
 
@@ -78,12 +82,13 @@ type Partition struct {
 // the publications in flight at once.
 const recentMax = 1 << 14
 
-// New returns partition id's state at epoch, restoring.
-func New(j Journal, id string, epoch uint64, logger *slog.Logger) *Partition {
+// New returns partition id's state at epoch, restoring; slots are its
+// ranges at slotBits, from the map.
+func New(j Journal, id string, epoch uint64, slotBits int, slots []authority.SlotRange, logger *slog.Logger) *Partition {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Partition{ID: id, Epoch: epoch, Logger: logger, j: j, status: Restoring, reserved: map[string]quota.Usage{},
+	return &Partition{ID: id, Epoch: epoch, SlotBits: slotBits, Slots: slots, Logger: logger, j: j, status: Restoring, reserved: map[string]quota.Usage{},
 		caught: make(chan struct{}), recent: map[int64]uint64{}}
 }
 
@@ -93,7 +98,7 @@ func New(j Journal, id string, epoch uint64, logger *slog.Logger) *Partition {
 // journal is replayed). Errors: the journal's (stale_epoch: another
 // primary holds a newer epoch), journal.ErrGap.
 func (p *Partition) Restore(ctx context.Context) error {
-	head, err := p.j.FenceJournal(ctx, p.ID, p.Epoch)
+	head, err := p.j.FenceJournal(ctx, p.ID, p.Epoch, p.SlotBits, p.Slots)
 	if err != nil {
 		return fmt.Errorf("restore %s at epoch %d: %w", p.ID, p.Epoch, err)
 	}

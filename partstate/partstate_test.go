@@ -9,16 +9,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/journal"
 	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/store"
 )
+
+var all = []authority.SlotRange{{Low: 0, High: 4095}}
 
 type fixture struct {
 	st  *store.Store
@@ -35,7 +39,7 @@ func setup(t *testing.T) *fixture {
 		VALUES ($1, $2, 'api-a', 'api-a:7443', 15000, 5000, now() + interval '1 minute')`, f.p, f.epo); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.st.FenceJournal(context.Background(), f.p, f.epo); err != nil {
+	if _, err := f.st.FenceJournal(context.Background(), f.p, f.epo, 12, all); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -92,7 +96,7 @@ func TestRestoreQuarantineAndFailover(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	p := partstate.New(f.st, f.p, f.epo, nil)
+	p := partstate.New(f.st, f.p, f.epo, 12, all, nil)
 	if _, err := p.Reserve("team/app", 1); !errors.Is(err, partstate.ErrNotReady) {
 		t.Fatalf("before the restore: %v, want not ready", err)
 	}
@@ -114,7 +118,7 @@ func TestRestoreQuarantineAndFailover(t *testing.T) {
 	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = 5, owner_node = 'api-b', owner_endpoint = 'api-b:7443' WHERE partition_id = $1`, f.p); err != nil {
 		t.Fatal(err)
 	}
-	next := partstate.New(f.st, f.p, 5, nil)
+	next := partstate.New(f.st, f.p, 5, 12, all, nil)
 	if err := next.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +128,7 @@ func TestRestoreQuarantineAndFailover(t *testing.T) {
 	if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(9), Size: 1})); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		t.Fatalf("the displaced primary's append: %v", err)
 	}
-	stale := partstate.New(f.st, f.p, f.epo, nil)
+	stale := partstate.New(f.st, f.p, f.epo, 12, all, nil)
 	if err := stale.Restore(ctx); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		t.Fatalf("a restore at the displaced epoch: %v", err)
 	}
@@ -143,7 +147,7 @@ func TestReserveNeverOvershoots(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	p := partstate.New(f.st, f.p, f.epo, nil)
+	p := partstate.New(f.st, f.p, f.epo, 12, all, nil)
 	if err := p.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +187,7 @@ func TestWaitForAppliesTheWritersRecord(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	p := partstate.New(f.st, f.p, f.epo, nil)
+	p := partstate.New(f.st, f.p, f.epo, 12, all, nil)
 	if err := p.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -205,5 +209,151 @@ func TestWaitForAppliesTheWritersRecord(t *testing.T) {
 	cancel()
 	if err := p.WaitFor(cctx, lsn+5); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a position never written, ctx cancelled: %v", err)
+	}
+}
+
+// ledgerFixture is a partition whose journal does not exist yet, over
+// repositories that exist, two of them in its slots.
+func ledgerFixture(t *testing.T) (*fixture, []authority.SlotRange) {
+	t.Helper()
+	d := pgtest.New(t)
+	f := &fixture{st: store.New(d.Pool, nil), db: d, p: "p_0002", epo: 2}
+	ctx := context.Background()
+	for _, r := range []string{"team/app", "team/db", "other/x"} {
+		if err := f.st.CreateRepository(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, lease_ttl_ms, renew_interval_ms, expires_at)
+		VALUES ($1, $2, 'api-a', 'api-a:7443', 15000, 5000, now() + interval '1 minute')`, f.p, f.epo); err != nil {
+		t.Fatal(err)
+	}
+	var slots []authority.SlotRange
+	for _, r := range []string{"team/app", "team/db"} {
+		s := authority.SlotOf(r, 12)
+		slots = append(slots, authority.SlotRange{Low: s, High: s})
+	}
+	if authority.SlotOf("other/x", 12) == slots[0].Low || authority.SlotOf("other/x", 12) == slots[1].Low {
+		t.Fatal("other/x shares a slot: pick another name")
+	}
+	return f, slots
+}
+
+func refSQL(repo string, d int, size int64) (string, []any) {
+	return `WITH b AS (INSERT INTO blobs (digest, size_bytes) VALUES ($2, $3) ON CONFLICT (digest) DO NOTHING)
+		INSERT INTO blob_references (repository, digest, operation_id) VALUES ($1, $2, gen_random_uuid())
+		ON CONFLICT (repository, digest) DO NOTHING`, []any{repo, string(digestN(d)), size}
+}
+
+// ledgerUsage is the SQL recomputation of a repository's usage.
+func (f *fixture) ledgerUsage(t *testing.T, repo string) quota.Usage {
+	t.Helper()
+	var u quota.Usage
+	if err := f.db.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(b.size_bytes), 0)::bigint, count(*)
+		FROM blob_references r JOIN blobs b ON b.digest = r.digest WHERE r.repository = $1`, repo).Scan(&u.Bytes, &u.Blobs); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// Every reference row created or removed is journalled to its
+// partition, whatever wrote it (ADR 0009 items 3 and 11): the journal's
+// creation records the usage the ledger held, and from then on the state
+// equals the SQL recomputation, dedup included (a second reference of the
+// same content in one repository creates no row and no record; the same
+// content in two repositories counts in both). A repository outside the
+// partition's slots is not journalled to it.
+func TestTheLedgerIsJournalled(t *testing.T) {
+	t.Parallel()
+	f, slots := ledgerFixture(t)
+	ctx := context.Background()
+	exec := func(repo string, d int, size int64) {
+		q, args := refSQL(repo, d, size)
+		if _, err := f.db.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("team/app", 1, 100) // before the journal exists: bootstrap counts them
+	exec("team/app", 2, 50)
+	exec("other/x", 1, 100)
+	p := partstate.New(f.st, f.p, f.epo, 12, slots, nil)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec("team/app", 3, 7)
+	exec("team/app", 3, 7)  // the same content again: no row, no record
+	exec("team/db", 1, 100) // content team/app holds too
+	exec("other/x", 4, 9)
+	if _, err := f.db.Pool.Exec(ctx, `DELETE FROM blob_references WHERE repository = 'team/app' AND digest = $1`, string(digestN(2))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"team/app", "team/db"} {
+		if got, _ := p.Usage(r); got != f.ledgerUsage(t, r) {
+			t.Fatalf("%s: state %+v, ledger %+v", r, got, f.ledgerUsage(t, r))
+		}
+	}
+	if got, _ := p.Usage("other/x"); got != (quota.Usage{}) {
+		t.Fatalf("other/x is not this partition's: %+v", got)
+	}
+	if p.Quarantined() != 0 {
+		t.Fatalf("%d records quarantined: the trigger's payloads must decode", p.Quarantined())
+	}
+	// A restore at the next epoch (failover) reaches the same state.
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = 3 WHERE partition_id = $1`, f.p); err != nil {
+		t.Fatal(err)
+	}
+	next := partstate.New(f.st, f.p, 3, 12, slots, nil)
+	if err := next.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if string(next.Snapshot(12)) != string(p.Snapshot(12)) {
+		t.Fatalf("after failover:\n%s\nwant\n%s", next.Snapshot(12), p.Snapshot(12))
+	}
+}
+
+// The journal's creation waits for a transaction writing references and
+// holds new ones back, so each reference is counted once: by the
+// bootstrap when it committed before, by a record when after.
+func TestJournalCreationWaitsForWritersInFlight(t *testing.T) {
+	t.Parallel()
+	f, slots := ledgerFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inFlight, err := f.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inFlight.Rollback(context.Background()) })
+	q, args := refSQL("team/app", 1, 100)
+	if _, err := inFlight.Exec(ctx, q, args...); err != nil {
+		t.Fatal(err)
+	}
+	p := partstate.New(f.st, f.p, f.epo, 12, slots, nil)
+	restored := make(chan error, 1)
+	go func() { restored <- p.Restore(ctx) }()
+	pgtest.WaitForLockWaiters(t, f.db.Pool, 1)
+	select {
+	case err := <-restored:
+		t.Fatalf("the journal was created under a reference write in flight: %v", err)
+	default:
+	}
+	if err := inFlight.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-restored; err != nil {
+		t.Fatal(err)
+	}
+	q, args = refSQL("team/app", 2, 5)
+	if _, err := f.db.Pool.Exec(ctx, q, args...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := func() quota.Usage { u, _ := p.Usage("team/app"); return u }(), f.ledgerUsage(t, "team/app"); got != want || want.Blobs != 2 {
+		t.Fatalf("state %+v, ledger %+v", got, want)
 	}
 }

@@ -32,6 +32,9 @@ const (
 	// SetQuota: an admin set (or, with a zero Limit, cleared) a
 	// repository's quota.
 	SetQuota Op = "quota"
+	// SetUsage: a repository's usage as the ledger held it when the
+	// journal was created (ADR 0009 item 11), absolute.
+	SetUsage Op = "usage"
 )
 
 // formatVersion is the only payload format this binary writes and reads
@@ -48,6 +51,7 @@ type Record struct {
 	Digest     blobplane.Digest `json:"digest,omitempty"`
 	Size       int64            `json:"size,omitempty"`
 	Limit      *Limit           `json:"limit,omitempty"`
+	Usage      *Usage           `json:"usage,omitempty"`
 }
 
 // Limit is a quota. A zero field sets no limit on that measure.
@@ -109,18 +113,25 @@ func (r Record) validate() error {
 		if _, err := blobplane.ParseDigest(string(r.Digest)); err != nil {
 			return err
 		}
-		if r.Size < 0 || r.Limit != nil {
-			return fmt.Errorf("%s %s: size %d, limit %v", r.Op, r.Digest, r.Size, r.Limit)
+		if r.Size < 0 || r.Limit != nil || r.Usage != nil {
+			return fmt.Errorf("%s %s: size %d, limit %v, usage %v", r.Op, r.Digest, r.Size, r.Limit, r.Usage)
 		}
 	case SetQuota:
-		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || r.Digest != "" || r.Size != 0 {
-			return fmt.Errorf("quota for %s: want a limit of non-negative bytes and blobs, and no digest or size", r.Repository)
+		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || !r.onlyRepository() || r.Usage != nil {
+			return fmt.Errorf("quota for %s: want a limit of non-negative bytes and blobs, and no digest, size or usage", r.Repository)
+		}
+	case SetUsage:
+		if r.Usage == nil || r.Usage.Bytes < 0 || r.Usage.Blobs < 0 || !r.onlyRepository() || r.Limit != nil {
+			return fmt.Errorf("usage of %s: want non-negative bytes and blobs, and no digest, size or limit", r.Repository)
 		}
 	default:
-		return fmt.Errorf("op %q: want ref+, ref- or quota", r.Op)
+		return fmt.Errorf("op %q: want ref+, ref-, quota or usage", r.Op)
 	}
 	return nil
 }
+
+// onlyRepository: the record names no digest and no size.
+func (r Record) onlyRepository() bool { return r.Digest == "" && r.Size == 0 }
 
 // State is one partition's quota state: usage and quota by repository.
 // The zero value is empty and ready.
@@ -149,6 +160,12 @@ func (s *State) Apply(r Record) error {
 			delete(s.usage, r.Repository)
 		} else {
 			s.usage[r.Repository] = u
+		}
+	case SetUsage:
+		if *r.Usage == (Usage{}) {
+			delete(s.usage, r.Repository)
+		} else {
+			s.usage[r.Repository] = *r.Usage
 		}
 	case SetQuota:
 		if *r.Limit == (Limit{}) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,25 +32,88 @@ type JournalHead struct {
 }
 
 // FenceJournal makes partition's journal sequenceable at epoch, which the
-// caller has just claimed (its lease record holds epoch): the head's epoch
-// moves up to it. A displaced primary's appends took the lease row's key
-// share lock, so the claim waited for them: they are all committed (or
-// rolled back) by now, and the next SequenceJournal numbers them. Errors:
-// stale_epoch (the lease record does not hold epoch, or the head is
-// already past it), unavailable.
-func (s *Store) FenceJournal(ctx context.Context, partition string, epoch uint64) (JournalHead, error) {
+// caller has just claimed (its lease record holds epoch), with the
+// partition's slots (inclusive ranges at slotBits): the head's epoch moves
+// up to it. A displaced primary's appends took the lease row's key share
+// lock, so the claim waited for them: they are all committed (or rolled
+// back) by now, and the next SequenceJournal numbers them.
+//
+// The first fence of a partition creates its journal. It waits for every
+// transaction writing references and holds new ones back (a SHARE lock on
+// blob_references) while it journals each repository of its slots with
+// the usage the ledger holds, so that those counts and the records the
+// trigger writes from then on cover each reference once (ADR 0009 item
+// 11). Errors: invalid, stale_epoch (the lease record does not hold epoch,
+// or the head is already past it), unavailable.
+func (s *Store) FenceJournal(ctx context.Context, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange) (JournalHead, error) {
 	const op = "fence journal"
-	if partition == "" || epoch == 0 {
-		return JournalHead{}, blobplane.Errorf(blobplane.CodeInvalid, "%s: partition and epoch are required", op)
+	if partition == "" || epoch == 0 || !authority.ValidSlotBits(slotBits) || len(ranges) == 0 {
+		return JournalHead{}, blobplane.Errorf(blobplane.CodeInvalid, "%s: partition, epoch, slot bits and slot ranges are required", op)
 	}
-	row, err := s.q.FenceJournal(ctx, s.pool, dbsqlc.FenceJournalParams{PartitionID: partition, Epoch: int64(epoch)})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return JournalHead{}, staleJournal(op, partition, epoch)
-	}
+	slots, err := multirange(ranges, slotBits)
 	if err != nil {
+		return JournalHead{}, err
+	}
+	var head JournalHead
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := s.q.LeaseAtEpoch(ctx, tx, dbsqlc.LeaseAtEpochParams{PartitionID: partition, Epoch: int64(epoch)}); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return staleJournal(op, partition, epoch)
+			}
+			return err
+		}
+		moved, err := s.q.MoveJournalHead(ctx, tx, dbsqlc.MoveJournalHeadParams{Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots, PartitionID: partition})
+		if err == nil {
+			head = JournalHead{Generation: moved.Generation, Epoch: epoch, NextLSN: uint64(moved.NextLsn)}
+			return nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if found, err := s.q.JournalHeadExists(ctx, tx, partition); err != nil || found {
+			if found {
+				return staleJournal(op, partition, epoch) // a newer epoch holds it
+			}
+			return err
+		}
+		if err := s.q.LockReferencesForBootstrap(ctx, tx); err != nil {
+			return err
+		}
+		created, err := s.q.CreateJournalHead(ctx, tx, dbsqlc.CreateJournalHeadParams{PartitionID: partition, Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots})
+		if errors.Is(err, pgx.ErrNoRows) { // another fence created it meanwhile
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Retryable: true, Message: fmt.Sprintf("the journal of %s was created concurrently: fence again", partition)}
+		}
+		if err != nil {
+			return err
+		}
+		n, err := s.q.JournalBootstrap(ctx, tx, dbsqlc.JournalBootstrapParams{PartitionID: partition, Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots})
+		if err != nil {
+			return err
+		}
+		s.logger.InfoContext(ctx, "journal created: each repository's usage recorded from the ledger", "partition", partition, "epoch", epoch, "repositories", n)
+		head = JournalHead{Generation: created.Generation, Epoch: epoch, NextLSN: uint64(created.NextLsn)}
+		return nil
+	})
+	if err != nil {
+		var be *blobplane.Error
+		if errors.As(err, &be) {
+			return JournalHead{}, err
+		}
 		return JournalHead{}, dbErr(op, err)
 	}
-	return JournalHead{Generation: row.Generation, Epoch: epoch, NextLSN: uint64(row.NextLsn)}, nil
+	return head, nil
+}
+
+// multirange renders inclusive slot ranges as a Postgres int4multirange.
+func multirange(ranges []authority.SlotRange, slotBits int) (string, error) {
+	parts := make([]string, len(ranges))
+	for i, r := range ranges {
+		if r.Low > r.High || r.High > authority.MaxSlot(slotBits) {
+			return "", blobplane.Errorf(blobplane.CodeInvalid, "slot range [%d, %d] at %d bits", r.Low, r.High, slotBits)
+		}
+		parts[i] = fmt.Sprintf("[%d,%d)", r.Low, uint64(r.High)+1)
+	}
+	return "{" + strings.Join(parts, ",") + "}", nil
 }
 
 func staleJournal(op, partition string, epoch uint64) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/journal"
 	"github.com/blobplane/blobplane/store"
@@ -37,7 +38,7 @@ func BenchmarkJournalAppend(b *testing.B) {
 					VALUES ('p', 1, 'n', 'n:1', 15000, 5000, now() + interval '1 hour')`); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := s.FenceJournal(ctx, "p", 1); err != nil {
+				if _, err := s.FenceJournal(ctx, "p", 1, 12, []authority.SlotRange{{Low: 0, High: 4095}}); err != nil {
 					b.Fatal(err)
 				}
 				payload := []byte(`{"v":1,"op":"ref+","repository":"team/app","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":4096}`)
@@ -82,7 +83,7 @@ func BenchmarkJournalSequence(b *testing.B) {
 		VALUES ('p', 1, 'n', 'n:1', 15000, 5000, now() + interval '1 hour')`); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := s.FenceJournal(ctx, "p", 1); err != nil {
+	if _, err := s.FenceJournal(ctx, "p", 1, 12, []authority.SlotRange{{Low: 0, High: 4095}}); err != nil {
 		b.Fatal(err)
 	}
 	payload := []byte(`{"v":1,"op":"ref+","repository":"team/app","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":4096}`)

@@ -11,9 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/journal"
 	"github.com/blobplane/blobplane/store"
 )
+
+var allSlots = []authority.SlotRange{{Low: 0, High: 4095}}
 
 // appendJournal appends payloads in a transaction of its own.
 func appendJournal(ctx context.Context, s *store.Store, pool *pgxpool.Pool, p string, epoch uint64, payloads ...string) ([]int64, error) {
@@ -55,7 +58,7 @@ func TestJournalLSNsDenseAndGapless(t *testing.T) {
 	s, pool := setupLeases(t)
 	const p = "p_journal"
 	seedLease(t, pool, p, seed{epoch: 3, owner: "A", expiresIn: time.Minute})
-	if h, err := s.FenceJournal(ctx, p, 3); err != nil || h.NextLSN != 1 || h.Generation != 1 {
+	if h, err := s.FenceJournal(ctx, p, 3, 12, allSlots); err != nil || h.NextLSN != 1 || h.Generation != 1 {
 		t.Fatalf("fence: %+v, %v", h, err)
 	}
 	var rolledBack []int64
@@ -151,7 +154,7 @@ func TestJournalOrderIsVisibilityOrder(t *testing.T) {
 	s, pool := setupLeases(t)
 	const p = "p_order"
 	seedLease(t, pool, p, seed{epoch: 1, owner: "A", expiresIn: time.Minute})
-	if _, err := s.FenceJournal(ctx, p, 1); err != nil {
+	if _, err := s.FenceJournal(ctx, p, 1, 12, allSlots); err != nil {
 		t.Fatal(err)
 	}
 	older, err := pool.Begin(ctx)
@@ -190,10 +193,10 @@ func TestJournalFenceWaitsForTheDisplacedPrimary(t *testing.T) {
 	s, pool := setupLeases(t)
 	const p = "p_fence"
 	seedLease(t, pool, p, seed{epoch: 7, owner: "A", expiresIn: time.Minute})
-	if _, err := s.FenceJournal(ctx, p, 8); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+	if _, err := s.FenceJournal(ctx, p, 8, 12, allSlots); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		t.Fatalf("an epoch no one claimed: %v", err)
 	}
-	if _, err := s.FenceJournal(ctx, p, 7); err != nil {
+	if _, err := s.FenceJournal(ctx, p, 7, 12, allSlots); err != nil {
 		t.Fatal(err)
 	}
 	old, err := pool.Begin(ctx)
@@ -216,7 +219,7 @@ func TestJournalFenceWaitsForTheDisplacedPrimary(t *testing.T) {
 	if err := <-claimed; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.FenceJournal(ctx, p, 8); err != nil {
+	if _, err := s.FenceJournal(ctx, p, 8, 12, allSlots); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.SequenceJournal(ctx, p, 7, 10); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
@@ -236,7 +239,7 @@ func TestJournalFenceWaitsForTheDisplacedPrimary(t *testing.T) {
 	if got := sequenceAll(t, ctx, s, p, 8); len(got) != 1 || got[0].LSN != 2 {
 		t.Fatalf("B's first record: %+v", got)
 	}
-	if _, err := s.FenceJournal(ctx, p, 7); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+	if _, err := s.FenceJournal(ctx, p, 7, 12, allSlots); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
 		t.Fatalf("fencing back to an older epoch: %v", err)
 	}
 }

@@ -1,14 +1,48 @@
 -- Partition journals (db/migrations/00038_partition_journal.sql).
 
--- name: FenceJournal :one
--- A primary that claimed the partition at @epoch takes its journal: the
--- head's epoch moves up to @epoch, only if the lease record holds @epoch
--- (an epoch no one claimed never sequences). Returns the head.
-INSERT INTO partition_journal_heads AS h (partition_id, epoch)
-SELECT l.partition_id, l.epoch FROM leases l WHERE l.partition_id = @partition_id AND l.epoch = @epoch
-ON CONFLICT (partition_id) DO UPDATE SET epoch = excluded.epoch, updated_at = now()
-WHERE h.epoch <= excluded.epoch
+-- name: LeaseAtEpoch :one
+-- The first statement of a fence: the lease record at @epoch, key-share
+-- locked to the end of the transaction (a claim of a higher epoch waits).
+SELECT l.epoch FROM leases l WHERE l.partition_id = @partition_id AND l.epoch = @epoch FOR KEY SHARE;
+
+-- name: MoveJournalHead :one
+-- An existing head moves up to @epoch (with the map's current slots); no
+-- row when there is none, or it is past @epoch.
+UPDATE partition_journal_heads h
+SET epoch = @epoch, slot_bits = @slot_bits, slots = CAST(CAST(@slots AS text) AS int4multirange), updated_at = now()
+WHERE h.partition_id = @partition_id AND h.epoch <= @epoch
 RETURNING h.generation, h.next_lsn;
+
+-- name: JournalHeadExists :one
+SELECT EXISTS (SELECT 1 FROM partition_journal_heads WHERE partition_id = @partition_id) AS found;
+
+-- name: LockReferencesForBootstrap :exec
+-- A journal's creation waits for every transaction writing references and
+-- holds new ones back until it commits: the references it counts and the
+-- records the trigger writes after it cover each reference once.
+LOCK TABLE blob_references IN SHARE MODE;
+
+-- name: CreateJournalHead :one
+INSERT INTO partition_journal_heads (partition_id, epoch, slot_bits, slots)
+VALUES (@partition_id, @epoch, @slot_bits, CAST(CAST(@slots AS text) AS int4multirange))
+ON CONFLICT (partition_id) DO NOTHING
+RETURNING generation, next_lsn;
+
+-- name: JournalBootstrap :execrows
+-- A new journal's first records: each repository of its slots with the
+-- usage the ledger holds now (op "usage", absolute), in repository order.
+INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
+SELECT @partition_id, @epoch, 1, u.slot,
+       convert_to(jsonb_build_object('v', 1, 'op', 'usage', 'repository', u.repository,
+                                     'usage', jsonb_build_object('bytes', u.bytes, 'blobs', u.blobs))::text, 'UTF8')
+FROM (
+    SELECT r.repository, blobplane_slot(r.repository, @slot_bits) AS slot,
+           sum(b.size_bytes)::bigint AS bytes, count(*)::bigint AS blobs
+    FROM blob_references r JOIN blobs b ON b.digest = r.digest
+    WHERE CAST(CAST(@slots AS text) AS int4multirange) @> blobplane_slot(r.repository, @slot_bits)
+    GROUP BY r.repository
+) u
+ORDER BY u.repository;
 
 -- name: AppendJournal :many
 -- Inserts one record per payload, without an LSN, fenced as a publication

@@ -59,34 +59,72 @@ func (q *Queries) AppendJournal(ctx context.Context, db DBTX, arg AppendJournalP
 	return items, nil
 }
 
-const fenceJournal = `-- name: FenceJournal :one
-
-INSERT INTO partition_journal_heads AS h (partition_id, epoch)
-SELECT l.partition_id, l.epoch FROM leases l WHERE l.partition_id = $1 AND l.epoch = $2
-ON CONFLICT (partition_id) DO UPDATE SET epoch = excluded.epoch, updated_at = now()
-WHERE h.epoch <= excluded.epoch
-RETURNING h.generation, h.next_lsn
+const createJournalHead = `-- name: CreateJournalHead :one
+INSERT INTO partition_journal_heads (partition_id, epoch, slot_bits, slots)
+VALUES ($1, $2, $3, CAST(CAST($4 AS text) AS int4multirange))
+ON CONFLICT (partition_id) DO NOTHING
+RETURNING generation, next_lsn
 `
 
-type FenceJournalParams struct {
+type CreateJournalHeadParams struct {
 	PartitionID string
 	Epoch       int64
+	SlotBits    int32
+	Slots       string
 }
 
-type FenceJournalRow struct {
+type CreateJournalHeadRow struct {
 	Generation int64
 	NextLsn    int64
 }
 
-// Partition journals (db/migrations/00038_partition_journal.sql).
-// A primary that claimed the partition at @epoch takes its journal: the
-// head's epoch moves up to @epoch, only if the lease record holds @epoch
-// (an epoch no one claimed never sequences). Returns the head.
-func (q *Queries) FenceJournal(ctx context.Context, db DBTX, arg FenceJournalParams) (FenceJournalRow, error) {
-	row := db.QueryRow(ctx, fenceJournal, arg.PartitionID, arg.Epoch)
-	var i FenceJournalRow
+func (q *Queries) CreateJournalHead(ctx context.Context, db DBTX, arg CreateJournalHeadParams) (CreateJournalHeadRow, error) {
+	row := db.QueryRow(ctx, createJournalHead,
+		arg.PartitionID,
+		arg.Epoch,
+		arg.SlotBits,
+		arg.Slots,
+	)
+	var i CreateJournalHeadRow
 	err := row.Scan(&i.Generation, &i.NextLsn)
 	return i, err
+}
+
+const journalBootstrap = `-- name: JournalBootstrap :execrows
+INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
+SELECT $1, $2, 1, u.slot,
+       convert_to(jsonb_build_object('v', 1, 'op', 'usage', 'repository', u.repository,
+                                     'usage', jsonb_build_object('bytes', u.bytes, 'blobs', u.blobs))::text, 'UTF8')
+FROM (
+    SELECT r.repository, blobplane_slot(r.repository, $3) AS slot,
+           sum(b.size_bytes)::bigint AS bytes, count(*)::bigint AS blobs
+    FROM blob_references r JOIN blobs b ON b.digest = r.digest
+    WHERE CAST(CAST($4 AS text) AS int4multirange) @> blobplane_slot(r.repository, $3)
+    GROUP BY r.repository
+) u
+ORDER BY u.repository
+`
+
+type JournalBootstrapParams struct {
+	PartitionID string
+	Epoch       int64
+	SlotBits    int32
+	Slots       string
+}
+
+// A new journal's first records: each repository of its slots with the
+// usage the ledger holds now (op "usage", absolute), in repository order.
+func (q *Queries) JournalBootstrap(ctx context.Context, db DBTX, arg JournalBootstrapParams) (int64, error) {
+	result, err := db.Exec(ctx, journalBootstrap,
+		arg.PartitionID,
+		arg.Epoch,
+		arg.SlotBits,
+		arg.Slots,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const journalHead = `-- name: JournalHead :one
@@ -104,6 +142,37 @@ func (q *Queries) JournalHead(ctx context.Context, db DBTX, partitionID string) 
 	var i JournalHeadRow
 	err := row.Scan(&i.Generation, &i.Epoch, &i.NextLsn)
 	return i, err
+}
+
+const journalHeadExists = `-- name: JournalHeadExists :one
+SELECT EXISTS (SELECT 1 FROM partition_journal_heads WHERE partition_id = $1) AS found
+`
+
+func (q *Queries) JournalHeadExists(ctx context.Context, db DBTX, partitionID string) (bool, error) {
+	row := db.QueryRow(ctx, journalHeadExists, partitionID)
+	var found bool
+	err := row.Scan(&found)
+	return found, err
+}
+
+const leaseAtEpoch = `-- name: LeaseAtEpoch :one
+
+SELECT l.epoch FROM leases l WHERE l.partition_id = $1 AND l.epoch = $2 FOR KEY SHARE
+`
+
+type LeaseAtEpochParams struct {
+	PartitionID string
+	Epoch       int64
+}
+
+// Partition journals (db/migrations/00038_partition_journal.sql).
+// The first statement of a fence: the lease record at @epoch, key-share
+// locked to the end of the transaction (a claim of a higher epoch waits).
+func (q *Queries) LeaseAtEpoch(ctx context.Context, db DBTX, arg LeaseAtEpochParams) (int64, error) {
+	row := db.QueryRow(ctx, leaseAtEpoch, arg.PartitionID, arg.Epoch)
+	var epoch int64
+	err := row.Scan(&epoch)
+	return epoch, err
 }
 
 const lockJournalHead = `-- name: LockJournalHead :one
@@ -128,6 +197,51 @@ type LockJournalHeadRow struct {
 func (q *Queries) LockJournalHead(ctx context.Context, db DBTX, arg LockJournalHeadParams) (LockJournalHeadRow, error) {
 	row := db.QueryRow(ctx, lockJournalHead, arg.PartitionID, arg.Epoch)
 	var i LockJournalHeadRow
+	err := row.Scan(&i.Generation, &i.NextLsn)
+	return i, err
+}
+
+const lockReferencesForBootstrap = `-- name: LockReferencesForBootstrap :exec
+LOCK TABLE blob_references IN SHARE MODE
+`
+
+// A journal's creation waits for every transaction writing references and
+// holds new ones back until it commits: the references it counts and the
+// records the trigger writes after it cover each reference once.
+func (q *Queries) LockReferencesForBootstrap(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, lockReferencesForBootstrap)
+	return err
+}
+
+const moveJournalHead = `-- name: MoveJournalHead :one
+UPDATE partition_journal_heads h
+SET epoch = $1, slot_bits = $2, slots = CAST(CAST($3 AS text) AS int4multirange), updated_at = now()
+WHERE h.partition_id = $4 AND h.epoch <= $1
+RETURNING h.generation, h.next_lsn
+`
+
+type MoveJournalHeadParams struct {
+	Epoch       int64
+	SlotBits    int32
+	Slots       string
+	PartitionID string
+}
+
+type MoveJournalHeadRow struct {
+	Generation int64
+	NextLsn    int64
+}
+
+// An existing head moves up to @epoch (with the map's current slots); no
+// row when there is none, or it is past @epoch.
+func (q *Queries) MoveJournalHead(ctx context.Context, db DBTX, arg MoveJournalHeadParams) (MoveJournalHeadRow, error) {
+	row := db.QueryRow(ctx, moveJournalHead,
+		arg.Epoch,
+		arg.SlotBits,
+		arg.Slots,
+		arg.PartitionID,
+	)
+	var i MoveJournalHeadRow
 	err := row.Scan(&i.Generation, &i.NextLsn)
 	return i, err
 }

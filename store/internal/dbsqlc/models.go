@@ -468,6 +468,10 @@ type PartitionJournalHead struct {
 	Epoch int64
 	// The LSN the next sequenced record gets (R35: assigned here, never from a clock).
 	NextLsn int64
+	// SLOT_BITS of the map the slots are at.
+	SlotBits int32
+	// The partition's slot ranges (half-open): a reference to a repository whose slot is here is journalled to this partition (blob_references_journal).
+	Slots pgtype.Multirange[pgtype.Range[pgtype.Int4]]
 	// Last sequencing or fence, by the database clock.
 	UpdatedAt pgtype.Timestamptz
 }
