@@ -357,3 +357,53 @@ func TestJournalCreationWaitsForWritersInFlight(t *testing.T) {
 		t.Fatalf("state %+v, ledger %+v", got, want)
 	}
 }
+
+// Concurrent catch-ups while writers append: each record is applied
+// exactly once, whoever sequences and reads it.
+func TestConcurrentCatchUpsApplyEachRecordOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	p := partstate.New(f.st, f.p, f.epo, 12, all, nil)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 4, 15
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var catchers sync.WaitGroup
+	for range 3 {
+		catchers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := p.CatchUp(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(w*100 + i), Size: 2})); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	catchers.Wait()
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := p.Usage("team/app"); u != (quota.Usage{Bytes: 2 * writers * each, Blobs: writers * each}) || p.LSN() != writers*each {
+		t.Fatalf("usage %+v at LSN %d; want %d blobs applied once each", u, p.LSN(), writers*each)
+	}
+}
