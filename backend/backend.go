@@ -87,6 +87,8 @@ type Backend interface {
 
 	Janitor
 
+	Archive
+
 	// Close releases the backend's resources (file descriptors, idle
 	// connections). Calls in flight must have returned.
 	Close() error

@@ -187,6 +187,34 @@ func (b *instrumented) DeleteResidue(ctx context.Context, r Residue) error {
 	return err
 }
 
+func (b *instrumented) PutArchived(ctx context.Context, name string, data []byte) error {
+	ctx, done := b.call(ctx, "put_archived")
+	err := b.Backend.PutArchived(ctx, name, data)
+	done(err)
+	return err
+}
+
+func (b *instrumented) GetArchived(ctx context.Context, name string) ([]byte, error) {
+	ctx, done := b.call(ctx, "get_archived")
+	data, err := b.Backend.GetArchived(ctx, name)
+	done(err)
+	return data, err
+}
+
+func (b *instrumented) DeleteArchived(ctx context.Context, name string) error {
+	ctx, done := b.call(ctx, "delete_archived")
+	err := b.Backend.DeleteArchived(ctx, name)
+	done(err)
+	return err
+}
+
+func (b *instrumented) ListArchived(ctx context.Context, prefix string) ([]string, error) {
+	ctx, done := b.call(ctx, "list_archived")
+	names, err := b.Backend.ListArchived(ctx, prefix)
+	done(err)
+	return names, err
+}
+
 // countingBody counts the bytes a read's body yields.
 type countingBody struct {
 	io.ReadCloser

@@ -49,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RacingRepresentations", func(t *testing.T) { t.Parallel(); testRacingRepresentations(t, h) })
 	t.Run("Marker", func(t *testing.T) { t.Parallel(); testMarker(t, h) })
 	t.Run("Residue", func(t *testing.T) { t.Parallel(); testResidue(t, h) })
+	t.Run("Archive", func(t *testing.T) { t.Parallel(); testArchive(t, h) })
 }
 
 // Blob is test content with its digest and a zstd payload of it.
