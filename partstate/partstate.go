@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/journal"
 	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/store"
@@ -60,6 +61,10 @@ type Partition struct {
 	SlotBits int
 	Slots    []authority.SlotRange // the partition's, from the map
 	Logger   *slog.Logger          // nil discards
+	// Archive and Pointers, when both set, let Restore start from the
+	// checkpoint the lease record names (nil: the whole journal).
+	Archive  backend.Archive
+	Pointers Pointers
 
 	j Journal
 
@@ -70,6 +75,8 @@ type Partition struct {
 	state       quota.State
 	reserved    map[string]quota.Usage
 	quarantined int
+	fed         int           // records fed since the restore began
+	fellBack    bool          // the named checkpoint could not be restored
 	caught      chan struct{} // closed and replaced after each catch-up
 	// recent maps the append ids of the last records applied to their
 	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
@@ -102,8 +109,12 @@ func (p *Partition) Restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore %s at epoch %d: %w", p.ID, p.Epoch, err)
 	}
+	st, from := p.fromCheckpoint(ctx, head.Generation)
 	p.mu.Lock()
-	p.generation, p.replay = head.Generation, journal.NewReplay(0, nil)
+	p.generation, p.replay = head.Generation, journal.NewReplay(from, nil)
+	if st != nil {
+		p.state = *st
+	}
 	p.mu.Unlock()
 	if _, err := p.CatchUp(ctx); err != nil {
 		return err
@@ -113,6 +124,42 @@ func (p *Partition) Restore(ctx context.Context) error {
 	p.mu.Unlock()
 	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined())
 	return nil
+}
+
+// fromCheckpoint restores the checkpoint the lease record names, when the
+// partition has an archive: its state and LSN, or nil and 0 (replay the
+// whole journal) when there is none or it cannot be restored (R37: a
+// checkpoint that fails its digest, or that this binary cannot read, is
+// treated as absent, logged, and never restored in part). The journal is
+// not trimmed yet, so replaying it whole is always possible.
+func (p *Partition) fromCheckpoint(ctx context.Context, generation int64) (*quota.State, uint64) {
+	if p.Archive == nil || p.Pointers == nil {
+		return nil, 0
+	}
+	rec, err := p.Pointers.Lease(ctx, p.ID)
+	if err != nil || rec.CheckpointPointer == "" {
+		return nil, 0
+	}
+	st, lsn, gen, err := p.loadCheckpoint(ctx, p.Archive, rec.CheckpointPointer)
+	if err == nil && gen != generation {
+		err = fmt.Errorf("checkpoint of generation %d, the journal is at %d", gen, generation)
+	}
+	if err != nil {
+		p.mu.Lock()
+		p.fellBack = true
+		p.mu.Unlock()
+		p.Logger.WarnContext(ctx, "partition checkpoint cannot be restored; replaying the whole journal", "partition", p.ID, "pointer", rec.CheckpointPointer, "err", err)
+		return nil, 0
+	}
+	return st, lsn
+}
+
+// Restored says how the last restore went: the records it fed after its
+// starting point, and whether it fell back from a named checkpoint.
+func (p *Partition) Restored() (fed int, fellBack bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fed, p.fellBack
 }
 
 // CatchUp sequences the records committed since the last round (this
@@ -170,6 +217,7 @@ func (p *Partition) apply(ctx context.Context, recs []store.JournalEntry) error 
 		if err != nil {
 			return fmt.Errorf("partition %s: %w", p.ID, err)
 		}
+		p.fed++
 		p.remember(jr.AppendID, jr.LSN)
 		if !ok {
 			continue

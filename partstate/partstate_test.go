@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
+	fsbackend "github.com/blobplane/blobplane/backend/fs"
 	"github.com/blobplane/blobplane/internal/pgtest"
 	"github.com/blobplane/blobplane/journal"
 	"github.com/blobplane/blobplane/partstate"
@@ -405,5 +408,92 @@ func TestConcurrentCatchUpsApplyEachRecordOnce(t *testing.T) {
 	}
 	if u, _ := p.Usage("team/app"); u != (quota.Usage{Bytes: 2 * writers * each, Blobs: writers * each}) || p.LSN() != writers*each {
 		t.Fatalf("usage %+v at LSN %d; want %d blobs applied once each", u, p.LSN(), writers*each)
+	}
+}
+
+// Checkpoints (ADR 0009 item 8, ZBP-5 R21, R22, R37): a checkpoint is
+// written under a name unique to (partition, generation, epoch, LSN) and
+// made current by the fenced pointer; a restore starts from it and
+// replays only the records after it; a checkpoint whose part fails its
+// digest is treated as absent and the whole journal replayed; a
+// displaced primary cannot move the pointer.
+func TestCheckpointRestoreAndFallback(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	arch, err := fsbackend.Open(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { arch.Close() })
+	add := func(n, from int) {
+		for i := range n {
+			if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(from + i), Size: int64(from + i)})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	open := func(epoch uint64) *partstate.Partition {
+		p := partstate.New(f.st, f.p, epoch, 12, all, nil)
+		p.Archive, p.Pointers = arch, f.st
+		return p
+	}
+	add(5, 0)
+	p := open(f.epo)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name, err := p.Checkpoint(ctx, arch, f.st, "api-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s/g1/e%d/ckpt-%012d.manifest.json", f.p, f.epo, 5); name != want {
+		t.Fatalf("checkpoint name %q, want %q", name, want)
+	}
+	if rec, err := f.st.Lease(ctx, f.p); err != nil || rec.CheckpointPointer != name {
+		t.Fatalf("the pointer: %q, %v", rec.CheckpointPointer, err)
+	}
+	add(3, 100)
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := string(p.Snapshot(12))
+
+	failover := func(epoch uint64) *partstate.Partition {
+		t.Helper()
+		if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = $2 WHERE partition_id = $1`, f.p, epoch); err != nil {
+			t.Fatal(err)
+		}
+		next := open(epoch)
+		if err := next.Restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(next.Snapshot(12)); got != want {
+			t.Fatalf("restored at epoch %d:\n%s\nwant\n%s", epoch, got, want)
+		}
+		return next
+	}
+	next := failover(5)
+	if fed, fellBack := next.Restored(); fed != 3 || fellBack {
+		t.Fatalf("from the checkpoint: %d records replayed (fell back %v), want the 3 after it", fed, fellBack)
+	}
+	if _, err := p.Checkpoint(ctx, arch, f.st, "api-a"); blobplane.ErrorCode(err) != blobplane.CodeStaleEpoch {
+		t.Fatalf("the displaced primary's checkpoint: %v, want stale_epoch", err)
+	}
+
+	// A part whose bytes changed is not restored: the whole journal is.
+	part := filepath.Join(dir, "archive", f.p, "g1", fmt.Sprintf("e%d", f.epo), fmt.Sprintf("ckpt-%012d", 5), "part-0000")
+	b, err := os.ReadFile(part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(part, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	third := failover(6)
+	if fed, fellBack := third.Restored(); fed != 8 || !fellBack {
+		t.Fatalf("from a corrupt checkpoint: %d records replayed (fell back %v), want all 8 and a fallback", fed, fellBack)
 	}
 }

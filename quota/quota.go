@@ -259,9 +259,9 @@ func (s *State) Checkpoint(slotBits int) []byte {
 }
 
 // Restore reads a checkpoint written by Checkpoint, keeping only the
-// repositories whose slot falls in [lo, hi] (a child of a split restores
-// its own ranges). Errors: a malformed checkpoint (ErrPoison).
-func Restore(b []byte, slotBits int, lo, hi uint32) (*State, error) {
+// repositories whose slot keep accepts (nil: all; a child of a split
+// restores its own ranges). Errors: a malformed checkpoint (ErrPoison).
+func Restore(b []byte, slotBits int, keep func(slot uint32) bool) (*State, error) {
 	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -274,7 +274,7 @@ func Restore(b []byte, slotBits int, lo, hi uint32) (*State, error) {
 			e.Usage.Bytes < 0 || e.Usage.Blobs < 0 {
 			return nil, fmt.Errorf("%w: checkpoint entry %+v", ErrPoison, e)
 		}
-		if e.Slot < lo || e.Slot > hi {
+		if keep != nil && !keep(e.Slot) {
 			continue
 		}
 		if e.Usage != (Usage{}) {

@@ -76,7 +76,7 @@ func (h *history) recover(i int, upto uint64) *State {
 	s, from := &State{}, uint64(0)
 	if i >= 0 {
 		var err error
-		if s, err = Restore(h.ckpts[i].body, slotBits, 0, 1<<slotBits-1); err != nil {
+		if s, err = Restore(h.ckpts[i].body, slotBits, nil); err != nil {
 			h.t.Fatal(err)
 		}
 		from = h.ckpts[i].lsn
@@ -205,7 +205,7 @@ func TestReplayEquivalence(t *testing.T) {
 				if j <= i || j >= len(h.ckpts) {
 					continue
 				}
-				at, err := Restore(h.ckpts[j].body, slotBits, 0, 1<<slotBits-1)
+				at, err := Restore(h.ckpts[j].body, slotBits, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -232,11 +232,11 @@ func TestRestoreSlotRange(t *testing.T) {
 	}
 	b := s.Checkpoint(slotBits)
 	mid := uint32(1 << (slotBits - 1))
-	lo, err := Restore(b, slotBits, 0, mid-1)
+	lo, err := Restore(b, slotBits, func(s uint32) bool { return s < mid })
 	if err != nil {
 		t.Fatal(err)
 	}
-	hi, err := Restore(b, slotBits, mid, 1<<slotBits-1)
+	hi, err := Restore(b, slotBits, func(s uint32) bool { return s >= mid })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestPoison(t *testing.T) {
 			t.Errorf("%s: %v, want ErrPoison", p, err)
 		}
 	}
-	if _, err := Restore([]byte(`{"slot":1,"repository":"team/app","usage":{"bytes":1,"blobs":1}}`), slotBits, 0, 4095); !errors.Is(err, ErrPoison) {
+	if _, err := Restore([]byte(`{"slot":1,"repository":"team/app","usage":{"bytes":1,"blobs":1}}`), slotBits, nil); !errors.Is(err, ErrPoison) {
 		t.Fatalf("a checkpoint line whose slot is not its repository's: %v", err)
 	}
 }
