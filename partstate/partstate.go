@@ -116,6 +116,13 @@ func (p *Partition) Restore(ctx context.Context) error {
 		p.state = *st
 	}
 	p.mu.Unlock()
+	if t, ok := p.j.(Trimmer); ok && p.Archive != nil {
+		// The records between the checkpoint (or the start) and the
+		// table's floor were sealed into segments.
+		if err := p.replaySegments(ctx, p.Archive, t, head.Generation, from); err != nil {
+			return fmt.Errorf("restore %s at epoch %d: %w", p.ID, p.Epoch, err)
+		}
+	}
 	if _, err := p.CatchUp(ctx); err != nil {
 		return err
 	}
@@ -130,8 +137,8 @@ func (p *Partition) Restore(ctx context.Context) error {
 // partition has an archive: its state and LSN, or nil and 0 (replay the
 // whole journal) when there is none or it cannot be restored (R37: a
 // checkpoint that fails its digest, or that this binary cannot read, is
-// treated as absent, logged, and never restored in part). The journal is
-// not trimmed yet, so replaying it whole is always possible.
+// treated as absent, logged, and never restored in part). Replaying the
+// whole journal reads its segments, then the table.
 func (p *Partition) fromCheckpoint(ctx context.Context, generation int64) (*quota.State, uint64) {
 	if p.Archive == nil || p.Pointers == nil {
 		return nil, 0
@@ -218,7 +225,9 @@ func (p *Partition) apply(ctx context.Context, recs []store.JournalEntry) error 
 			return fmt.Errorf("partition %s: %w", p.ID, err)
 		}
 		p.fed++
-		p.remember(jr.AppendID, jr.LSN)
+		if jr.AppendID != 0 { // 0: read back from a segment
+			p.remember(jr.AppendID, jr.LSN)
+		}
 		if !ok {
 			continue
 		}

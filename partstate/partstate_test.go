@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -495,5 +496,93 @@ func TestCheckpointRestoreAndFallback(t *testing.T) {
 	third := failover(6)
 	if fed, fellBack := third.Restored(); fed != 8 || !fellBack {
 		t.Fatalf("from a corrupt checkpoint: %d records replayed (fell back %v), want all 8 and a fallback", fed, fellBack)
+	}
+}
+
+// Sealing (ADR 0009 item 8): the records a checkpoint covers are framed
+// into one segment object and leave the table; a restore from the
+// checkpoint reads neither, and one that cannot use the checkpoint
+// replays the segment and then the table to the same state. A missing
+// segment is a gap, never skipped.
+func TestSealedSegmentsAreReplayed(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	arch, err := fsbackend.Open(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { arch.Close() })
+	add := func(n, from int) {
+		for i := range n {
+			if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(from + i), Size: int64(1 + i)})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	open := func(epoch uint64) *partstate.Partition {
+		p := partstate.New(f.st, f.p, epoch, 12, all, nil)
+		p.Archive, p.Pointers = arch, f.st
+		return p
+	}
+	add(10, 0)
+	p := open(f.epo)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Checkpoint(ctx, arch, f.st, "api-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Seal(ctx, arch, f.st, 10); err != nil || n != 10 {
+		t.Fatalf("seal: %d, %v", n, err)
+	}
+	if floor, err := f.st.JournalFloor(ctx, f.p, 1); err != nil || floor != 0 {
+		t.Fatalf("the table after sealing: floor %d, %v", floor, err)
+	}
+	add(3, 100)
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := string(p.Snapshot(12))
+	restore := func(epoch uint64) (*partstate.Partition, error) {
+		if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = $2 WHERE partition_id = $1`, f.p, epoch); err != nil {
+			t.Fatal(err)
+		}
+		next := open(epoch)
+		return next, next.Restore(ctx)
+	}
+	next, err := restore(5)
+	if err != nil || string(next.Snapshot(12)) != want {
+		t.Fatalf("from the checkpoint: %v\n%s", err, next.Snapshot(12))
+	}
+	if fed, _ := next.Restored(); fed != 3 {
+		t.Fatalf("from the checkpoint: %d records fed, want the 3 in the table", fed)
+	}
+	// Without the checkpoint (its pointer cleared): the segment, then the table.
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET checkpoint_pointer = NULL WHERE partition_id = $1`, f.p); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := restore(6)
+	if err != nil || string(whole.Snapshot(12)) != want {
+		t.Fatalf("from the segment and the table: %v\n%s", err, whole.Snapshot(12))
+	}
+	if fed, _ := whole.Restored(); fed != 13 {
+		t.Fatalf("from the segment and the table: %d records fed, want 13", fed)
+	}
+	// The segment gone: a gap, and the restore stops.
+	segs, err := arch.ListArchived(ctx, f.p+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range segs {
+		if strings.Contains(n, "/journal/seg-") {
+			if err := arch.DeleteArchived(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := restore(7); !errors.Is(err, journal.ErrGap) {
+		t.Fatalf("with the segment missing: %v, want a gap", err)
 	}
 }

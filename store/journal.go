@@ -239,3 +239,19 @@ func (s *Store) JournalHeadOf(ctx context.Context, partition string) (JournalHea
 	}
 	return JournalHead{Generation: r.Generation, Epoch: uint64(r.Epoch), NextLSN: uint64(r.NextLsn)}, nil
 }
+
+// JournalFloor is the lowest sequenced LSN of partition's generation
+// still in the table (0: none): the records below it were sealed into
+// segment objects. Errors: unavailable.
+func (s *Store) JournalFloor(ctx context.Context, partition string, generation int64) (uint64, error) {
+	n, err := s.q.JournalFloor(ctx, s.pool, dbsqlc.JournalFloorParams{PartitionID: partition, Generation: generation})
+	return uint64(n), dbErr("journal floor", err)
+}
+
+// TrimJournal deletes partition's sequenced records of generation up to
+// LSN upto, which a segment object holds now, and returns how many.
+// Errors: unavailable.
+func (s *Store) TrimJournal(ctx context.Context, partition string, generation int64, upto uint64) (int64, error) {
+	n, err := s.q.TrimJournal(ctx, s.pool, dbsqlc.TrimJournalParams{PartitionID: partition, Generation: generation, UptoLsn: int64(upto)})
+	return n, dbErr("trim journal", err)
+}

@@ -105,3 +105,15 @@ LIMIT @max_rows;
 
 -- name: JournalHead :one
 SELECT generation, epoch, next_lsn FROM partition_journal_heads WHERE partition_id = @partition_id;
+
+-- name: JournalFloor :one
+-- The lowest sequenced LSN still in the table (0: none): the records below
+-- it are in segment objects.
+SELECT coalesce(min(lsn), 0)::bigint AS lsn FROM partition_journal
+WHERE partition_id = @partition_id AND generation = @generation::bigint;
+
+-- name: TrimJournal :execrows
+-- Deletes a generation's sequenced records up to @upto_lsn, once a segment
+-- object holds them.
+DELETE FROM partition_journal
+WHERE partition_id = @partition_id AND generation = @generation::bigint AND lsn <= @upto_lsn::bigint;

@@ -127,6 +127,25 @@ func (q *Queries) JournalBootstrap(ctx context.Context, db DBTX, arg JournalBoot
 	return result.RowsAffected(), nil
 }
 
+const journalFloor = `-- name: JournalFloor :one
+SELECT coalesce(min(lsn), 0)::bigint AS lsn FROM partition_journal
+WHERE partition_id = $1 AND generation = $2::bigint
+`
+
+type JournalFloorParams struct {
+	PartitionID string
+	Generation  int64
+}
+
+// The lowest sequenced LSN still in the table (0: none): the records below
+// it are in segment objects.
+func (q *Queries) JournalFloor(ctx context.Context, db DBTX, arg JournalFloorParams) (int64, error) {
+	row := db.QueryRow(ctx, journalFloor, arg.PartitionID, arg.Generation)
+	var lsn int64
+	err := row.Scan(&lsn)
+	return lsn, err
+}
+
 const journalHead = `-- name: JournalHead :one
 SELECT generation, epoch, next_lsn FROM partition_journal_heads WHERE partition_id = $1
 `
@@ -367,4 +386,25 @@ func (q *Queries) SequenceJournal(ctx context.Context, db DBTX, arg SequenceJour
 		return nil, err
 	}
 	return items, nil
+}
+
+const trimJournal = `-- name: TrimJournal :execrows
+DELETE FROM partition_journal
+WHERE partition_id = $1 AND generation = $2::bigint AND lsn <= $3::bigint
+`
+
+type TrimJournalParams struct {
+	PartitionID string
+	Generation  int64
+	UptoLsn     int64
+}
+
+// Deletes a generation's sequenced records up to @upto_lsn, once a segment
+// object holds them.
+func (q *Queries) TrimJournal(ctx context.Context, db DBTX, arg TrimJournalParams) (int64, error) {
+	result, err := db.Exec(ctx, trimJournal, arg.PartitionID, arg.Generation, arg.UptoLsn)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
