@@ -27,18 +27,25 @@ func benchRecords() int {
 	return 100_000
 }
 
+// benchPartition is a store over a fresh database where api-a holds p's
+// lease at epoch 1.
+func benchPartition(b *testing.B, p string) *store.Store {
+	b.Helper()
+	d := pgtest.New(b)
+	if _, err := d.Pool.Exec(context.Background(), `INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, lease_ttl_ms, renew_interval_ms, expires_at)
+		VALUES ($1, 1, 'api-a', 'api-a:7443', 15000, 5000, now() + interval '1 hour')`, p); err != nil {
+		b.Fatal(err)
+	}
+	return store.New(d.Pool, nil)
+}
+
 // benchJournal makes a partition whose journal holds n sequenced ref+
 // records over 1,000 repositories.
 func benchJournal(b *testing.B, n int) (*store.Store, string) {
 	b.Helper()
-	d := pgtest.New(b)
-	st := store.New(d.Pool, nil)
-	ctx := context.Background()
 	const p = "p_bench"
-	if _, err := d.Pool.Exec(ctx, `INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, lease_ttl_ms, renew_interval_ms, expires_at)
-		VALUES ($1, 1, 'api-a', 'api-a:7443', 15000, 5000, now() + interval '1 hour')`, p); err != nil {
-		b.Fatal(err)
-	}
+	st := benchPartition(b, p)
+	ctx := context.Background()
 	if _, err := st.FenceJournal(ctx, p, 1, 12, all); err != nil {
 		b.Fatal(err)
 	}
@@ -51,7 +58,7 @@ func benchJournal(b *testing.B, n int) (*store.Store, string) {
 			}
 			batch[i] = store.JournalAppend{Type: journal.Apply, Payload: pl}
 		}
-		if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error {
+		if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
 			_, err := st.AppendJournalTx(ctx, tx, p, 1, batch)
 			return err
 		}); err != nil {
@@ -97,14 +104,9 @@ func BenchmarkRecovery(b *testing.B) {
 // over 100,000 repositories is written at (to the filesystem backend's
 // archive, fsynced), and its size.
 func BenchmarkCheckpointWrite(b *testing.B) {
-	d := pgtest.New(b)
-	st := store.New(d.Pool, nil)
-	ctx := context.Background()
 	const p = "p_ckpt"
-	if _, err := d.Pool.Exec(ctx, `INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, lease_ttl_ms, renew_interval_ms, expires_at)
-		VALUES ($1, 1, 'api-a', 'api-a:7443', 15000, 5000, now() + interval '1 hour')`, p); err != nil {
-		b.Fatal(err)
-	}
+	st := benchPartition(b, p)
+	ctx := context.Background()
 	var batch []store.JournalAppend
 	for i := range 100_000 {
 		pl, _ := quota.Record{Op: quota.SetUsage, Repository: fmt.Sprintf("team/r%d", i), Usage: &quota.Usage{Bytes: int64(i) << 20, Blobs: int64(i)}}.Encode()
@@ -113,7 +115,7 @@ func BenchmarkCheckpointWrite(b *testing.B) {
 	if _, err := st.FenceJournal(ctx, p, 1, 12, all); err != nil {
 		b.Fatal(err)
 	}
-	if err := pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { _, err := st.AppendJournalTx(ctx, tx, p, 1, batch); return err }); err != nil {
+	if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error { _, err := st.AppendJournalTx(ctx, tx, p, 1, batch); return err }); err != nil {
 		b.Fatal(err)
 	}
 	part := partstate.New(st, p, 1, 12, all, nil)

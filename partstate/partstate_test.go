@@ -412,6 +412,37 @@ func TestConcurrentCatchUpsApplyEachRecordOnce(t *testing.T) {
 	}
 }
 
+// archive opens a filesystem backend whose archive the partition's
+// checkpoints and segments go to, and returns its directory too.
+func (f *fixture) archive(t *testing.T) (string, *fsbackend.Backend) {
+	t.Helper()
+	dir := t.TempDir()
+	arch, err := fsbackend.Open(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { arch.Close() })
+	return dir, arch
+}
+
+// addRefs journals n ref+ records into team/app, digests from on.
+func (f *fixture) addRefs(t *testing.T, n, from int) {
+	t.Helper()
+	for i := range n {
+		if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(from + i), Size: int64(1 + from + i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// archived is the partition at epoch with arch as its checkpoints'
+// archive and the store as its pointers.
+func (f *fixture) archived(epoch uint64, arch *fsbackend.Backend) *partstate.Partition {
+	p := partstate.New(f.st, f.p, epoch, 12, all, nil)
+	p.Archive, p.Pointers = arch, f.st
+	return p
+}
+
 // Checkpoints (ADR 0009 item 8, ZBP-5 R21, R22, R37): a checkpoint is
 // written under a name unique to (partition, generation, epoch, LSN) and
 // made current by the fenced pointer; a restore starts from it and
@@ -422,24 +453,9 @@ func TestCheckpointRestoreAndFallback(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	arch, err := fsbackend.Open(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { arch.Close() })
-	add := func(n, from int) {
-		for i := range n {
-			if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(from + i), Size: int64(from + i)})); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	open := func(epoch uint64) *partstate.Partition {
-		p := partstate.New(f.st, f.p, epoch, 12, all, nil)
-		p.Archive, p.Pointers = arch, f.st
-		return p
-	}
+	dir, arch := f.archive(t)
+	add := func(n, from int) { f.addRefs(t, n, from) }
+	open := func(epoch uint64) *partstate.Partition { return f.archived(epoch, arch) }
 	add(5, 0)
 	p := open(f.epo)
 	if err := p.Restore(ctx); err != nil {
@@ -508,24 +524,9 @@ func TestSealedSegmentsAreReplayed(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	arch, err := fsbackend.Open(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { arch.Close() })
-	add := func(n, from int) {
-		for i := range n {
-			if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(from + i), Size: int64(1 + i)})); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	open := func(epoch uint64) *partstate.Partition {
-		p := partstate.New(f.st, f.p, epoch, 12, all, nil)
-		p.Archive, p.Pointers = arch, f.st
-		return p
-	}
+	_, arch := f.archive(t)
+	add := func(n, from int) { f.addRefs(t, n, from) }
+	open := func(epoch uint64) *partstate.Partition { return f.archived(epoch, arch) }
 	add(10, 0)
 	p := open(f.epo)
 	if err := p.Restore(ctx); err != nil {
