@@ -443,6 +443,24 @@ func (f *fixture) archived(epoch uint64, arch *fsbackend.Backend) *partstate.Par
 	return p
 }
 
+// checkpointed journals n ref+ records, restores the partition at
+// f.epo over arch and checkpoints it; it returns the partition and the
+// checkpoint's name.
+func (f *fixture) checkpointed(t *testing.T, arch *fsbackend.Backend, n int) (*partstate.Partition, string) {
+	t.Helper()
+	ctx := context.Background()
+	f.addRefs(t, n, 0)
+	p := f.archived(f.epo, arch)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name, err := p.Checkpoint(ctx, arch, f.st, "api-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, name
+}
+
 // Checkpoints (ADR 0009 item 8, ZBP-5 R21, R22, R37): a checkpoint is
 // written under a name unique to (partition, generation, epoch, LSN) and
 // made current by the fenced pointer; a restore starts from it and
@@ -456,15 +474,7 @@ func TestCheckpointRestoreAndFallback(t *testing.T) {
 	dir, arch := f.archive(t)
 	add := func(n, from int) { f.addRefs(t, n, from) }
 	open := func(epoch uint64) *partstate.Partition { return f.archived(epoch, arch) }
-	add(5, 0)
-	p := open(f.epo)
-	if err := p.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
-	name, err := p.Checkpoint(ctx, arch, f.st, "api-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, name := f.checkpointed(t, arch, 5)
 	if want := fmt.Sprintf("%s/g1/e%d/ckpt-%012d.manifest.json", f.p, f.epo, 5); name != want {
 		t.Fatalf("checkpoint name %q, want %q", name, want)
 	}
@@ -527,14 +537,7 @@ func TestSealedSegmentsAreReplayed(t *testing.T) {
 	_, arch := f.archive(t)
 	add := func(n, from int) { f.addRefs(t, n, from) }
 	open := func(epoch uint64) *partstate.Partition { return f.archived(epoch, arch) }
-	add(10, 0)
-	p := open(f.epo)
-	if err := p.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Checkpoint(ctx, arch, f.st, "api-a"); err != nil {
-		t.Fatal(err)
-	}
+	p, _ := f.checkpointed(t, arch, 10)
 	if n, err := p.Seal(ctx, arch, f.st, 10); err != nil || n != 10 {
 		t.Fatalf("seal: %d, %v", n, err)
 	}

@@ -34,12 +34,20 @@ func (r loadResult) OpsPerSec() float64 {
 // all clients. The first error stops every client and is returned; so does
 // ctx ending.
 func runLoad(ctx context.Context, clients int, d time.Duration, op func(ctx context.Context, i int) error) (loadResult, error) {
+	r, _, err := runLoadCounting(ctx, clients, d, op, false)
+	return r, err
+}
+
+// runLoadCounting is runLoad; with tolerate, an op's error is counted
+// (errs) instead of stopping the load, and the failed op's latency is
+// left out.
+func runLoadCounting(ctx context.Context, clients int, d time.Duration, op func(ctx context.Context, i int) error, tolerate bool) (loadResult, int64, error) {
 	if clients < 1 {
-		return loadResult{}, fmt.Errorf("runLoad: %d clients", clients)
+		return loadResult{}, 0, fmt.Errorf("runLoad: %d clients", clients)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var next atomic.Int64
+	var next, bad atomic.Int64
 	lats := make([][]time.Duration, clients)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -50,6 +58,10 @@ func runLoad(ctx context.Context, clients int, d time.Duration, op func(ctx cont
 				i := int(next.Add(1) - 1)
 				t0 := time.Now()
 				if err := op(ctx, i); err != nil {
+					if tolerate {
+						bad.Add(1)
+						continue
+					}
 					cancel(err)
 					return
 				}
@@ -61,9 +73,9 @@ func runLoad(ctx context.Context, clients int, d time.Duration, op func(ctx cont
 	elapsed := time.Since(start)
 	// The op's error, or why the caller's ctx ended.
 	if err := context.Cause(ctx); err != nil {
-		return loadResult{}, err
+		return loadResult{}, bad.Load(), err
 	}
 	all := slices.Concat(lats...)
 	slices.Sort(all)
-	return loadResult{Ops: len(all), Elapsed: elapsed, Latencies: all}, nil
+	return loadResult{Ops: len(all), Elapsed: elapsed, Latencies: all}, bad.Load(), nil
 }

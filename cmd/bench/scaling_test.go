@@ -37,7 +37,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -569,31 +568,10 @@ func (pc *perfCounter) stop() map[string]int64 {
 
 // closedLoop runs op from clients goroutines for d and counts ops and
 // errors (an error does not stop the load: at saturation the api may
-// refuse with 503, which is a figure).
+// refuse with 503, which is a figure): runLoad, tolerating errors.
 func closedLoop(ctx context.Context, clients int, d time.Duration, op func(ctx context.Context, i int) error) (ok int, errs int64, lats []time.Duration, elapsed time.Duration) {
-	var next atomic.Int64
-	var bad atomic.Int64
-	per := make([][]time.Duration, clients)
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for c := range clients {
-		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				i := int(next.Add(1) - 1)
-				t0 := time.Now()
-				if err := op(ctx, i); err != nil {
-					bad.Add(1)
-					continue
-				}
-				per[c] = append(per[c], time.Since(t0))
-			}
-		})
-	}
-	wg.Wait()
-	lats = slices.Concat(per...)
-	slices.Sort(lats)
-	return len(lats), bad.Load(), lats, time.Since(start)
+	r, errs, _ := runLoadCounting(ctx, clients, d, op, true)
+	return r.Ops, errs, r.Latencies, r.Elapsed
 }
 
 func (r *scaleRun) apiPIDs() []int { return []int{r.bp.api.cmd.Process.Pid} }

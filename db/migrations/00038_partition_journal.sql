@@ -69,15 +69,22 @@ COMMENT ON FUNCTION blobplane_slot(text, integer) IS 'authority.SlotOf in SQL: t
 CREATE FUNCTION blob_references_journal() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     r       blob_references;
+    v_bits  integer;
     v_part  text;
     v_slot  integer;
     v_epoch bigint;
     v_size  bigint;
 BEGIN
     IF TG_OP = 'INSERT' THEN r := NEW; ELSE r := OLD; END IF;
-    SELECT h.partition_id, blobplane_slot(r.repository, h.slot_bits) INTO v_part, v_slot
-    FROM partition_journal_heads h
-    WHERE h.slots @> blobplane_slot(r.repository, h.slot_bits)
+    -- Every head is at the map's SLOT_BITS: one hash per row, and the
+    -- slots' GiST index finds the head (no head at all: nothing to do).
+    SELECT h.slot_bits INTO v_bits FROM partition_journal_heads h LIMIT 1;
+    IF v_bits IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_slot := blobplane_slot(r.repository, v_bits);
+    SELECT h.partition_id INTO v_part FROM partition_journal_heads h
+    WHERE h.slots @> v_slot AND h.slot_bits = v_bits
     LIMIT 1;
     IF v_part IS NULL THEN
         RETURN NULL;
