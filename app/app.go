@@ -44,6 +44,7 @@ import (
 	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/jobs"
 	"github.com/blobplane/blobplane/node"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/read"
 	"github.com/blobplane/blobplane/replication"
 	"github.com/blobplane/blobplane/store"
@@ -66,7 +67,8 @@ type API struct {
 	beat     *node.Heartbeater
 	backends *Backends
 	keeper   *keeper.Keeper
-	guard    *store.Guard // the database's synchronous replication (issue 32)
+	homes    *partstate.Homes // nil without a backend
+	guard    *store.Guard     // the database's synchronous replication (issue 32)
 	// tls, when set, serves listener over HTTPS; internal, when set, is
 	// the only listener of the node-to-node endpoints (issue 26 point 8).
 	tls            *tls.Config
@@ -222,10 +224,21 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Reports: st,
 		Retry:   authority.RetryDelays{NotReady: time.Second, StaleMap: time.Second},
 	}
+	// Issue 33: each partition this node is the home of holds its
+	// repositories' quota state, restored from its journal before the
+	// partition serves; checkpoints and segments go to the upload
+	// backend's archive.
+	var prepare func(context.Context, string, uint64) bool
+	if len(a.backends.Order) > 0 {
+		a.homes = &partstate.Homes{Ledger: st, Node: cfg.NodeID, Archive: a.backends.ByName[a.backends.Order[0]],
+			Logger: logger.With("service", "partition_state")}
+		prepare = a.homes.Prepare
+	}
 	a.keeper, err = keeper.New(leases, keeper.Config{
 		NodeID: cfg.NodeID, Endpoint: a.advertise, Logger: logger.With("service", "lease_keeper"),
 		Timing:   keeper.TimingFor(cfg.LeaseTTL),
 		OnReject: routing.MapRejected,
+		Prepare:  prepare,
 	})
 	if err != nil {
 		a.Close()
@@ -246,7 +259,12 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Help: "Writes refused at a partition's home because the partition was over its capacity budget (BLOBPLANE_PARTITION_MAX_WRITES, ZBP-5 R130): answered 503 with Retry-After."})
 	metrics.Registry.MustRegister(shed)
 	metrics.Registry.MustRegister(a.guard.Collectors()...)
-	oci := ociDeps(cfg, st, a.backends, a.keeper, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), shed, logger)
+	var quotas upload.Quotas
+	if a.homes != nil {
+		a.homes.Map, a.homes.Wake, a.homes.Metrics = a.keeper.Map, a.keeper.Notify, partstate.NewMetrics(metrics.Registry)
+		quotas = a.homes
+	}
+	oci := ociDeps(cfg, st, a.backends, a.keeper, quotas, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), shed, logger)
 	router := handlers.NewRouter(handlers.Deps{
 		Logger:    logger,
 		Metrics:   metrics,
@@ -360,7 +378,7 @@ func dbTimeouts(cfg *config.Config) store.Timeouts {
 // backend and publish when this node's keeper holds the repository's
 // partition, or are forwarded to the home (a finalize job when it cannot
 // be reached). Without a backend there is no blob API.
-func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, rc *river.Client[pgx.Tx], internalPort string, reads *read.Metrics, shed prometheus.Counter, logger *slog.Logger) *handlers.OCI {
+func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper, quotas upload.Quotas, rc *river.Client[pgx.Tx], internalPort string, reads *read.Metrics, shed prometheus.Counter, logger *slog.Logger) *handlers.OCI {
 	if len(b.Order) == 0 {
 		return nil
 	}
@@ -385,6 +403,9 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 				Maps: st, HTTP: &http.Client{Timeout: 15 * time.Second, Transport: tracing.Transport(nil)}, MaxWait: 2 * time.Second,
 			})},
 			Later: jobs.FinalizeQueue{Client: rc},
+			// Issue 33: every publication at the home is admitted against
+			// its repository's quota.
+			Quotas: quotas,
 		},
 		Reads: &read.Reader{
 			Datacenter: cfg.Datacenter, Backends: b.ByName, Ledger: st,

@@ -297,6 +297,8 @@ func adminRoutes(r chi.Router, d Deps) {
 		obliterationRoutes(r, d)
 		// Tokens and grants (identity.go, docs/auth.md).
 		identityRoutes(r, d)
+		// Repository quotas (quotas.go, docs/quotas.md).
+		quotaRoutes(r, d)
 		// Takeover, plan and apply (cluster.go, docs/auth.md).
 		clusterRoutes(r, d)
 	})

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
@@ -154,4 +156,14 @@ func (p *Partition) owns(slot uint32) bool {
 		}
 	}
 	return false
+}
+
+// checkpointLSN is the LSN a checkpoint's manifest name carries.
+func checkpointLSN(name string) (uint64, bool) {
+	i := strings.LastIndex(name, "/ckpt-")
+	if i < 0 || !strings.HasSuffix(name, ".manifest.json") {
+		return 0, false
+	}
+	lsn, err := strconv.ParseUint(strings.TrimSuffix(name[i+len("/ckpt-"):], ".manifest.json"), 10, 64)
+	return lsn, err == nil
 }

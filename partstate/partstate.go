@@ -77,6 +77,7 @@ type Partition struct {
 	quarantined int
 	fed         int           // records fed since the restore began
 	fellBack    bool          // the named checkpoint could not be restored
+	restarted   bool          // the journal was restarted from the ledger
 	caught      chan struct{} // closed and replaced after each catch-up
 	// recent maps the append ids of the last records applied to their
 	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
@@ -99,15 +100,49 @@ func New(j Journal, id string, epoch uint64, slotBits int, slots []authority.Slo
 		caught: make(chan struct{}), recent: map[int64]uint64{}}
 }
 
+// Restarter starts a new generation of a journal from the ledger;
+// *store.Store implements it.
+type Restarter interface {
+	RestartJournal(ctx context.Context, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange) (store.JournalHead, error)
+}
+
+var _ Restarter = (*store.Store)(nil)
+
 // Restore takes the journal at the partition's epoch, sequences what the
-// displaced primary left committed and applies every record, then serves
-// (A.3 steps 3-10; checkpoints are not read yet: the whole retained
-// journal is replayed). Errors: the journal's (stale_epoch: another
-// primary holds a newer epoch), journal.ErrGap.
+// displaced primary left committed, restores the checkpoint the lease
+// record names (when it can) and applies every record after it, then
+// serves (A.3 steps 3-10). A journal whose history this home cannot read
+// (journal.ErrGap: a segment in another datacenter's archive, or lost)
+// is restarted from the ledger when the journal is a Restarter: the
+// ledger is the source of truth, and the state equals its recomputation
+// either way (ADR 0009). Errors: the journal's (stale_epoch: another
+// primary holds a newer epoch), journal.ErrGap otherwise.
 func (p *Partition) Restore(ctx context.Context) error {
-	head, err := p.j.FenceJournal(ctx, p.ID, p.Epoch, p.SlotBits, p.Slots)
+	err := p.restore(ctx)
+	if r, ok := p.j.(Restarter); ok && errors.Is(err, journal.ErrGap) {
+		p.Logger.WarnContext(ctx, "partition journal history unreadable here; restarting it from the ledger", "partition", p.ID, "epoch", p.Epoch, "err", err)
+		var head store.JournalHead
+		if head, err = r.RestartJournal(ctx, p.ID, p.Epoch, p.SlotBits, p.Slots); err == nil {
+			p.mu.Lock()
+			p.generation, p.replay, p.state, p.restarted = head.Generation, journal.NewReplay(0, nil), quota.State{}, true
+			p.mu.Unlock()
+			_, err = p.CatchUp(ctx)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("restore %s at epoch %d: %w", p.ID, p.Epoch, err)
+	}
+	p.mu.Lock()
+	p.status = Serving
+	p.mu.Unlock()
+	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined())
+	return nil
+}
+
+func (p *Partition) restore(ctx context.Context) error {
+	head, err := p.j.FenceJournal(ctx, p.ID, p.Epoch, p.SlotBits, p.Slots)
+	if err != nil {
+		return err
 	}
 	st, from := p.fromCheckpoint(ctx, head.Generation)
 	p.mu.Lock()
@@ -119,18 +154,12 @@ func (p *Partition) Restore(ctx context.Context) error {
 	if t, ok := p.j.(Trimmer); ok && p.Archive != nil {
 		// The records between the checkpoint (or the start) and the
 		// table's floor were sealed into segments.
-		if err := p.replaySegments(ctx, p.Archive, t, head.Generation, from); err != nil {
-			return fmt.Errorf("restore %s at epoch %d: %w", p.ID, p.Epoch, err)
+		if err := p.replaySegments(ctx, p.Archive, t, head.Generation, from, head.NextLSN-1); err != nil {
+			return err
 		}
 	}
-	if _, err := p.CatchUp(ctx); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.status = Serving
-	p.mu.Unlock()
-	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined())
-	return nil
+	_, err = p.CatchUp(ctx)
+	return err
 }
 
 // fromCheckpoint restores the checkpoint the lease record names, when the
@@ -167,6 +196,14 @@ func (p *Partition) Restored() (fed int, fellBack bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fed, p.fellBack
+}
+
+// Restarted says whether the last restore restarted the journal from the
+// ledger.
+func (p *Partition) Restarted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarted
 }
 
 // CatchUp sequences the records committed since the last round (this

@@ -586,7 +586,31 @@ func TestSealedSegmentsAreReplayed(t *testing.T) {
 			}
 		}
 	}
-	if _, err := restore(7); !errors.Is(err, journal.ErrGap) {
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = 7 WHERE partition_id = $1`, f.p); err != nil {
+		t.Fatal(err)
+	}
+	gapped := partstate.New(noRestart{f.st, f.st}, f.p, 7, 12, all, nil)
+	gapped.Archive, gapped.Pointers = arch, f.st
+	if err := gapped.Restore(ctx); !errors.Is(err, journal.ErrGap) {
 		t.Fatalf("with the segment missing: %v, want a gap", err)
 	}
+	// The store restarts such a journal from the ledger: a new generation
+	// whose state is the ledger's (these records were appended without
+	// references, so it holds nothing).
+	restarted, err := restore(8)
+	if err != nil || !restarted.Restarted() {
+		t.Fatalf("restart from the ledger: %v (restarted %v)", err, restarted.Restarted())
+	}
+	if got, empty := string(restarted.Snapshot(12)), string((&quota.State{}).Checkpoint(12)); got != empty {
+		t.Fatalf("restarted state:\n%s\nwant the ledger's (empty)", got)
+	}
+	if head, err := f.st.JournalHeadOf(ctx, f.p); err != nil || head.Generation != 2 || head.Epoch != 8 {
+		t.Fatalf("head after the restart: %+v, %v; want generation 2 at epoch 8", head, err)
+	}
+}
+
+// noRestart is a journal that cannot restart from the ledger.
+type noRestart struct {
+	partstate.Journal
+	partstate.Trimmer
 }

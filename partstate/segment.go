@@ -105,8 +105,9 @@ func (p *Partition) segments(ctx context.Context, arch backend.Archive, generati
 // replaySegments feeds the segments holding the records after LSN from
 // and before the table's floor, in order (journal.Plan: a hole is
 // journal.ErrGap, never skipped). With no floor (an empty table) every
-// segment after from is read.
-func (p *Partition) replaySegments(ctx context.Context, arch backend.Archive, t Trimmer, generation int64, from uint64) error {
+// segment after from is read, and they must reach last, the journal's
+// last sequenced LSN when the restore fenced it.
+func (p *Partition) replaySegments(ctx context.Context, arch backend.Archive, t Trimmer, generation int64, from, last uint64) error {
 	floor, err := t.JournalFloor(ctx, p.ID, generation)
 	if err != nil {
 		return err
@@ -134,6 +135,9 @@ func (p *Partition) replaySegments(ctx context.Context, arch backend.Archive, t 
 	}
 	if floor != 0 && reached+1 != floor {
 		return fmt.Errorf("partition %s: %w: the records end at %d, the table starts at %d", p.ID, journal.ErrGap, reached, floor)
+	}
+	if floor == 0 && reached < last {
+		return fmt.Errorf("partition %s: %w: the segments end at %d, the journal at %d", p.ID, journal.ErrGap, reached, last)
 	}
 	for _, s := range plan {
 		data, err := arch.GetArchived(ctx, byRange[s])

@@ -86,12 +86,84 @@ func (s *Store) FenceJournal(ctx context.Context, partition string, epoch uint64
 		if err != nil {
 			return err
 		}
-		n, err := s.q.JournalBootstrap(ctx, tx, dbsqlc.JournalBootstrapParams{PartitionID: partition, Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots})
+		if _, err := s.q.RetireOverlappingHeads(ctx, tx, dbsqlc.RetireOverlappingHeadsParams{PartitionID: partition, Slots: slots}); err != nil {
+			return err
+		}
+		if err := s.bootstrapJournal(ctx, tx, partition, epoch, slotBits, slots); err != nil {
+			return err
+		}
+		head = JournalHead{Generation: created.Generation, Epoch: epoch, NextLSN: uint64(created.NextLsn)}
+		return nil
+	})
+	if err != nil {
+		var be *blobplane.Error
+		if errors.As(err, &be) {
+			return JournalHead{}, err
+		}
+		return JournalHead{}, dbErr(op, err)
+	}
+	return head, nil
+}
+
+// bootstrapJournal journals, under the SHARE locks of
+// LockReferencesForBootstrap, each repository of slots with the usage the
+// ledger holds and the quota the table holds (ADR 0009 item 11).
+func (s *Store) bootstrapJournal(ctx context.Context, tx pgx.Tx, partition string, epoch uint64, slotBits int, slots string) error {
+	n, err := s.q.JournalBootstrap(ctx, tx, dbsqlc.JournalBootstrapParams{PartitionID: partition, Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots})
+	if err != nil {
+		return err
+	}
+	q, err := s.q.JournalBootstrapQuotas(ctx, tx, dbsqlc.JournalBootstrapQuotasParams{PartitionID: partition, Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots})
+	if err != nil {
+		return err
+	}
+	s.logger.InfoContext(ctx, "journal bootstrapped: each repository's usage and quota recorded from the ledger", "partition", partition, "epoch", epoch, "repositories", n, "quotas", q)
+	return nil
+}
+
+// RestartJournal starts a new generation of partition's journal at epoch
+// (held by the caller's lease), from the ledger: every record of earlier
+// generations and every unsequenced one is dropped, and the new
+// generation opens with each repository's usage and quota as the ledger
+// holds them, under the same SHARE locks as a journal's creation. A home
+// restarts a journal whose history it cannot read (a segment or
+// checkpoint in another datacenter's archive, or lost): the ledger is the
+// source of truth, and the journal is derived from it (ADR 0009). Errors:
+// as FenceJournal's.
+func (s *Store) RestartJournal(ctx context.Context, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange) (JournalHead, error) {
+	const op = "restart journal"
+	if partition == "" || epoch == 0 || !authority.ValidSlotBits(slotBits) || len(ranges) == 0 {
+		return JournalHead{}, blobplane.Errorf(blobplane.CodeInvalid, "%s: partition, epoch, slot bits and slot ranges are required", op)
+	}
+	slots, err := multirange(ranges, slotBits)
+	if err != nil {
+		return JournalHead{}, err
+	}
+	var head JournalHead
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := s.q.LeaseAtEpoch(ctx, tx, dbsqlc.LeaseAtEpochParams{PartitionID: partition, Epoch: int64(epoch)}); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return staleJournal(op, partition, epoch)
+			}
+			return err
+		}
+		if err := s.q.LockReferencesForBootstrap(ctx, tx); err != nil {
+			return err
+		}
+		h, err := s.q.RestartJournalHead(ctx, tx, dbsqlc.RestartJournalHeadParams{Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots, PartitionID: partition})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return staleJournal(op, partition, epoch)
+		}
 		if err != nil {
 			return err
 		}
-		s.logger.InfoContext(ctx, "journal created: each repository's usage recorded from the ledger", "partition", partition, "epoch", epoch, "repositories", n)
-		head = JournalHead{Generation: created.Generation, Epoch: epoch, NextLSN: uint64(created.NextLsn)}
+		if _, err := s.q.DropJournalRecords(ctx, tx, dbsqlc.DropJournalRecordsParams{PartitionID: partition, Generation: h.Generation}); err != nil {
+			return err
+		}
+		if err := s.bootstrapJournal(ctx, tx, partition, epoch, slotBits, slots); err != nil {
+			return err
+		}
+		head = JournalHead{Generation: h.Generation, Epoch: epoch, NextLSN: uint64(h.NextLsn)}
 		return nil
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package upload
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,47 @@ func (f *Flow) atHome(partition string, write func() error) error {
 	}
 	defer leave()
 	return write()
+}
+
+// publishAtHome runs finalize, the publication of d (size bytes) into
+// repo under home, inside the partition's budget and admitted against
+// repo's quota (ADR 0009 item 5): a refusal by the quota is a Quota
+// refusal (overQuota).
+func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64, finalize func() error) error {
+	return f.atHome(home.Partition, func() error {
+		if f.quotas == nil {
+			return finalize()
+		}
+		done, err := f.quotas.Admit(ctx, home, repo, d, size)
+		if err != nil {
+			if blobplane.ErrorCode(err) == blobplane.CodeForbidden {
+				return refuse(Quota, err)
+			}
+			return err
+		}
+		err = finalize()
+		done(err == nil)
+		return err
+	})
+}
+
+// overQuota reports whether err is a publication refused by its
+// repository's quota.
+func overQuota(err error) bool {
+	return SubjectOf(err) == Quota && blobplane.ErrorCode(err) == blobplane.CodeForbidden
+}
+
+// abandonOverQuota ends upload op, refused by its repository's quota:
+// its bytes go back to the collector (L1), and the session ends with the
+// refusal rather than waiting for the reaper. Called once nothing of the
+// publication holds the intent's row.
+func (f *Flow) abandonOverQuota(ctx context.Context, op string, err error) {
+	if !overQuota(err) {
+		return
+	}
+	if _, aerr := f.store.AbandonIntent(context.WithoutCancel(ctx), op); aerr != nil {
+		f.logger.WarnContext(ctx, "cannot abandon an upload over its repository's quota", "operation_id", op, "err", aerr)
+	}
 }
 
 // Shed is how many writes the partition budgets refused since start.

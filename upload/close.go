@@ -164,6 +164,10 @@ func (f *Flow) closeWithBody(ctx context.Context, be backend.Backend, in Intent,
 		}
 		return Result{}, refuse(Content, tooLarge(f.maxBlobSize))
 	}
+	if err := f.checkQuota(ctx, in.Repository, d, length); err != nil {
+		f.abandonOverQuota(ctx, in.OperationID, err) // before a byte is read
+		return Result{}, err
+	}
 	return f.close(ctx, be, in, d, length, body, f.claimStage(in, d, length))
 }
 

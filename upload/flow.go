@@ -27,6 +27,7 @@ type Flow struct {
 	datacenter  string
 	home        HomeResolver
 	forward     Forwarder
+	quotas      Quotas
 	later       Enqueuer
 	replication ReplicationEnqueuer
 	targets     []string
@@ -120,7 +121,10 @@ type Config struct {
 	// Without them a close away from the home is accepted with no job.
 	Forward Forwarder
 	Later   Enqueuer
-	Logger  *slog.Logger
+	// Quotas admits each publication at the home against its
+	// repository's quota; nil admits everything.
+	Quotas Quotas
+	Logger *slog.Logger
 }
 
 // Defaults of Config.
@@ -136,7 +140,7 @@ const (
 // defaulted.
 func NewFlow(store Store, c Config) *Flow {
 	f := &Flow{store: store, backends: c.Backends, backend: c.Backend, datacenter: c.Datacenter,
-		home: c.Home, forward: c.Forward, later: c.Later, replication: c.Replication, targets: c.Targets,
+		home: c.Home, forward: c.Forward, later: c.Later, quotas: c.Quotas, replication: c.Replication, targets: c.Targets,
 		maxBlobSize: c.MaxBlobSize, ttl: c.IntentTTL, logger: c.Logger}
 	if f.logger == nil {
 		f.logger = slog.New(slog.DiscardHandler)

@@ -52,6 +52,9 @@ func (f *Flow) Open(ctx context.Context, req OpenRequest) (Result, error) {
 		defer f.bounds.release(req.Principal)
 	}
 	if d != "" && size != SizeUnknown {
+		if err := f.checkQuota(ctx, req.Repository, d, size); err != nil {
+			return Result{}, err
+		}
 		res, err := f.openAndClose(ctx, n, be, req.Body)
 		f.forgetRepository(req.Repository, err)
 		return res, err
@@ -68,6 +71,24 @@ func (f *Flow) Open(ctx context.Context, req OpenRequest) (Result, error) {
 		return Result{Answer: AnswerInProgress, Repository: in.Repository, OperationID: in.OperationID}, nil
 	}
 	return f.closeWithBody(ctx, be, in, d, req.Body, req.Length)
+}
+
+// checkQuota refuses, before any byte is read, an upload of declared
+// size that its repository's quota would refuse at publication, when this
+// node is the repository's home (elsewhere the home refuses it when
+// asked to publish). Nothing is reserved: publication admits again.
+func (f *Flow) checkQuota(ctx context.Context, repo string, d blobplane.Digest, size int64) error {
+	if f.quotas == nil {
+		return nil
+	}
+	home, ok := f.home.Home(repo)
+	if !ok {
+		return nil
+	}
+	if err := f.quotas.Check(ctx, home, repo, d, size); blobplane.ErrorCode(err) == blobplane.CodeForbidden {
+		return refuse(Quota, err)
+	}
+	return nil
 }
 
 // openAndClose is a single-request upload of known size: the intent, its
@@ -136,7 +157,7 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 		return Result{}, false, f.mountRefusal(ctx, d, err)
 	}
 	if atHome {
-		err = f.atHome(home.Partition, func() error {
+		err = f.publishAtHome(ctx, home, repo, d, size, func() error {
 			_, err := f.store.Finalize(ctx, f.finalizeRequest(home, in.OperationID, d, size))
 			return err
 		})
@@ -151,6 +172,11 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 		}
 		if errors.Is(err, ErrObliterated) { // the mark was taken after the intent
 			return Result{}, false, obliterated(d)
+		}
+		if blobplane.ErrorCode(err) == blobplane.CodeForbidden {
+			// Over the repository's quota (here or at the home): an
+			// upload of the same content would be refused as well.
+			return Result{}, false, refuse(Quota, err)
 		}
 		f.logger.InfoContext(ctx, "mount refused; falling back to an upload session", "digest", d, "from", from, "err", err)
 		return Result{}, false, nil

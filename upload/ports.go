@@ -125,6 +125,19 @@ type HomeResolver interface {
 	Home(repo string) (Home, bool)
 }
 
+// Quotas admits publications against repository quotas at the home
+// (partstate.Homes, issue 33).
+type Quotas interface {
+	// Admit reserves room for one blob d of size bytes in repo, to be
+	// published under home; done(published) ends the reservation once
+	// the publication committed (published) or failed. Errors: forbidden
+	// naming the quota; unavailable while the home's state restores.
+	Admit(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64) (done func(published bool), err error)
+	// Check is Admit without the reservation: an upload of declared size
+	// refused before its bytes are read. Errors: as Admit's.
+	Check(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64) error
+}
+
 // Forwarder hands the finalization of a closed upload to its
 // repository's home (jobs.HomeFinalizer: the routing client and the
 // internal endpoint).

@@ -56,7 +56,9 @@ func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size 
 	}
 	req := f.finalizeRequest(home, in.OperationID, d, size)
 	req.Verify, req.BeforeCommit, req.Proven = verify, durable, proven
-	if err := f.atHome(home.Partition, func() error { _, err := finalize(fctx, req); return err }); err != nil {
+	if err := f.publishAtHome(ctx, home, in.Repository, d, size, func() error { _, err := finalize(fctx, req); return err }); err != nil {
+		release() // the chain's statements hold the intent's row
+		f.abandonOverQuota(ctx, in.OperationID, err)
 		if home.Ctx != nil && home.Ctx.Err() != nil && ctx.Err() == nil {
 			// The lease ended mid-publication (ZBP-5 R24): retryable,
 			// never an internal error.
@@ -145,9 +147,10 @@ func (f *Flow) FinalizeAtHome(ctx context.Context, home Home, repo, op string) (
 	if in.State == IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == SizeUnknown) {
 		return Outcome{}, false, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op)
 	}
-	err = f.atHome(home.Partition, func() error {
+	err = f.publishAtHome(ctx, home, repo, in.ExpectedDigest, in.ExpectedSize, func() error {
 		o, err = f.store.Finalize(ctx, f.finalizeRequest(home, op, in.ExpectedDigest, in.ExpectedSize))
 		return err
 	})
+	f.abandonOverQuota(ctx, op, err)
 	return o, err == nil, err
 }

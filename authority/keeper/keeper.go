@@ -90,6 +90,14 @@ type Config struct {
 	// OnReject is told about every map or delta that fails verification
 	// (a correctness fault: count it).
 	OnReject func(authority.Rejection)
+	// Prepare, when set, restores a partition's state before it serves
+	// (R23): called at each keep of a held partition not yet serving, with
+	// the lease's context (cancelled when the lease ends), it must not
+	// block; it reports whether the state is ready. Until it is, the
+	// lease is held and renewed but the partition does not serve. It
+	// calls Notify when a restore ends, so serving does not wait for the
+	// next renewal.
+	Prepare func(ctx context.Context, partition string, epoch uint64) bool
 }
 
 // DefaultTiming is the lease timing used unless configured otherwise:
@@ -738,6 +746,7 @@ func (k *Keeper) keep(ctx context.Context, id string, to authority.Handoff) {
 	}
 	ackErr := h.fence.Acknowledged(rec.Epoch, sent, ack)
 	needServing := !h.serving && ackErr == nil
+	leaseCtx := h.ctx
 	k.mu.Unlock()
 	if ackErr != nil {
 		k.cfg.Logger.Warn("lease renewal too slow to extend the deadline", "partition", id, "err", ackErr)
@@ -747,23 +756,32 @@ func (k *Keeper) keep(ctx context.Context, id string, to authority.Handoff) {
 		k.cfg.Logger.Info("acquired partition lease", "partition", id, "epoch", rec.Epoch, "first_since_start", first)
 	}
 	if needServing {
-		// Blobplane partitions carry no local state to restore: the
-		// repository metadata lives in Postgres. Holding and serving are
-		// still separate steps (R23), recorded on the lease row.
-		if err := k.store.SetLeaseState(ctx, id, k.cfg.NodeID, rec.Epoch, authority.PrimaryServing); err != nil {
-			if errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
-				k.lost(id, err)
-			}
-			return
-		}
-		k.mu.Lock()
-		if h := k.leases[id]; h != nil {
-			if _, e, _ := h.fence.Deadline(); e == rec.Epoch {
-				h.serving = true
-			}
-		}
-		k.mu.Unlock()
+		k.serve(ctx, id, rec.Epoch, leaseCtx)
 	}
+}
+
+// serve moves a held partition to SERVING at epoch once its state is
+// ready. The repository metadata lives in Postgres; the partition's
+// quota state is restored from its journal (Config.Prepare) before the
+// partition serves. Holding and serving are separate steps (R23),
+// recorded on the lease row.
+func (k *Keeper) serve(ctx context.Context, id string, epoch uint64, leaseCtx context.Context) {
+	if k.cfg.Prepare != nil && !k.cfg.Prepare(leaseCtx, id, epoch) {
+		return
+	}
+	if err := k.store.SetLeaseState(ctx, id, k.cfg.NodeID, epoch, authority.PrimaryServing); err != nil {
+		if errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {
+			k.lost(id, err)
+		}
+		return
+	}
+	k.mu.Lock()
+	if h := k.leases[id]; h != nil {
+		if _, e, _ := h.fence.Deadline(); e == epoch {
+			h.serving = true
+		}
+	}
+	k.mu.Unlock()
 }
 
 // lost handles LEASE_LOST (A.7): stop admitting at once, fail in-flight

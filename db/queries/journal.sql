@@ -20,7 +20,7 @@ SELECT EXISTS (SELECT 1 FROM partition_journal_heads WHERE partition_id = @parti
 -- A journal's creation waits for every transaction writing references and
 -- holds new ones back until it commits: the references it counts and the
 -- records the trigger writes after it cover each reference once.
-LOCK TABLE blob_references IN SHARE MODE;
+LOCK TABLE blob_references, repository_quotas IN SHARE MODE;
 
 -- name: CreateJournalHead :one
 INSERT INTO partition_journal_heads (partition_id, epoch, slot_bits, slots)
@@ -43,6 +43,42 @@ FROM (
     GROUP BY r.repository
 ) u
 ORDER BY u.repository;
+
+-- name: JournalBootstrapQuotas :execrows
+-- A new journal's quota records: each repository of its slots with a
+-- quota, after its usage (JournalBootstrap), in repository order.
+INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
+SELECT @partition_id, @epoch, 1, blobplane_slot(q.repository, @slot_bits),
+       convert_to(jsonb_build_object('v', 1, 'op', 'quota', 'repository', q.repository,
+                                     'limit', jsonb_build_object('bytes', q.max_bytes, 'blobs', q.max_blobs))::text, 'UTF8')
+FROM repository_quotas q
+WHERE CAST(CAST(@slots AS text) AS int4multirange) @> blobplane_slot(q.repository, @slot_bits)
+ORDER BY q.repository;
+
+-- name: RetireOverlappingHeads :execrows
+-- A new journal (a split or merge child, or a partition of a new map)
+-- takes its slots from the heads that held them: the trigger journals a
+-- repository to one partition only.
+UPDATE partition_journal_heads h
+SET slots = h.slots - CAST(CAST(@slots AS text) AS int4multirange), updated_at = now()
+WHERE h.partition_id <> @partition_id AND h.slots && CAST(CAST(@slots AS text) AS int4multirange);
+
+-- name: RestartJournalHead :one
+-- A new generation of a journal whose history cannot be read (a segment
+-- missing from this node's archive): LSNs restart at 1, only while
+-- @epoch may hold the head.
+UPDATE partition_journal_heads h
+SET generation = h.generation + 1, next_lsn = 1, epoch = @epoch, slot_bits = @slot_bits,
+    slots = CAST(CAST(@slots AS text) AS int4multirange), updated_at = now()
+WHERE h.partition_id = @partition_id AND h.epoch <= @epoch
+RETURNING h.generation, h.next_lsn;
+
+-- name: DropJournalRecords :execrows
+-- Every record of a partition's journal below @generation, and every one
+-- not sequenced yet: a restart's bootstrap (under the references' SHARE
+-- lock, which waited for their writers) counts what they recorded.
+DELETE FROM partition_journal
+WHERE partition_id = @partition_id AND (generation IS NULL OR generation < @generation::bigint);
 
 -- name: AppendJournal :many
 -- Inserts one record per payload, without an LSN, fenced as a publication

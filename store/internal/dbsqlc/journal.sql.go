@@ -90,6 +90,27 @@ func (q *Queries) CreateJournalHead(ctx context.Context, db DBTX, arg CreateJour
 	return i, err
 }
 
+const dropJournalRecords = `-- name: DropJournalRecords :execrows
+DELETE FROM partition_journal
+WHERE partition_id = $1 AND (generation IS NULL OR generation < $2::bigint)
+`
+
+type DropJournalRecordsParams struct {
+	PartitionID string
+	Generation  int64
+}
+
+// Every record of a partition's journal below @generation, and every one
+// not sequenced yet: a restart's bootstrap (under the references' SHARE
+// lock, which waited for their writers) counts what they recorded.
+func (q *Queries) DropJournalRecords(ctx context.Context, db DBTX, arg DropJournalRecordsParams) (int64, error) {
+	result, err := db.Exec(ctx, dropJournalRecords, arg.PartitionID, arg.Generation)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const journalBootstrap = `-- name: JournalBootstrap :execrows
 INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
 SELECT $1, $2, 1, u.slot,
@@ -116,6 +137,38 @@ type JournalBootstrapParams struct {
 // usage the ledger holds now (op "usage", absolute), in repository order.
 func (q *Queries) JournalBootstrap(ctx context.Context, db DBTX, arg JournalBootstrapParams) (int64, error) {
 	result, err := db.Exec(ctx, journalBootstrap,
+		arg.PartitionID,
+		arg.Epoch,
+		arg.SlotBits,
+		arg.Slots,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const journalBootstrapQuotas = `-- name: JournalBootstrapQuotas :execrows
+INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
+SELECT $1, $2, 1, blobplane_slot(q.repository, $3),
+       convert_to(jsonb_build_object('v', 1, 'op', 'quota', 'repository', q.repository,
+                                     'limit', jsonb_build_object('bytes', q.max_bytes, 'blobs', q.max_blobs))::text, 'UTF8')
+FROM repository_quotas q
+WHERE CAST(CAST($4 AS text) AS int4multirange) @> blobplane_slot(q.repository, $3)
+ORDER BY q.repository
+`
+
+type JournalBootstrapQuotasParams struct {
+	PartitionID string
+	Epoch       int64
+	SlotBits    int32
+	Slots       string
+}
+
+// A new journal's quota records: each repository of its slots with a
+// quota, after its usage (JournalBootstrap), in repository order.
+func (q *Queries) JournalBootstrapQuotas(ctx context.Context, db DBTX, arg JournalBootstrapQuotasParams) (int64, error) {
+	result, err := db.Exec(ctx, journalBootstrapQuotas,
 		arg.PartitionID,
 		arg.Epoch,
 		arg.SlotBits,
@@ -221,7 +274,7 @@ func (q *Queries) LockJournalHead(ctx context.Context, db DBTX, arg LockJournalH
 }
 
 const lockReferencesForBootstrap = `-- name: LockReferencesForBootstrap :exec
-LOCK TABLE blob_references IN SHARE MODE
+LOCK TABLE blob_references, repository_quotas IN SHARE MODE
 `
 
 // A journal's creation waits for every transaction writing references and
@@ -320,6 +373,63 @@ func (q *Queries) ReadJournal(ctx context.Context, db DBTX, arg ReadJournalParam
 		return nil, err
 	}
 	return items, nil
+}
+
+const restartJournalHead = `-- name: RestartJournalHead :one
+UPDATE partition_journal_heads h
+SET generation = h.generation + 1, next_lsn = 1, epoch = $1, slot_bits = $2,
+    slots = CAST(CAST($3 AS text) AS int4multirange), updated_at = now()
+WHERE h.partition_id = $4 AND h.epoch <= $1
+RETURNING h.generation, h.next_lsn
+`
+
+type RestartJournalHeadParams struct {
+	Epoch       int64
+	SlotBits    int32
+	Slots       string
+	PartitionID string
+}
+
+type RestartJournalHeadRow struct {
+	Generation int64
+	NextLsn    int64
+}
+
+// A new generation of a journal whose history cannot be read (a segment
+// missing from this node's archive): LSNs restart at 1, only while
+// @epoch may hold the head.
+func (q *Queries) RestartJournalHead(ctx context.Context, db DBTX, arg RestartJournalHeadParams) (RestartJournalHeadRow, error) {
+	row := db.QueryRow(ctx, restartJournalHead,
+		arg.Epoch,
+		arg.SlotBits,
+		arg.Slots,
+		arg.PartitionID,
+	)
+	var i RestartJournalHeadRow
+	err := row.Scan(&i.Generation, &i.NextLsn)
+	return i, err
+}
+
+const retireOverlappingHeads = `-- name: RetireOverlappingHeads :execrows
+UPDATE partition_journal_heads h
+SET slots = h.slots - CAST(CAST($1 AS text) AS int4multirange), updated_at = now()
+WHERE h.partition_id <> $2 AND h.slots && CAST(CAST($1 AS text) AS int4multirange)
+`
+
+type RetireOverlappingHeadsParams struct {
+	Slots       string
+	PartitionID string
+}
+
+// A new journal (a split or merge child, or a partition of a new map)
+// takes its slots from the heads that held them: the trigger journals a
+// repository to one partition only.
+func (q *Queries) RetireOverlappingHeads(ctx context.Context, db DBTX, arg RetireOverlappingHeadsParams) (int64, error) {
+	result, err := db.Exec(ctx, retireOverlappingHeads, arg.Slots, arg.PartitionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const sequenceJournal = `-- name: SequenceJournal :many

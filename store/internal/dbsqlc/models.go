@@ -610,6 +610,20 @@ type Repository struct {
 	CreatedBy string
 }
 
+// Admin-set limits on what a repository holds (each distinct digest it references once). The repository's home admits a publication only within them (ZBP-5 partition state, journalled by repository_quotas_journal).
+type RepositoryQuota struct {
+	// The repository the quota limits.
+	Repository string
+	// Most bytes the repository may reference (the sum of its distinct blobs' sizes); 0: no limit on bytes.
+	MaxBytes int64
+	// Most distinct blobs the repository may reference; 0: no limit on blobs.
+	MaxBlobs int64
+	// The principal that last set the quota.
+	SetBy string
+	// When the quota was last set (database clock).
+	SetAt pgtype.Timestamptz
+}
+
 // API tokens (bp_<id>_<secret>). Only the SHA-256 of the secret is stored; the secret is shown once at creation. Authentication looks a token up by id (primary key) and compares hashes in constant time.
 type Token struct {
 	// Public token id: 16 lowercase base32 characters, the middle part of the token string. Safe to log and to show.

@@ -1,0 +1,30 @@
+-- Repository quotas (db/migrations/00039_repository_quotas.sql).
+
+-- name: SetRepositoryQuota :one
+-- Sets a repository's quota (the trigger journals it to its home); no row
+-- when the repository does not exist.
+INSERT INTO repository_quotas (repository, max_bytes, max_blobs, set_by)
+SELECT r.name, @max_bytes, @max_blobs, @set_by FROM repositories r WHERE r.name = @repository
+ON CONFLICT (repository) DO UPDATE
+SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING repository, max_bytes, max_blobs, set_by, set_at;
+
+-- name: ClearRepositoryQuota :execrows
+DELETE FROM repository_quotas WHERE repository = @repository;
+
+-- name: RepositoryUsage :many
+-- Repositories (all with a quota, or @repository) with their quota and the
+-- usage the ledger holds: each distinct digest referenced once.
+SELECT r.name AS repository,
+       coalesce(q.max_bytes, 0)::bigint AS max_bytes, coalesce(q.max_blobs, 0)::bigint AS max_blobs,
+       coalesce(q.set_by, '')::text AS set_by, q.set_at,
+       coalesce(u.bytes, 0)::bigint AS bytes, coalesce(u.blobs, 0)::bigint AS blobs
+FROM repositories r
+LEFT JOIN repository_quotas q ON q.repository = r.name
+LEFT JOIN LATERAL (
+    SELECT sum(b.size_bytes)::bigint AS bytes, count(*)::bigint AS blobs
+    FROM blob_references br JOIN blobs b ON b.digest = br.digest
+    WHERE br.repository = r.name
+) u ON true
+WHERE (sqlc.narg(repository)::text IS NULL AND q.repository IS NOT NULL) OR r.name = sqlc.narg(repository)::text
+ORDER BY r.name;
