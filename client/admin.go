@@ -185,3 +185,43 @@ func query(k, v string) string {
 	}
 	return "?" + url.QueryEscape(k) + "=" + url.QueryEscape(v)
 }
+
+// Quota is a repository's quota and usage (docs/quotas.md). A zero max
+// sets no limit on that measure.
+type Quota struct {
+	Repository string     `json:"repository"`
+	MaxBytes   int64      `json:"max_bytes"`
+	MaxBlobs   int64      `json:"max_blobs"`
+	UsedBytes  int64      `json:"used_bytes"`
+	UsedBlobs  int64      `json:"used_blobs"`
+	SetBy      string     `json:"set_by,omitempty"`
+	SetAt      *time.Time `json:"set_at,omitempty"`
+}
+
+// Quotas lists the quotas of the repositories the token administers.
+func (a *API) Quotas(ctx context.Context) ([]Quota, error) {
+	var body struct {
+		Quotas []Quota `json:"quotas"`
+	}
+	return body.Quotas, a.getJSON(ctx, "/v1/admin/quotas", &body)
+}
+
+// RepositoryQuota is repo's quota and usage (admin on repo).
+func (a *API) RepositoryQuota(ctx context.Context, repo string) (Quota, error) {
+	var q Quota
+	return q, a.getJSON(ctx, "/v1/admin/quotas/"+repo, &q)
+}
+
+// SetQuota sets repo's quota (*:admin): at least one of maxBytes and
+// maxBlobs positive, 0 for no limit on that measure.
+func (a *API) SetQuota(ctx context.Context, repo string, maxBytes, maxBlobs int64) (Quota, error) {
+	var q Quota
+	_, err := a.sendJSON(ctx, http.MethodPut, "/v1/admin/quotas/"+repo, map[string]int64{"max_bytes": maxBytes, "max_blobs": maxBlobs}, &q, http.StatusOK)
+	return q, err
+}
+
+// ClearQuota removes repo's quota (*:admin).
+func (a *API) ClearQuota(ctx context.Context, repo string) error {
+	_, err := a.call(ctx, adminDelete("/v1/admin/quotas/"+repo), nil, http.StatusNoContent)
+	return err
+}

@@ -21,8 +21,9 @@ type QuotaAdmin interface {
 	// SetRepositoryQuota sets repository's quota as principal. Errors:
 	// invalid, not_found (no such repository).
 	SetRepositoryQuota(ctx context.Context, repository string, limit quota.Limit, principal string) (store.RepositoryQuota, error)
-	// ClearRepositoryQuota removes it; clearing none succeeds.
-	ClearRepositoryQuota(ctx context.Context, repository string) error
+	// ClearRepositoryQuota removes it, and says whether the home applied
+	// the change; clearing none succeeds.
+	ClearRepositoryQuota(ctx context.Context, repository string) (bool, error)
 	// RepositoryQuota is one repository's quota and usage. Errors:
 	// not_found.
 	RepositoryQuota(ctx context.Context, repository string) (store.RepositoryQuota, error)
@@ -40,6 +41,10 @@ type QuotaJSON struct {
 	UsedBlobs  int64      `json:"used_blobs"`
 	SetBy      string     `json:"set_by,omitempty"`
 	SetAt      *time.Time `json:"set_at,omitempty"`
+	// Applied, in a PUT's answer: the repository's home holds the new
+	// quota, so the next upload meets it. False: the home did not apply
+	// it within 5 s (it is restoring or down); it will before it serves.
+	Applied *bool `json:"applied,omitempty"`
 }
 
 // QuotasBody is the answer of GET /v1/admin/quotas.
@@ -152,8 +157,10 @@ func (h quotaHandler) set(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, h.logger, err)
 		return
 	}
-	h.logger.InfoContext(r.Context(), "repository quota set", "repository", name, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs, "principal", p.Name)
-	WriteJSON(w, http.StatusOK, quotaJSON(q))
+	h.logger.InfoContext(r.Context(), "repository quota set", "repository", name, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs, "principal", p.Name, "applied", q.Applied)
+	j := quotaJSON(q)
+	j.Applied = &q.Applied
+	WriteJSON(w, http.StatusOK, j)
 }
 
 func (h quotaHandler) clear(w http.ResponseWriter, r *http.Request) {
@@ -161,11 +168,12 @@ func (h quotaHandler) clear(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := h.store.ClearRepositoryQuota(r.Context(), name); err != nil {
+	applied, err := h.store.ClearRepositoryQuota(r.Context(), name)
+	if err != nil {
 		WriteError(w, r, h.logger, err)
 		return
 	}
 	p, _ := PrincipalOf(r.Context())
-	h.logger.InfoContext(r.Context(), "repository quota cleared", "repository", name, "principal", p.Name)
+	h.logger.InfoContext(r.Context(), "repository quota cleared", "repository", name, "principal", p.Name, "applied", applied)
 	w.WriteHeader(http.StatusNoContent)
 }

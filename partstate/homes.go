@@ -25,6 +25,7 @@ type Ledger interface {
 	Restarter
 	Pointers
 	ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error)
+	ReportJournalApplied(ctx context.Context, partition string, generation int64, epoch, lsn uint64) error
 }
 
 // Homes holds the quota state of every partition this node is the home
@@ -146,6 +147,7 @@ func (hs *Homes) run(h *home) {
 		return
 	}
 	hs.Metrics.restored(h.p, time.Since(start))
+	hs.reportQuotas(h)
 	hs.wake()
 	tick := time.NewTicker(cmp(hs.Tick, time.Second))
 	defer tick.Stop()
@@ -190,7 +192,20 @@ func (hs *Homes) catchUp(h *home) {
 	for _, release := range done {
 		release()
 	}
+	hs.reportQuotas(h)
 	hs.Metrics.caughtUp(h.p)
+}
+
+// reportQuotas tells the admins waiting on a quota change that h applied
+// it (store.SetRepositoryQuota waits for the report).
+func (hs *Homes) reportQuotas(h *home) {
+	gen, lsn, ok := h.p.QuotaApplied()
+	if !ok {
+		return
+	}
+	if err := hs.Ledger.ReportJournalApplied(h.ctx, h.p.ID, gen, h.p.Epoch, lsn); err != nil && h.ctx.Err() == nil {
+		hs.logger().Warn("partition state: report a quota applied", "partition", h.p.ID, "err", err)
+	}
 }
 
 // checkpoint writes h's checkpoint and seals what it covers.

@@ -78,6 +78,7 @@ type Partition struct {
 	fed         int           // records fed since the restore began
 	fellBack    bool          // the named checkpoint could not be restored
 	restarted   bool          // the journal was restarted from the ledger
+	quotaSeen   bool          // a quota record was applied since the last report
 	caught      chan struct{} // closed and replaced after each catch-up
 	// recent maps the append ids of the last records applied to their
 	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
@@ -198,6 +199,18 @@ func (p *Partition) Restored() (fed int, fellBack bool) {
 	return p.fed, p.fellBack
 }
 
+// QuotaApplied reports, once, that a quota record was applied since the
+// last report: the generation and the LSN applied.
+func (p *Partition) QuotaApplied() (generation int64, lsn uint64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.quotaSeen || p.replay == nil {
+		return 0, 0, false
+	}
+	p.quotaSeen = false
+	return p.generation, p.replay.LSN(), true
+}
+
 // Restarted says whether the last restore restarted the journal from the
 // ledger.
 func (p *Partition) Restarted() bool {
@@ -271,6 +284,9 @@ func (p *Partition) apply(ctx context.Context, recs []store.JournalEntry) error 
 		r, err := quota.Decode(jr.Payload)
 		if err == nil {
 			err = p.state.Apply(r)
+		}
+		if err == nil && r.Op == quota.SetQuota {
+			p.quotaSeen = true
 		}
 		if err != nil {
 			p.quarantined++

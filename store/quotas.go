@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/blobplane/blobplane"
@@ -20,7 +22,15 @@ type RepositoryQuota struct {
 	SetBy      string
 	SetAt      time.Time // zero without a quota
 	Usage      quota.Usage
+	// Applied, on a change's answer: the repository's home holds the
+	// change (false: it did not apply it within QuotaApplyWait; it will
+	// when it serves again).
+	Applied bool
 }
+
+// QuotaApplyWait bounds how long a quota change waits for its home to
+// apply it.
+const QuotaApplyWait = 5 * time.Second
 
 // SetRepositoryQuota sets repository's quota to limit (a zero field: no
 // limit on that measure) on behalf of by. Its home holds it from the
@@ -38,24 +48,84 @@ func (s *Store) SetRepositoryQuota(ctx context.Context, repository string, limit
 	if by == "" {
 		by = "admin"
 	}
-	if _, err := s.q.SetRepositoryQuota(ctx, s.pool, dbsqlc.SetRepositoryQuotaParams{Repository: repository, MaxBytes: limit.Bytes, MaxBlobs: limit.Blobs, SetBy: by}); err != nil {
-		if err := dbErr("set repository quota", err); blobplane.ErrorCode(err) == blobplane.CodeNotFound {
-			return RepositoryQuota{}, blobplane.Errorf(blobplane.CodeNotFound, "no repository %s", repository)
-		} else {
-			return RepositoryQuota{}, err
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := s.q.SetRepositoryQuota(ctx, tx, dbsqlc.SetRepositoryQuotaParams{Repository: repository, MaxBytes: limit.Bytes, MaxBlobs: limit.Blobs, SetBy: by}); err != nil {
+			return err
 		}
+		var err error
+		id, err = s.q.QuotaAppendID(ctx, tx)
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RepositoryQuota{}, blobplane.Errorf(blobplane.CodeNotFound, "no repository %s", repository)
 	}
-	return s.RepositoryQuota(ctx, repository)
+	if err != nil {
+		return RepositoryQuota{}, dbErr("set repository quota", err)
+	}
+	applied, err := s.waitQuotaApplied(ctx, id)
+	if err != nil {
+		return RepositoryQuota{}, err
+	}
+	q, err := s.RepositoryQuota(ctx, repository)
+	q.Applied = applied
+	return q, err
 }
 
-// ClearRepositoryQuota removes repository's quota; clearing none
-// succeeds. Errors: invalid.
-func (s *Store) ClearRepositoryQuota(ctx context.Context, repository string) error {
-	if err := auth.CheckRepository(repository); err != nil {
-		return err
+// waitQuotaApplied waits, up to QuotaApplyWait, until the home applied
+// the journal record id (read-your-writes for an admin's quota change:
+// the next upload meets it). id 0 (no journal holds the repository yet:
+// its home will bootstrap it from the table) is applied.
+func (s *Store) waitQuotaApplied(ctx context.Context, id int64) (bool, error) {
+	if id == 0 {
+		return true, nil
 	}
-	_, err := s.q.ClearRepositoryQuota(ctx, s.pool, repository)
-	return dbErr("clear repository quota", err)
+	ctx, cancel := context.WithTimeout(ctx, QuotaApplyWait)
+	defer cancel()
+	for {
+		ok, err := s.q.QuotaRecordApplied(ctx, s.pool, id)
+		if err == nil && ok {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			if context.Cause(ctx) == context.DeadlineExceeded {
+				return false, nil
+			}
+			return false, dbErr("wait for the quota's home", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ClearRepositoryQuota removes repository's quota, and says whether its
+// home applied the change (as SetRepositoryQuota); clearing none
+// succeeds. Errors: invalid.
+func (s *Store) ClearRepositoryQuota(ctx context.Context, repository string) (bool, error) {
+	if err := auth.CheckRepository(repository); err != nil {
+		return false, err
+	}
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := s.q.ClearRepositoryQuota(ctx, tx, repository); err != nil {
+			return err
+		}
+		var err error
+		id, err = s.q.QuotaAppendID(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return false, dbErr("clear repository quota", err)
+	}
+	return s.waitQuotaApplied(ctx, id)
+}
+
+// ReportJournalApplied records that partition's primary at epoch applied
+// its journal up to lsn of generation (after a quota record), for the
+// admins waiting on a quota change.
+func (s *Store) ReportJournalApplied(ctx context.Context, partition string, generation int64, epoch, lsn uint64) error {
+	err := s.q.ReportJournalApplied(ctx, s.pool, dbsqlc.ReportJournalAppliedParams{PartitionID: partition, Generation: generation, Epoch: int64(epoch), AppliedLsn: int64(lsn)})
+	return dbErr("report journal applied", err)
 }
 
 // RepositoryQuota is repository's quota and usage. Errors: invalid,

@@ -18,6 +18,7 @@ import (
 const adminUsage = `usage: blobctl admin tokens list [--principal P] | create --principal P --grant G [--grant G...] | revoke ID
        blobctl admin grants list [--principal P] | add --principal P --grant G... | remove --principal P --grant G...
        blobctl admin repos list | create NAME | delete NAME
+       blobctl admin quotas list | show REPO | set REPO [--max-bytes SIZE] [--max-blobs N] | clear REPO
        blobctl admin obliterate DIGEST --reason R | blobctl admin obliterate status DIGEST
        blobctl admin takeover --partition P --node N --reason R [--endpoint HOST:PORT]
        blobctl admin plan [show] | blobctl admin plan apply [--override-reason R] [--wait 1m]`
@@ -34,6 +35,10 @@ var adminVerbs = map[string]func(ctx context.Context, s *session, a *client.API,
 	"repos list":        reposList,
 	"repos create":      reposChange,
 	"repos delete":      reposChange,
+	"quotas list":       quotasList,
+	"quotas show":       quotaShow,
+	"quotas set":        quotaSet,
+	"quotas clear":      quotaClear,
 	"obliterate":        obliterate,
 	"obliterate status": obliterationStatus,
 	"takeover":          takeover,
@@ -217,6 +222,88 @@ func reposChange(ctx context.Context, s *session, a *client.API, args []string) 
 		return err
 	}
 	return s.emit(map[string]string{verb: pos[0]}, func(w io.Writer) { fmt.Fprintf(w, "%s repository %s\n", verb, pos[0]) })
+}
+
+func quotasList(ctx context.Context, s *session, a *client.API, args []string) error {
+	if _, err := s.parse(s.flags(), args, 0, "usage: blobctl admin quotas list"); err != nil {
+		return err
+	}
+	qs, err := a.Quotas(ctx)
+	if err != nil {
+		return err
+	}
+	return s.emit(map[string]any{"quotas": qs}, func(w io.Writer) { quotaTable(w, qs) })
+}
+
+// quotaTable prints quotas with their usage; "-" is no limit.
+func quotaTable(w io.Writer, qs []client.Quota) {
+	limit := func(n int64) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprint(n)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPOSITORY\tUSED BYTES\tMAX BYTES\tUSED BLOBS\tMAX BLOBS\tSET BY\tSET AT")
+	for _, q := range qs {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", q.Repository, q.UsedBytes, limit(q.MaxBytes), q.UsedBlobs, limit(q.MaxBlobs), cmpOr(q.SetBy, "-"), stamp(q.SetAt))
+	}
+	_ = tw.Flush()
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func quotaShow(ctx context.Context, s *session, a *client.API, args []string) error {
+	pos, err := s.parse(s.flags(), args, 1, "usage: blobctl admin quotas show REPO")
+	if err != nil {
+		return err
+	}
+	q, err := a.RepositoryQuota(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	return s.emit(q, func(w io.Writer) { quotaTable(w, []client.Quota{q}) })
+}
+
+func quotaSet(ctx context.Context, s *session, a *client.API, args []string) error {
+	const use = "usage: blobctl admin quotas set REPO [--max-bytes SIZE] [--max-blobs N] (at least one)"
+	fs := s.flags()
+	maxBytes := fs.String("max-bytes", "", "most bytes the repository may reference: 4096, 512MiB, 10GiB, 2TiB")
+	maxBlobs := fs.Int64("max-blobs", 0, "most distinct blobs the repository may reference")
+	pos, err := s.parse(fs, args, 1, use)
+	if err != nil {
+		return err
+	}
+	var b int64
+	if *maxBytes != "" {
+		if b, err = parseSize(*maxBytes); err != nil {
+			return cli.Usagef("--max-bytes: %v; %s", err, use)
+		}
+	}
+	if b == 0 && *maxBlobs <= 0 {
+		return cli.Usagef("%s", use)
+	}
+	q, err := a.SetQuota(ctx, pos[0], b, *maxBlobs)
+	if err != nil {
+		return err
+	}
+	return s.emit(q, func(w io.Writer) { quotaTable(w, []client.Quota{q}) })
+}
+
+func quotaClear(ctx context.Context, s *session, a *client.API, args []string) error {
+	pos, err := s.parse(s.flags(), args, 1, "usage: blobctl admin quotas clear REPO")
+	if err != nil {
+		return err
+	}
+	if err := a.ClearQuota(ctx, pos[0]); err != nil {
+		return err
+	}
+	return s.emit(map[string]string{"cleared": pos[0]}, func(w io.Writer) { fmt.Fprintf(w, "cleared the quota of %s\n", pos[0]) })
 }
 
 func obliterate(ctx context.Context, s *session, a *client.API, args []string) error {

@@ -293,12 +293,12 @@ func operation(ctx context.Context, s *session, args []string) error {
 	})
 }
 
-// parseSize reads "16MiB", "512KiB", "1GiB", "4096".
+// parseSize reads "16MiB", "512KiB", "1GiB", "2TiB", "4096".
 func parseSize(v string) (int64, error) {
 	units := []struct {
 		suffix string
 		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}, {"", 1}}
 	for _, u := range units {
 		if n, ok := strings.CutSuffix(v, u.suffix); ok {
 			var x int64

@@ -23,6 +23,7 @@ import (
 
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/internal/cli"
+	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/internal/testnode"
 )
 
@@ -610,6 +611,25 @@ func TestAdminVerbs(t *testing.T) {
 		t.Fatalf("deleting a repository holding a blob: %s", e)
 	}
 	root.ok("stat", "team/full@"+d)
+
+	// Quotas (issue 33): set, shown with the ledger's usage, enforced at
+	// the home (the push refused with DENIED naming the quota), cleared.
+	root.ok("admin", "quotas", "set", "team/full", "--max-bytes", "6KiB")
+	var q client.Quota
+	root.okJSON(&q, "admin", "quotas", "show", "team/full")
+	if q.MaxBytes != 6<<10 || q.UsedBytes != 4096 || q.UsedBlobs != 1 || q.SetBy != "root" {
+		t.Fatalf("quotas show: %+v", q)
+	}
+	if out := root.ok("admin", "quotas", "list"); !strings.Contains(out, "team/full") || !strings.Contains(out, "6144") {
+		t.Fatalf("quotas list: %s", out)
+	}
+	root.fails(cli.ExitConfig, "admin", "quotas", "set", "team/full")
+	more, _, _ := randomFile(t, 4096)
+	if e := root.fails(cli.ExitError, "push", more, "team/full"); !strings.Contains(e, "quota of 6144 bytes") {
+		t.Fatalf("a push over the quota: %s", e)
+	}
+	root.ok("admin", "quotas", "clear", "team/full")
+	root.ok("push", more, "team/full")
 
 	// Obliteration: the blob is gone for its readers.
 	var ob struct {

@@ -18,14 +18,18 @@ COMMENT ON COLUMN repository_quotas.max_blobs IS 'Most distinct blobs the reposi
 COMMENT ON COLUMN repository_quotas.set_by IS 'The principal that last set the quota.';
 COMMENT ON COLUMN repository_quotas.set_at IS 'When the quota was last set (database clock).';
 
+ALTER TABLE partition_journal_heads ADD COLUMN applied_lsn bigint NOT NULL DEFAULT 0 CHECK (applied_lsn >= 0);
+COMMENT ON COLUMN partition_journal_heads.applied_lsn IS 'The LSN of this generation the primary''s state last reported applied after a quota record: an admin''s quota change waits for it (read-your-writes, R107).';
+
 -- One append path for the triggers: @record, about @repository, to the
 -- journal of the partition whose head's slots hold the repository's slot
 -- (nothing when no journal holds it). The lease row is key-share-locked,
 -- so a claim of a higher epoch waits for the writing transaction.
 -- +goose StatementBegin
-CREATE FUNCTION blobplane_journal(p_repository text, p_record jsonb) RETURNS void
+CREATE FUNCTION blobplane_journal(p_repository text, p_record jsonb) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_id    bigint;
     v_bits  integer;
     v_part  text;
     v_slot  integer;
@@ -35,22 +39,24 @@ BEGIN
     -- slots' GiST index finds the head.
     SELECT h.slot_bits INTO v_bits FROM partition_journal_heads h LIMIT 1;
     IF v_bits IS NULL THEN
-        RETURN;
+        RETURN NULL;
     END IF;
     v_slot := blobplane_slot(p_repository, v_bits);
     SELECT h.partition_id INTO v_part FROM partition_journal_heads h
     WHERE h.slots @> v_slot AND h.slot_bits = v_bits
     LIMIT 1;
     IF v_part IS NULL THEN
-        RETURN;
+        RETURN NULL;
     END IF;
     SELECT l.epoch INTO v_epoch FROM leases l WHERE l.partition_id = v_part FOR KEY SHARE;
     INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
-    VALUES (v_part, v_epoch, 1, v_slot, convert_to(p_record::text, 'UTF8'));
+    VALUES (v_part, v_epoch, 1, v_slot, convert_to(p_record::text, 'UTF8'))
+    RETURNING append_id INTO v_id;
+    RETURN v_id;
 END
 $$;
 -- +goose StatementEnd
-COMMENT ON FUNCTION blobplane_journal(text, jsonb) IS 'Appends a quota record about a repository to the journal of the partition holding its slot, if that partition has a journal (issue 33).';
+COMMENT ON FUNCTION blobplane_journal(text, jsonb) IS 'Appends a quota record about a repository to the journal of the partition holding its slot, if that partition has a journal (issue 33), and returns its append id (NULL: no journal holds it).';
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION blob_references_journal() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -76,6 +82,7 @@ CREATE FUNCTION repository_quotas_journal() RETURNS trigger LANGUAGE plpgsql AS 
 DECLARE
     r repository_quotas;
     v_limit jsonb;
+    v_id bigint;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         r := OLD;
@@ -84,8 +91,10 @@ BEGIN
         r := NEW;
         v_limit := jsonb_build_object('bytes', r.max_bytes, 'blobs', r.max_blobs);
     END IF;
-    PERFORM blobplane_journal(r.repository, jsonb_build_object(
+    v_id := blobplane_journal(r.repository, jsonb_build_object(
         'v', 1, 'op', 'quota', 'repository', r.repository, 'limit', v_limit));
+    -- The writer waits for its home to apply this record (StoreQuota).
+    PERFORM set_config('blobplane.quota_append_id', coalesce(v_id, 0)::text, true);
     RETURN NULL;
 END
 $$;
@@ -131,3 +140,4 @@ $$;
 -- +goose StatementEnd
 DROP FUNCTION blobplane_journal(text, jsonb);
 DROP TABLE repository_quotas;
+ALTER TABLE partition_journal_heads DROP COLUMN applied_lsn;

@@ -68,7 +68,7 @@ WHERE h.partition_id <> @partition_id AND h.slots && CAST(CAST(@slots AS text) A
 -- missing from this node's archive): LSNs restart at 1, only while
 -- @epoch may hold the head.
 UPDATE partition_journal_heads h
-SET generation = h.generation + 1, next_lsn = 1, epoch = @epoch, slot_bits = @slot_bits,
+SET generation = h.generation + 1, next_lsn = 1, applied_lsn = 0, epoch = @epoch, slot_bits = @slot_bits,
     slots = CAST(CAST(@slots AS text) AS int4multirange), updated_at = now()
 WHERE h.partition_id = @partition_id AND h.epoch <= @epoch
 RETURNING h.generation, h.next_lsn;
@@ -153,3 +153,10 @@ WHERE partition_id = @partition_id AND generation = @generation::bigint;
 -- object holds them.
 DELETE FROM partition_journal
 WHERE partition_id = @partition_id AND generation = @generation::bigint AND lsn <= @upto_lsn::bigint;
+
+-- name: ReportJournalApplied :exec
+-- The primary at @epoch reports the LSN its state applied (after a quota
+-- record), for admins waiting on a quota change.
+UPDATE partition_journal_heads
+SET applied_lsn = GREATEST(applied_lsn, @applied_lsn::bigint)
+WHERE partition_id = @partition_id AND generation = @generation::bigint AND epoch = @epoch;

@@ -12,6 +12,21 @@ RETURNING repository, max_bytes, max_blobs, set_by, set_at;
 -- name: ClearRepositoryQuota :execrows
 DELETE FROM repository_quotas WHERE repository = @repository;
 
+-- name: QuotaAppendID :one
+-- The append id of the journal record the last quota write of this
+-- transaction made (0: no journal holds the repository).
+SELECT coalesce(nullif(current_setting('blobplane.quota_append_id', true), ''), '0')::bigint AS append_id;
+
+-- name: QuotaRecordApplied :one
+-- Whether the home applied the journal record @append_id: sequenced, and
+-- at or below the LSN its primary reported applied in the same
+-- generation; a record trimmed away (sealed after a checkpoint) was.
+SELECT coalesce((
+    SELECT j.lsn IS NOT NULL AND h.generation = j.generation AND h.applied_lsn >= j.lsn
+    FROM partition_journal j JOIN partition_journal_heads h ON h.partition_id = j.partition_id
+    WHERE j.append_id = @append_id
+), true)::boolean AS applied;
+
 -- name: RepositoryUsage :many
 -- Repositories (all with a quota, or @repository) with their quota and the
 -- usage the ledger holds: each distinct digest referenced once.

@@ -375,9 +375,34 @@ func (q *Queries) ReadJournal(ctx context.Context, db DBTX, arg ReadJournalParam
 	return items, nil
 }
 
+const reportJournalApplied = `-- name: ReportJournalApplied :exec
+UPDATE partition_journal_heads
+SET applied_lsn = GREATEST(applied_lsn, $1::bigint)
+WHERE partition_id = $2 AND generation = $3::bigint AND epoch = $4
+`
+
+type ReportJournalAppliedParams struct {
+	AppliedLsn  int64
+	PartitionID string
+	Generation  int64
+	Epoch       int64
+}
+
+// The primary at @epoch reports the LSN its state applied (after a quota
+// record), for admins waiting on a quota change.
+func (q *Queries) ReportJournalApplied(ctx context.Context, db DBTX, arg ReportJournalAppliedParams) error {
+	_, err := db.Exec(ctx, reportJournalApplied,
+		arg.AppliedLsn,
+		arg.PartitionID,
+		arg.Generation,
+		arg.Epoch,
+	)
+	return err
+}
+
 const restartJournalHead = `-- name: RestartJournalHead :one
 UPDATE partition_journal_heads h
-SET generation = h.generation + 1, next_lsn = 1, epoch = $1, slot_bits = $2,
+SET generation = h.generation + 1, next_lsn = 1, applied_lsn = 0, epoch = $1, slot_bits = $2,
     slots = CAST(CAST($3 AS text) AS int4multirange), updated_at = now()
 WHERE h.partition_id = $4 AND h.epoch <= $1
 RETURNING h.generation, h.next_lsn

@@ -474,6 +474,8 @@ type PartitionJournalHead struct {
 	Slots pgtype.Multirange[pgtype.Range[pgtype.Int4]]
 	// Last sequencing or fence, by the database clock.
 	UpdatedAt pgtype.Timestamptz
+	// The LSN of this generation the primary's state last reported applied after a quota record: an admin's quota change waits for it (read-your-writes, R107).
+	AppliedLsn int64
 }
 
 // Every published partition map version (ZBP-5 R5-R9), kept and addressable so that a client holding an old version can be answered with a delta. Versions strictly increase and are never reused (R6); rows are immutable. Each insert notifies channel blobplane_map with the version.

@@ -23,6 +23,37 @@ func (q *Queries) ClearRepositoryQuota(ctx context.Context, db DBTX, repository 
 	return result.RowsAffected(), nil
 }
 
+const quotaAppendID = `-- name: QuotaAppendID :one
+SELECT coalesce(nullif(current_setting('blobplane.quota_append_id', true), ''), '0')::bigint AS append_id
+`
+
+// The append id of the journal record the last quota write of this
+// transaction made (0: no journal holds the repository).
+func (q *Queries) QuotaAppendID(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, quotaAppendID)
+	var append_id int64
+	err := row.Scan(&append_id)
+	return append_id, err
+}
+
+const quotaRecordApplied = `-- name: QuotaRecordApplied :one
+SELECT coalesce((
+    SELECT j.lsn IS NOT NULL AND h.generation = j.generation AND h.applied_lsn >= j.lsn
+    FROM partition_journal j JOIN partition_journal_heads h ON h.partition_id = j.partition_id
+    WHERE j.append_id = $1
+), true)::boolean AS applied
+`
+
+// Whether the home applied the journal record @append_id: sequenced, and
+// at or below the LSN its primary reported applied in the same
+// generation; a record trimmed away (sealed after a checkpoint) was.
+func (q *Queries) QuotaRecordApplied(ctx context.Context, db DBTX, appendID int64) (bool, error) {
+	row := db.QueryRow(ctx, quotaRecordApplied, appendID)
+	var applied bool
+	err := row.Scan(&applied)
+	return applied, err
+}
+
 const repositoryUsage = `-- name: RepositoryUsage :many
 SELECT r.name AS repository,
        coalesce(q.max_bytes, 0)::bigint AS max_bytes, coalesce(q.max_blobs, 0)::bigint AS max_blobs,
