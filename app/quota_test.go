@@ -79,7 +79,6 @@ func (q quotaClient) push(token, repo string, content []byte, monolithic bool) (
 
 func blobOf(n int, fill byte) []byte { return bytes.Repeat([]byte{fill}, n) }
 
-
 // denied checks an OCI DENIED answer naming the quota.
 func denied(t *testing.T, what string, status int, body, names string) {
 	t.Helper()

@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/internal/cli"
-	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/internal/testnode"
 )
 
