@@ -228,7 +228,7 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	// repositories' quota state, restored from its journal before the
 	// partition serves; checkpoints and segments go to the upload
 	// backend's archive.
-	var prepare func(context.Context, string, uint64) bool
+	var prepare func(context.Context, string, uint64, int, []authority.SlotRange) bool
 	if len(a.backends.Order) > 0 {
 		a.homes = &partstate.Homes{Ledger: st, Node: cfg.NodeID, Archive: a.backends.ByName[a.backends.Order[0]],
 			Logger: logger.With("service", "partition_state")}

@@ -75,10 +75,10 @@ type home struct {
 }
 
 // Prepare is the keeper's readiness hook (keeper.Config.Prepare): it
-// starts restoring partition's state at epoch (once) under ctx, the
-// lease's context, and reports whether it is restored. A partition the
-// map does not list carries no quota state and is ready at once.
-func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64) bool {
+// starts restoring partition's state at epoch over slots (once) under
+// ctx, the lease's context, and reports whether it is restored. A
+// partition without slots carries no quota state and is ready at once.
+func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64, bits int, slots []authority.SlotRange) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if hs.homes == nil {
@@ -94,8 +94,7 @@ func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64) bo
 			return false
 		}
 	}
-	bits, slots, ok := hs.slotsOf(partition)
-	if !ok {
+	if len(slots) == 0 {
 		return true
 	}
 	p := New(hs.Ledger, partition, epoch, bits, slots, hs.Logger)
@@ -352,6 +351,11 @@ type Metrics struct {
 	restarts    prometheus.Counter
 	checkpoints prometheus.Counter
 	denials     *prometheus.CounterVec
+	// used and limit are per repository with a quota, exported by its
+	// home; shown holds the repositories each partition exported.
+	used, limit *prometheus.GaugeVec
+	mu          sync.Mutex
+	shown       map[string]map[string]bool
 }
 
 // NewMetrics registers the homes' metrics with reg.
@@ -369,8 +373,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Quota state checkpoints written by this node's homes."}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "blobplane_quota_denials_total",
 			Help: "Publications refused because they would exceed a repository's quota, by measure (bytes, blobs)."}, []string{"measure"}),
+		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_used",
+			Help: "What a repository with a quota holds, by measure (bytes, blobs), as its home's state has it: exported by the home only."}, []string{"repository", "measure"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_limit",
+			Help: "A repository's quota by measure (bytes, blobs; 0: no limit on it), exported by its home only."}, []string{"repository", "measure"}),
+		shown: map[string]map[string]bool{},
 	}
-	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.denials)
+	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.denials, m.used, m.limit)
 	return m
 }
 
@@ -391,6 +400,30 @@ func (m *Metrics) caughtUp(p *Partition) {
 	}
 	m.lsn.WithLabelValues(p.ID).Set(float64(p.LSN()))
 	m.quarantined.WithLabelValues(p.ID).Set(float64(p.Quarantined()))
+	now := map[string]bool{}
+	p.Limited(func(repo string, u quota.Usage, l quota.Limit) {
+		now[repo] = true
+		m.used.WithLabelValues(repo, "bytes").Set(float64(u.Bytes))
+		m.used.WithLabelValues(repo, "blobs").Set(float64(u.Blobs))
+		m.limit.WithLabelValues(repo, "bytes").Set(float64(l.Bytes))
+		m.limit.WithLabelValues(repo, "blobs").Set(float64(l.Blobs))
+	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for repo := range m.shown[p.ID] {
+		if !now[repo] {
+			m.unshow(repo)
+		}
+	}
+	m.shown[p.ID] = now
+}
+
+// unshow drops repo's gauges. Called with m.mu held.
+func (m *Metrics) unshow(repo string) {
+	for _, measure := range []string{"bytes", "blobs"} {
+		m.used.DeleteLabelValues(repo, measure)
+		m.limit.DeleteLabelValues(repo, measure)
+	}
 }
 
 func (m *Metrics) checkpointed(*Partition) {
@@ -411,4 +444,10 @@ func (m *Metrics) forget(partition string) {
 	}
 	m.lsn.DeleteLabelValues(partition)
 	m.quarantined.DeleteLabelValues(partition)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for repo := range m.shown[partition] {
+		m.unshow(repo)
+	}
+	delete(m.shown, partition)
 }

@@ -424,6 +424,14 @@ func (p *Partition) Reserve(repo string, size int64) (release func(), err error)
 	}, nil
 }
 
+// Limited calls f for each repository of the partition with a quota,
+// with its committed usage, under the state's lock (f must not call back).
+func (p *Partition) Limited(f func(repo string, u quota.Usage, l quota.Limit)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.state.Limited(f)
+}
+
 // Snapshot returns a copy of the state (for a checkpoint or a test).
 func (p *Partition) Snapshot(slotBits int) []byte {
 	p.mu.Lock()

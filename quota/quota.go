@@ -182,6 +182,13 @@ func (s *State) Apply(r Record) error {
 // Usage is repo's usage.
 func (s *State) Usage(repo string) Usage { return s.usage[repo] }
 
+// Limited calls f for each repository with a quota, in no order.
+func (s *State) Limited(f func(repo string, u Usage, l Limit)) {
+	for repo, l := range s.limits {
+		f(repo, s.usage[repo], l)
+	}
+}
+
 // Limit is repo's quota (zero: none).
 func (s *State) Limit(repo string) Limit { return s.limits[repo] }
 

@@ -3,6 +3,7 @@ package upload
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -143,6 +144,12 @@ func (f *Flow) FinalizeAtHome(ctx context.Context, home Home, repo, op string) (
 	if in.State == IntentAdmitted {
 		o, err := f.store.Outcome(ctx, op)
 		return o, false, err
+	}
+	if in.State == IntentAbandoned {
+		// Refused (by its repository's quota, say) or reaped: never
+		// published, and no admission is asked for it.
+		return Outcome{}, false, &blobplane.Error{Code: blobplane.CodeConflict, Op: "finalize", Err: ErrIntentClosed,
+			Message: fmt.Sprintf("upload %s was abandoned; it can no longer publish", TruncateID(op))}
 	}
 	if in.State == IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == SizeUnknown) {
 		return Outcome{}, false, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op)

@@ -97,7 +97,10 @@ type Config struct {
 	// lease is held and renewed but the partition does not serve. It
 	// calls Notify when a restore ends, so serving does not wait for the
 	// next renewal.
-	Prepare func(ctx context.Context, partition string, epoch uint64) bool
+	// slotBits and slots are the partition's: from the map, or for a
+	// split or merge child not yet in it, from its handoff (none: the
+	// partition is in neither).
+	Prepare func(ctx context.Context, partition string, epoch uint64, slotBits int, slots []authority.SlotRange) bool
 }
 
 // DefaultTiming is the lease timing used unless configured otherwise:
@@ -756,8 +759,30 @@ func (k *Keeper) keep(ctx context.Context, id string, to authority.Handoff) {
 		k.cfg.Logger.Info("acquired partition lease", "partition", id, "epoch", rec.Epoch, "first_since_start", first)
 	}
 	if needServing {
-		k.serve(ctx, id, rec.Epoch, leaseCtx)
+		k.serve(ctx, id, rec.Epoch, leaseCtx, to)
 	}
+}
+
+// slotsOf is partition id's slot bits and ranges: a split or merge
+// child's from its handoff to (the map names it only once every child is
+// ready, R79), anyone else's from the current map.
+func (k *Keeper) slotsOf(id string, to authority.Handoff) (int, []authority.SlotRange) {
+	vm := k.Map()
+	if vm == nil {
+		return 0, nil
+	}
+	bits := vm.Map().SlotBits
+	for _, c := range to.Children {
+		if c.ID == id {
+			return bits, c.Slots
+		}
+	}
+	for _, p := range vm.Map().Partitions {
+		if p.ID == id {
+			return bits, p.Slots
+		}
+	}
+	return bits, nil
 }
 
 // serve moves a held partition to SERVING at epoch once its state is
@@ -765,9 +790,11 @@ func (k *Keeper) keep(ctx context.Context, id string, to authority.Handoff) {
 // quota state is restored from its journal (Config.Prepare) before the
 // partition serves. Holding and serving are separate steps (R23),
 // recorded on the lease row.
-func (k *Keeper) serve(ctx context.Context, id string, epoch uint64, leaseCtx context.Context) {
-	if k.cfg.Prepare != nil && !k.cfg.Prepare(leaseCtx, id, epoch) {
-		return
+func (k *Keeper) serve(ctx context.Context, id string, epoch uint64, leaseCtx context.Context, to authority.Handoff) {
+	if k.cfg.Prepare != nil {
+		if bits, slots := k.slotsOf(id, to); !k.cfg.Prepare(leaseCtx, id, epoch, bits, slots) {
+			return
+		}
 	}
 	if err := k.store.SetLeaseState(ctx, id, k.cfg.NodeID, epoch, authority.PrimaryServing); err != nil {
 		if errors.Is(err, &blobplane.Error{Code: blobplane.CodeStaleEpoch}) {

@@ -1,0 +1,475 @@
+//go:build unix
+
+package soak_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/blobplane/blobplane/quota"
+)
+
+// Issue 33's soak: repository quotas hold while the homes holding them
+// are killed (SIGKILL) and hand off (SIGTERM), under concurrent uploads
+// and deletes into repositories sharing content, through an ingress that
+// is no repository's home (forwards, and 202s published later by the
+// finalize jobs). No repository ever holds more than its quota plus one
+// blob in flight: checked against Postgres while the load runs, and over
+// every state the journal records; at the end each home's state (its
+// metrics) equals the usage recomputed by SQL.
+
+const (
+	quotaBytes   = 48 << 10 // per repository
+	quotaBlobMax = 4 << 10  // the largest blob: "one in-flight blob"
+)
+
+// quotaLoad uploads blobs of a shared pool into the repositories and
+// deletes some, through one entry node.
+type quotaLoad struct {
+	c     *moveCluster
+	entry string
+	repos []string
+	pool  [][]byte
+
+	mu      sync.Mutex
+	answers map[string]int // "POST 201", "DELETE 202", ...
+	bad     []string
+}
+
+func (l *quotaLoad) run(ctx context.Context, workers int) (wait func()) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			for ctx.Err() == nil {
+				repo := l.repos[rng.IntN(len(l.repos))]
+				body := l.pool[rng.IntN(len(l.pool))]
+				if rng.IntN(4) == 0 {
+					l.send(ctx, http.MethodDelete, "/v2/"+repo+"/blobs/"+digestHex(body), nil)
+				} else {
+					l.send(ctx, http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+digestHex(body), body)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	return wg.Wait
+}
+
+// send sends one request and records its answer: a refusal by the quota
+// must be DENIED naming it; anything a client would not retry, or that
+// is not a quota's, a delete's or a publication's answer, is bad.
+func (l *quotaLoad) send(ctx context.Context, method, path string, body []byte) {
+	req, err := http.NewRequestWithContext(ctx, method, l.c.urls[l.entry]+path, bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+l.c.token)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := l.c.hc.Do(req)
+	status := 0
+	var msg []byte
+	if err == nil {
+		status = resp.StatusCode
+		msg, _ = io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.answers[fmt.Sprintf("%s %d", method, status)]++
+	switch {
+	case status == 0 || status == http.StatusServiceUnavailable || status == http.StatusMisdirectedRequest || status == http.StatusTooManyRequests:
+	case method == http.MethodPost && (status == http.StatusCreated || status == http.StatusAccepted):
+	case method == http.MethodPost && status == http.StatusForbidden:
+		if !bytes.Contains(msg, []byte(`"DENIED"`)) || !bytes.Contains(msg, []byte("over its quota of")) {
+			l.bad = append(l.bad, fmt.Sprintf("%s %s: %d %s", method, path, status, bytes.TrimSpace(msg)))
+		}
+	case method == http.MethodDelete && (status == http.StatusAccepted || status == http.StatusNotFound):
+	default:
+		l.bad = append(l.bad, fmt.Sprintf("%s %s: %d %s", method, path, status, bytes.TrimSpace(msg)))
+	}
+}
+
+func digestHex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// sqlUsage is each repository's usage as the ledger holds it.
+func sqlUsage(ctx context.Context, c *moveCluster, repos []string) (map[string]quota.Usage, error) {
+	rows, err := c.db.Query(ctx, `SELECT r.repository, coalesce(sum(b.size_bytes), 0)::bigint, count(*)
+		FROM blob_references r JOIN blobs b ON b.digest = r.digest WHERE r.repository = ANY($1) GROUP BY r.repository`, repos)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]quota.Usage{}
+	for rows.Next() {
+		var repo string
+		var u quota.Usage
+		if err := rows.Scan(&repo, &u.Bytes, &u.Blobs); err != nil {
+			return nil, err
+		}
+		out[repo] = u
+	}
+	return out, rows.Err()
+}
+
+func TestQuotasHoldThroughMoves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test")
+	}
+	c := newMoveCluster(t)
+	ctx := context.Background()
+	// Two repositories homed on api-1 (killed) and two on api-2 (handed
+	// off), by the published map.
+	ix, _ := mapIndex(t, ctx, c.hc, c.urls["api-3"], c.token)
+	perNode := map[string][]string{}
+	var repos []string
+	for i := 0; len(repos) < 4; i++ {
+		if i > 1000 {
+			t.Fatal("the map homes no two repositories on api-1 and api-2")
+		}
+		name := fmt.Sprintf("quota/r%03d", i)
+		res, err := ix.ResolveKey(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		home := res.Primary().Node
+		if (home != "api-1" && home != "api-2") || len(perNode[home]) >= 2 {
+			continue
+		}
+		if _, err := runTool(filepath.Join(filepath.Dir(c.apis["api-1"].bin), "api"), []string{"DATABASE_URL=" + c.pg.URL()}, "repo", "create", name); err != nil {
+			t.Fatal(err)
+		}
+		perNode[home] = append(perNode[home], name)
+		repos = append(repos, name)
+	}
+	for _, node := range []string{"api-1", "api-2"} {
+		for _, r := range perNode[node] {
+			if err := waitHTTP(ctx, c.apis[node], c.hc, c.urls[node]+"/v1/home/"+r, c.token, phaseBound); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, r := range repos {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.urls["api-3"]+"/v1/admin/quotas/"+r, strings.NewReader(fmt.Sprintf(`{"max_bytes": %d}`, quotaBytes)))
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got struct {
+			Applied bool `json:"applied"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &got) != nil || !got.Applied {
+			t.Fatalf("set the quota of %s: %d %s", r, resp.StatusCode, b)
+		}
+	}
+	// A pool of 40 blobs of 1-4 KiB shared by every repository: each
+	// holds at most 48 KiB of it, dedup within and across repositories.
+	l := &quotaLoad{c: c, entry: "api-3", repos: repos, answers: map[string]int{}}
+	for range 40 {
+		b := make([]byte, 1024+mrand.IntN(quotaBlobMax-1024+1))
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		l.pool = append(l.pool, b)
+	}
+
+	// The ledger, sampled while the load runs.
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	peak := map[string]quota.Usage{}
+	var samples int
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampleCtx.Err() == nil {
+			if u, err := sqlUsage(sampleCtx, c, repos); err == nil {
+				samples++
+				for r, v := range u {
+					peak[r] = quota.Usage{Bytes: max(peak[r].Bytes, v.Bytes), Blobs: max(peak[r].Blobs, v.Blobs)}
+				}
+			}
+			time.Sleep(10 * time.Millisecond) // the sampling period
+		}
+	}()
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	wait := l.run(loadCtx, 6)
+	defer func() { stopLoad(); wait() }()
+	time.Sleep(3 * time.Second) // the repositories fill up before the first fault
+
+	// kill -9 of api-1: its repositories' state is restored at the new
+	// home from the journal; SIGTERM of api-2: handed off live.
+	killed := time.Now()
+	if err := c.apis["api-1"].kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitServedAgain(t, c, perNode["api-1"], killed)
+	if err := c.startAPI(ctx, "api-1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // load against the new homes
+	p := c.apis["api-2"]
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(40 * time.Second):
+		t.Fatal("api-2 did not exit within 40s of SIGTERM")
+	}
+	waitServedAgain(t, c, perNode["api-2"], time.Now())
+	if err := c.startAPI(ctx, "api-2"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	stopLoad()
+	wait()
+	waitFinalizations(t, c)
+	stopSampling()
+	<-sampled
+
+	l.mu.Lock()
+	t.Logf("quotas: answers %v; %d ledger samples; peaks %v (quota %d bytes each)", l.answers, samples, peak, quotaBytes)
+	if len(l.bad) > 0 {
+		t.Errorf("answers a client would not expect: %d, e.g. %q", len(l.bad), l.bad[:min(3, len(l.bad))])
+	}
+	if l.answers["POST 403"] == 0 || l.answers["POST 201"] == 0 || l.answers["DELETE 202"] == 0 {
+		t.Errorf("the load did not reach the quotas, publish and delete: %v", l.answers)
+	}
+	l.mu.Unlock()
+	for r, u := range peak {
+		if u.Bytes > quotaBytes+quotaBlobMax {
+			t.Errorf("%s held %d bytes at a sample: over its quota of %d by more than one blob", r, u.Bytes, quotaBytes)
+		}
+	}
+	final, err := sqlUsage(ctx, c, repos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkJournal(t, c, repos, final)
+	checkHomesState(t, c, repos, final)
+}
+
+// waitServedAgain waits until every one of repos answers a publication
+// or a quota's refusal from a home that took it after since.
+func waitServedAgain(t *testing.T, c *moveCluster, repos []string, since time.Time) {
+	t.Helper()
+	for _, r := range repos {
+		deadline := time.Now().Add(40 * time.Second)
+		for {
+			body := make([]byte, 100)
+			_, _ = rand.Read(body)
+			req, _ := http.NewRequest(http.MethodPost, c.urls["api-3"]+"/v2/"+r+"/blobs/uploads/?digest="+digestHex(body), bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			req.Header.Set("Content-Type", "application/octet-stream")
+			resp, err := c.hc.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusForbidden {
+					t.Logf("quotas: %s answered %d by its new home %s after the fault", r, resp.StatusCode, time.Since(since).Round(time.Millisecond))
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not served again within 40s", r)
+			}
+			time.Sleep(100 * time.Millisecond) // polling the new home
+		}
+	}
+}
+
+// waitFinalizations waits until no finalize job is left to run: every
+// 202 was published or refused.
+func waitFinalizations(t *testing.T, c *moveCluster) {
+	t.Helper()
+	deadline := time.Now().Add(phaseBound)
+	for {
+		var n int
+		if err := c.db.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE kind = 'finalize' AND state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d finalize jobs still to run after %s", n, phaseBound)
+		}
+		time.Sleep(200 * time.Millisecond) // the workers' pace
+	}
+}
+
+// checkJournal replays every partition's journal (all records are still
+// in the table: no checkpoint is due in a run this short), once every
+// record is sequenced: no state it records holds a repository over its
+// quota by more than one blob, and its last equals the ledger's.
+func checkJournal(t *testing.T, c *moveCluster, repos []string, final map[string]quota.Usage) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var pending int
+		if err := c.db.QueryRow(ctx, `SELECT count(*) FROM partition_journal WHERE lsn IS NULL`).Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d journal records never sequenced", pending)
+		}
+		time.Sleep(100 * time.Millisecond) // the homes sequence once a second
+	}
+	rows, err := c.db.Query(ctx, `SELECT partition_id, generation, lsn, payload FROM partition_journal ORDER BY partition_id, generation, lsn`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	states := map[string]*quota.State{} // by partition and generation
+	watched := map[string]bool{}
+	for _, r := range repos {
+		watched[r] = true
+	}
+	records := 0
+	for rows.Next() {
+		var part string
+		var gen, lsn int64
+		var payload []byte
+		if err := rows.Scan(&part, &gen, &lsn, &payload); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := quota.Decode(payload)
+		if err != nil {
+			t.Fatalf("%s g%d lsn %d: %v", part, gen, lsn, err)
+		}
+		key := fmt.Sprintf("%s/g%d", part, gen)
+		if states[key] == nil {
+			states[key] = &quota.State{}
+		}
+		st := states[key]
+		if err := st.Apply(rec); err != nil {
+			t.Fatalf("%s lsn %d: %v", key, lsn, err)
+		}
+		if !watched[rec.Repository] {
+			continue
+		}
+		records++
+		if u := st.Usage(rec.Repository); u.Bytes > quotaBytes+quotaBlobMax {
+			t.Errorf("%s at %s lsn %d holds %d bytes: over its quota of %d by more than one blob", rec.Repository, key, lsn, u.Bytes, quotaBytes)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range repos {
+		var got quota.Usage
+		for _, st := range states {
+			got = got.Add(st.Usage(r))
+		}
+		if got != final[r] {
+			t.Errorf("%s: the journal's usage %+v, the ledger's %+v", r, got, final[r])
+		}
+	}
+	t.Logf("quotas: %d journal records of the soak's repositories replayed; final usage %v", records, final)
+}
+
+// checkHomesState compares what each repository's home holds (its
+// blobplane_repository_quota_used gauges, exported by the home only)
+// with the ledger, once the homes caught up.
+func checkHomesState(t *testing.T, c *moveCluster, repos []string, final map[string]quota.Usage) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		held := map[string]quota.Usage{}
+		homes := map[string][]string{}
+		for _, node := range c.nodeIDs() {
+			for r, u := range scrapeQuotaUsed(c, node) {
+				held[r] = u
+				homes[r] = append(homes[r], node)
+			}
+		}
+		var diff []string
+		for _, r := range repos {
+			if len(homes[r]) != 1 || held[r] != final[r] {
+				diff = append(diff, fmt.Sprintf("%s: homes %v hold %+v, the ledger %+v", r, homes[r], held[r], final[r]))
+			}
+		}
+		if len(diff) == 0 {
+			t.Logf("quotas: every home's state equals the ledger: %v", held)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the homes' state after 30s: %s", strings.Join(diff, "; "))
+		}
+		time.Sleep(200 * time.Millisecond) // the homes catch up once a second
+	}
+}
+
+// scrapeQuotaUsed reads node's blobplane_repository_quota_used gauges.
+func scrapeQuotaUsed(c *moveCluster, node string) map[string]quota.Usage {
+	out := map[string]quota.Usage{}
+	resp, err := c.hc.Get(c.urls[node] + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "blobplane_repository_quota_used{") {
+			continue
+		}
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "blobplane_repository_quota_used{"), "} ")
+		if !ok {
+			continue
+		}
+		var repo, measure string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			v, _ = strconv.Unquote(v)
+			switch k {
+			case "repository":
+				repo = v
+			case "measure":
+				measure = v
+			}
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		u := out[repo]
+		if measure == "bytes" {
+			u.Bytes = int64(n)
+		} else {
+			u.Blobs = int64(n)
+		}
+		out[repo] = u
+	}
+	return out
+}
