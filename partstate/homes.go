@@ -1,6 +1,7 @@
 package partstate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -148,7 +149,7 @@ func (hs *Homes) run(h *home) {
 	hs.Metrics.restored(h.p, time.Since(start))
 	hs.reportQuotas(h)
 	hs.wake()
-	tick := time.NewTicker(cmp(hs.Tick, time.Second))
+	tick := time.NewTicker(cmp.Or(hs.Tick, time.Second))
 	defer tick.Stop()
 	checkpointed, last := h.p.LSN(), time.Now()
 	for {
@@ -162,7 +163,7 @@ func (hs *Homes) run(h *home) {
 		hs.catchUp(h)
 		lsn := h.p.LSN()
 		if hs.Archive != nil && lsn > checkpointed &&
-			(lsn-checkpointed >= cmp(hs.CheckpointEvery, 100_000) || time.Since(last) >= cmp(hs.CheckpointInterval, 10*time.Minute)) {
+			(lsn-checkpointed >= cmp.Or(hs.CheckpointEvery, 100_000) || time.Since(last) >= cmp.Or(hs.CheckpointInterval, 10*time.Minute)) {
 			if hs.checkpoint(h) {
 				checkpointed, last = lsn, time.Now()
 			}
@@ -218,6 +219,9 @@ func (hs *Homes) checkpoint(h *home) bool {
 	}
 	if lsn, ok := checkpointLSN(name); ok {
 		_, err = h.p.Seal(h.ctx, hs.Archive, hs.Ledger, lsn)
+	}
+	if err == nil {
+		_, err = h.p.Prune(h.ctx, hs.Archive)
 	}
 	if err != nil && h.ctx.Err() == nil {
 		hs.logger().Warn("partition journal seal", "partition", h.p.ID, "err", err)
@@ -331,15 +335,6 @@ func (hs *Homes) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return hs.Logger
-}
-
-// cmp is v, or def when v is zero.
-func cmp[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Metrics are the homes' Prometheus metrics; a nil *Metrics records

@@ -185,8 +185,12 @@ func (p *Partition) fromCheckpoint(ctx context.Context, generation int64) (*quot
 		p.mu.Lock()
 		p.fellBack = true
 		p.mu.Unlock()
-		p.Logger.WarnContext(ctx, "partition checkpoint cannot be restored; replaying the whole journal", "partition", p.ID, "pointer", rec.CheckpointPointer, "err", err)
-		return nil, 0
+		p.Logger.WarnContext(ctx, "partition checkpoint cannot be restored; trying the previous one, then the whole journal", "partition", p.ID, "pointer", rec.CheckpointPointer, "err", err)
+		named, ok := checkpointLSN(rec.CheckpointPointer)
+		if !ok {
+			named = ^uint64(0)
+		}
+		return p.previousCheckpoint(ctx, generation, named)
 	}
 	return st, lsn
 }

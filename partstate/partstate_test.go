@@ -614,3 +614,83 @@ type noRestart struct {
 	partstate.Journal
 	partstate.Trimmer
 }
+
+// Lineage (ZBP-5 R37, R45, R46): Prune keeps the current checkpoint and
+// the previous one with the segments after it, and deletes the rest; a
+// restore whose current checkpoint fails falls back to the previous one
+// and replays only what follows it; with both gone, the sealed history is
+// a gap and the store restarts the journal from the ledger.
+func TestPruneKeepsWhatARestoreReaches(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	dir, arch := f.archive(t)
+	p, _ := f.checkpointed(t, arch, 5)
+	var names []string
+	for round := range 3 {
+		if round > 0 {
+			f.addRefs(t, 5, 5*round)
+			if _, err := p.CatchUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		name, err := p.Checkpoint(ctx, arch, f.st, "api-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+		if _, err := p.Seal(ctx, arch, f.st, uint64(5*(round+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := string(p.Snapshot(12))
+	n, err := p.Prune(ctx, arch)
+	if err != nil || n != 4 {
+		t.Fatalf("prune: %d objects, %v; want the oldest checkpoint (manifest and part) and the two segments up to LSN 10", n, err)
+	}
+	left, err := arch.ListArchived(ctx, f.p+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(left, "\n") != strings.Join([]string{
+		f.p + "/g1/e4/ckpt-000000000010.manifest.json", f.p + "/g1/e4/ckpt-000000000010/part-0000",
+		f.p + "/g1/e4/ckpt-000000000015.manifest.json", f.p + "/g1/e4/ckpt-000000000015/part-0000",
+		f.p + "/g1/e4/journal/seg-000000000011-000000000015",
+	}, "\n") {
+		t.Fatalf("left after pruning:\n%s", strings.Join(left, "\n"))
+	}
+	if n, err := p.Prune(ctx, arch); err != nil || n != 0 {
+		t.Fatalf("a second prune: %d, %v", n, err)
+	}
+	// The current checkpoint's part corrupted: the previous one, and the
+	// segment after it.
+	part := filepath.Join(dir, "archive", f.p, "g1", "e4", "ckpt-000000000015", "part-0000")
+	if err := os.WriteFile(part, []byte("{}\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	restore := func(epoch uint64) (*partstate.Partition, error) {
+		if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = $2 WHERE partition_id = $1`, f.p, epoch); err != nil {
+			t.Fatal(err)
+		}
+		next := f.archived(epoch, arch)
+		return next, next.Restore(ctx)
+	}
+	prev, err := restore(5)
+	if err != nil || string(prev.Snapshot(12)) != want {
+		t.Fatalf("from the previous checkpoint: %v\n%s", err, prev.Snapshot(12))
+	}
+	if fed, fellBack := prev.Restored(); fed != 5 || !fellBack || prev.Restarted() {
+		t.Fatalf("from the previous checkpoint: %d records fed (fell back %v, restarted %v), want the 5 after it", fed, fellBack, prev.Restarted())
+	}
+	// Both checkpoints gone: the segments up to 10 were pruned, so the
+	// store restarts the journal from the ledger.
+	for _, name := range names[1:] {
+		if err := arch.DeleteArchived(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := restore(6)
+	if err != nil || !last.Restarted() {
+		t.Fatalf("with no checkpoint left: %v (restarted %v), want a restart from the ledger", err, last.Restarted())
+	}
+}
