@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -201,5 +202,62 @@ func TestRepositoryQuotasAreEnforcedAtTheHome(t *testing.T) {
 	}
 	if st, body := q.push(writer, a, blobOf(500, 'w'), false); st != http.StatusCreated {
 		t.Fatalf("after clearing the quota: %d %s", st, body)
+	}
+}
+
+// A tenant's quota (a prefix: its repositories together) holds across
+// homes: two repositories of team/ homed on two nodes share 250 bytes,
+// whichever node the uploads arrive at.
+func TestTenantQuotaHoldsAcrossHomes(t *testing.T) {
+	c := testnode.Start(t, 2)
+	ctx := context.Background()
+	for _, r := range c.Repos {
+		if err := c.Store.CreateRepository(ctx, r); err != nil && !strings.Contains(err.Error(), "exists") {
+			t.Fatal(err)
+		}
+	}
+	admin := c.Token(t, "root", "*:admin")
+	teamAdmin := c.Token(t, "lead", "team/*:admin")
+	stranger := c.Token(t, "stranger", "other/*:admin")
+	writer := c.Token(t, "ci", "team/*:write")
+	q0, q1 := quotaClient{t: t, base: c.URL(0)}, quotaClient{t: t, base: c.URL(1)}
+	asJSON := []string{"Content-Type", "application/json"}
+	if st, body := q0.do(http.MethodPut, "/v1/admin/quotas/team/", teamAdmin, []byte(`{"max_bytes": 250}`), asJSON...); st != http.StatusForbidden {
+		t.Fatalf("the tenant's own admin sets its quota: %d %s", st, body)
+	}
+	if st, body := q0.do(http.MethodPut, "/v1/admin/quotas/team/", admin, []byte(`{"max_bytes": 250}`), asJSON...); st != http.StatusOK || !strings.Contains(body, `"tenant": "team/"`) {
+		t.Fatalf("set the tenant's quota: %d %s", st, body)
+	}
+	if st, body := q1.do(http.MethodGet, "/v1/admin/quotas/team/", teamAdmin, nil); st != http.StatusOK || !strings.Contains(body, `"max_bytes": 250`) {
+		t.Fatalf("the tenant's admin reads it: %d %s", st, body)
+	}
+	if st, body := q1.do(http.MethodGet, "/v1/admin/quotas/team/", stranger, nil); st != http.StatusForbidden {
+		t.Fatalf("another tenant's admin reads it: %d %s", st, body)
+	}
+	if st, body := q0.push(writer, c.Repos[0], blobOf(100, 'a'), true); st != http.StatusCreated {
+		t.Fatalf("100 bytes into %s at its home: %d %s", c.Repos[0], st, body)
+	}
+	if st, body := q1.push(writer, c.Repos[1], blobOf(100, 'b'), false); st != http.StatusCreated {
+		t.Fatalf("100 bytes into %s at its home: %d %s", c.Repos[1], st, body)
+	}
+	// The third, at either home, either path, forwarded or not: refused.
+	for i, q := range []quotaClient{q0, q1} {
+		for _, mono := range []bool{true, false} {
+			st, body := q.push(writer, c.Repos[0], blobOf(100, byte('c'+i)), mono)
+			denied(t, fmt.Sprintf("the tenant's third blob through node %d (monolithic %v)", i, mono), st, body, "tenant team/ is over its quota of 250 bytes")
+		}
+	}
+	// The same content into the other repository counts again: refused
+	// too; a re-push changes nothing and is admitted.
+	st, body := q1.push(writer, c.Repos[1], blobOf(100, 'a'), true)
+	denied(t, "team's content into its other repository", st, body, "tenant team/ is over its quota of 250 bytes")
+	if st, body := q1.push(writer, c.Repos[1], blobOf(100, 'b'), true); st != http.StatusCreated {
+		t.Fatalf("a re-push under a full tenant: %d %s", st, body)
+	}
+	if st, body := q0.push(writer, c.Repos[0], blobOf(50, 'z'), false); st != http.StatusCreated {
+		t.Fatalf("the last 50 bytes: %d %s", st, body)
+	}
+	if st, body := q0.do(http.MethodGet, "/v1/admin/quotas", teamAdmin, nil); st != http.StatusOK || !strings.Contains(body, `"used_bytes": 250`) {
+		t.Fatalf("the tenant's usage: %d %s", st, body)
 	}
 }

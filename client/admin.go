@@ -186,10 +186,12 @@ func query(k, v string) string {
 	return "?" + url.QueryEscape(k) + "=" + url.QueryEscape(v)
 }
 
-// Quota is a repository's quota and usage (docs/quotas.md). A zero max
+// Quota is a repository's quota and usage, or a tenant's (a prefix
+// ending in /: its repositories together) (docs/quotas.md). A zero max
 // sets no limit on that measure.
 type Quota struct {
-	Repository string     `json:"repository"`
+	Repository string     `json:"repository,omitempty"`
+	Tenant     string     `json:"tenant,omitempty"`
 	MaxBytes   int64      `json:"max_bytes"`
 	MaxBlobs   int64      `json:"max_blobs"`
 	UsedBytes  int64      `json:"used_bytes"`
@@ -206,7 +208,8 @@ func (a *API) Quotas(ctx context.Context) ([]Quota, error) {
 	return body.Quotas, a.getJSON(ctx, "/v1/admin/quotas", &body)
 }
 
-// RepositoryQuota is repo's quota and usage (admin on repo).
+// RepositoryQuota is repo's quota and usage (admin on repo); repo may be
+// a tenant, a prefix ending in /.
 func (a *API) RepositoryQuota(ctx context.Context, repo string) (Quota, error) {
 	var q Quota
 	return q, a.getJSON(ctx, "/v1/admin/quotas/"+repo, &q)

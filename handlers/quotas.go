@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -11,6 +12,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/quota"
+	"github.com/blobplane/blobplane/replication/policy"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -29,12 +31,22 @@ type QuotaAdmin interface {
 	RepositoryQuota(ctx context.Context, repository string) (store.RepositoryQuota, error)
 	// RepositoryQuotas lists the repositories with a quota.
 	RepositoryQuotas(ctx context.Context) ([]store.RepositoryQuota, error)
+	// SetTenantQuota, ClearTenantQuota, TenantQuota and TenantQuotas are
+	// the same for a tenant, a prefix ending in / (its repositories
+	// together).
+	SetTenantQuota(ctx context.Context, prefix string, limit quota.Limit, principal string) (store.TenantQuota, error)
+	ClearTenantQuota(ctx context.Context, prefix string) error
+	TenantQuota(ctx context.Context, prefix string) (store.TenantQuota, error)
+	TenantQuotas(ctx context.Context) ([]store.TenantQuota, error)
 }
 
-// QuotaJSON is one repository's quota and usage in admin answers. A zero
-// max sets no limit on that measure; without a quota both are 0.
+// QuotaJSON is one repository's or tenant's quota and usage in admin
+// answers: Repository or Tenant (a prefix ending in /, its repositories
+// together) names it. A zero max sets no limit on that measure; without
+// a quota both are 0.
 type QuotaJSON struct {
-	Repository string     `json:"repository"`
+	Repository string     `json:"repository,omitempty"`
+	Tenant     string     `json:"tenant,omitempty"`
 	MaxBytes   int64      `json:"max_bytes"`
 	MaxBlobs   int64      `json:"max_blobs"`
 	UsedBytes  int64      `json:"used_bytes"`
@@ -66,10 +78,12 @@ var errQuotaBody = blobplane.Errorf(blobplane.CodeInvalid,
 
 // quotaRoutes mounts the quota routes on adminRoutes' group
 // (authenticated, some admin grant) when d.Repositories is a QuotaAdmin.
-// Reading a repository's quota and usage needs admin on it; the list
-// shows the repositories the caller administers. Setting or clearing one
-// needs admin on every repository (*:admin): a repository's own admin
-// must not raise its quota.
+// The path after /v1/admin/quotas/ names a repository (team/app) or a
+// tenant (team/: every repository under it, together). Reading one needs
+// admin on it (on every repository under a tenant); the list shows those
+// the caller administers. Setting or clearing one needs admin on every
+// repository (*:admin): a repository's or a tenant's own admin must not
+// raise its quota.
 func quotaRoutes(r chi.Router, d Deps) {
 	qa, ok := d.Repositories.(QuotaAdmin)
 	if !ok {
@@ -96,6 +110,15 @@ func quotaJSON(q store.RepositoryQuota) QuotaJSON {
 	return j
 }
 
+func tenantJSON(q store.TenantQuota) QuotaJSON {
+	j := QuotaJSON{Tenant: q.Prefix, MaxBytes: q.Limit.Bytes, MaxBlobs: q.Limit.Blobs,
+		UsedBytes: q.Usage.Bytes, UsedBlobs: q.Usage.Blobs, SetBy: q.SetBy}
+	if !q.SetAt.IsZero() {
+		j.SetAt = &q.SetAt
+	}
+	return j
+}
+
 func (h quotaHandler) list(w http.ResponseWriter, r *http.Request) {
 	p, _ := PrincipalOf(r.Context())
 	qs, err := h.store.RepositoryQuotas(r.Context())
@@ -103,7 +126,17 @@ func (h quotaHandler) list(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, h.logger, err)
 		return
 	}
+	ts, err := h.store.TenantQuotas(r.Context())
+	if err != nil {
+		WriteError(w, r, h.logger, err)
+		return
+	}
 	body := QuotasBody{Quotas: []QuotaJSON{}}
+	for _, q := range ts {
+		if policy.Governs(p, q.Prefix) {
+			body.Quotas = append(body.Quotas, tenantJSON(q))
+		}
+	}
 	for _, q := range qs {
 		if p.Allowed(q.Repository, auth.Admin) {
 			body.Quotas = append(body.Quotas, quotaJSON(q))
@@ -112,25 +145,40 @@ func (h quotaHandler) list(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, body)
 }
 
-// repository is the repository a quota route names (the rest of the
-// path), once the caller may administer it.
-func (h quotaHandler) repository(w http.ResponseWriter, r *http.Request) (string, bool) {
-	name := chi.URLParam(r, "*")
-	if err := auth.CheckRepository(name); err != nil {
-		WriteError(w, r, h.logger, err)
-		return "", false
+// subject is the repository or tenant a quota route names (the rest of
+// the path), once the caller may administer it (every repository under a
+// tenant).
+func (h quotaHandler) subject(w http.ResponseWriter, r *http.Request) (name string, tenant, ok bool) {
+	name = chi.URLParam(r, "*")
+	tenant = strings.HasSuffix(name, "/")
+	check, allowed := auth.CheckRepository, func(p auth.Principal) bool { return p.Allowed(name, auth.Admin) }
+	if tenant {
+		check, allowed = store.CheckTenant, func(p auth.Principal) bool { return policy.Governs(p, name) }
 	}
-	if err := CheckPermission(r.Context(), name, auth.Admin); err != nil {
-		WriteAuthError(w, r, h.logger, err)
-		return "", false
+	if err := check(name); err != nil {
+		WriteError(w, r, h.logger, err)
+		return "", false, false
+	}
+	if p, _ := PrincipalOf(r.Context()); !allowed(p) {
+		WriteAuthError(w, r, h.logger, &blobplane.Error{Code: blobplane.CodeForbidden, Message: "this token does not administer " + name})
+		return "", false, false
 	}
 	noteRequest(r.Context(), func(n *requestNote) { n.repository = name })
-	return name, true
+	return name, tenant, true
 }
 
 func (h quotaHandler) get(w http.ResponseWriter, r *http.Request) {
-	name, ok := h.repository(w, r)
+	name, tenant, ok := h.subject(w, r)
 	if !ok {
+		return
+	}
+	if tenant {
+		q, err := h.store.TenantQuota(r.Context(), name)
+		if err != nil {
+			WriteError(w, r, h.logger, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, tenantJSON(q))
 		return
 	}
 	q, err := h.store.RepositoryQuota(r.Context(), name)
@@ -142,7 +190,7 @@ func (h quotaHandler) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h quotaHandler) set(w http.ResponseWriter, r *http.Request) {
-	name, ok := h.repository(w, r)
+	name, tenant, ok := h.subject(w, r)
 	if !ok {
 		return
 	}
@@ -152,28 +200,45 @@ func (h quotaHandler) set(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalOf(r.Context())
-	q, err := h.store.SetRepositoryQuota(r.Context(), name, quota.Limit{Bytes: req.MaxBytes, Blobs: req.MaxBlobs}, p.Name)
-	if err != nil {
-		WriteError(w, r, h.logger, err)
-		return
+	limit := quota.Limit{Bytes: req.MaxBytes, Blobs: req.MaxBlobs}
+	var j QuotaJSON
+	applied := true
+	if tenant {
+		q, err := h.store.SetTenantQuota(r.Context(), name, limit, p.Name)
+		if err != nil {
+			WriteError(w, r, h.logger, err)
+			return
+		}
+		j = tenantJSON(q) // in the ledger: applied when committed
+	} else {
+		q, err := h.store.SetRepositoryQuota(r.Context(), name, limit, p.Name)
+		if err != nil {
+			WriteError(w, r, h.logger, err)
+			return
+		}
+		j, applied = quotaJSON(q), q.Applied
 	}
-	h.logger.InfoContext(r.Context(), "repository quota set", "repository", name, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs, "principal", p.Name, "applied", q.Applied)
-	j := quotaJSON(q)
-	j.Applied = &q.Applied
+	j.Applied = &applied
+	h.logger.InfoContext(r.Context(), "quota set", "subject", name, "tenant", tenant, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs, "principal", p.Name, "applied", applied)
 	WriteJSON(w, http.StatusOK, j)
 }
 
 func (h quotaHandler) clear(w http.ResponseWriter, r *http.Request) {
-	name, ok := h.repository(w, r)
+	name, tenant, ok := h.subject(w, r)
 	if !ok {
 		return
 	}
-	applied, err := h.store.ClearRepositoryQuota(r.Context(), name)
+	applied, err := true, error(nil)
+	if tenant {
+		err = h.store.ClearTenantQuota(r.Context(), name)
+	} else {
+		applied, err = h.store.ClearRepositoryQuota(r.Context(), name)
+	}
 	if err != nil {
 		WriteError(w, r, h.logger, err)
 		return
 	}
 	p, _ := PrincipalOf(r.Context())
-	h.logger.InfoContext(r.Context(), "repository quota cleared", "repository", name, "principal", p.Name, "applied", applied)
+	h.logger.InfoContext(r.Context(), "quota cleared", "subject", name, "tenant", tenant, "principal", p.Name, "applied", applied)
 	w.WriteHeader(http.StatusNoContent)
 }

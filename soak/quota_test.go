@@ -31,12 +31,15 @@ import (
 // is no repository's home (forwards, and 202s published later by the
 // finalize jobs). No repository ever holds more than its quota plus one
 // blob in flight: checked against Postgres while the load runs, and over
-// every state the journal records; at the end each home's state (its
-// metrics) equals the usage recomputed by SQL.
+// every state the journal records; the four together, a tenant with its
+// own quota checked in each publication's transaction, never exceed it;
+// at the end each home's state (its metrics) and the tenant's usage row
+// equal the usage recomputed by SQL.
 
 const (
-	quotaBytes   = 48 << 10 // per repository
-	quotaBlobMax = 4 << 10  // the largest blob: "one in-flight blob"
+	quotaBytes   = 48 << 10  // per repository
+	tenantBytes  = 160 << 10 // the four together (quota/): less than 4 × 48 KiB
+	quotaBlobMax = 4 << 10   // the largest blob: "one in-flight blob"
 )
 
 // quotaLoad uploads blobs of a shared pool into the repositories and
@@ -173,8 +176,12 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range repos {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.urls["api-3"]+"/v1/admin/quotas/"+r, strings.NewReader(fmt.Sprintf(`{"max_bytes": %d}`, quotaBytes)))
+	for _, r := range append([]string{"quota/"}, repos...) {
+		limit := quotaBytes
+		if r == "quota/" {
+			limit = tenantBytes
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.urls["api-3"]+"/v1/admin/quotas/"+r, strings.NewReader(fmt.Sprintf(`{"max_bytes": %d}`, limit)))
 		req.Header.Set("Authorization", "Bearer "+c.token)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.hc.Do(req)
@@ -205,15 +212,19 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	peak := map[string]quota.Usage{}
 	var samples int
+	var tenantPeak int64
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for sampleCtx.Err() == nil {
 			if u, err := sqlUsage(sampleCtx, c, repos); err == nil {
 				samples++
+				var tenant int64
 				for r, v := range u {
 					peak[r] = quota.Usage{Bytes: max(peak[r].Bytes, v.Bytes), Blobs: max(peak[r].Blobs, v.Blobs)}
+					tenant += v.Bytes
 				}
+				tenantPeak = max(tenantPeak, tenant)
 			}
 			time.Sleep(10 * time.Millisecond) // the sampling period
 		}
@@ -267,10 +278,23 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 			t.Errorf("%s held %d bytes at a sample: over its quota of %d by more than one blob", r, u.Bytes, quotaBytes)
 		}
 	}
+	// The tenant's check is in the publication's transaction: exact.
+	if tenantPeak > tenantBytes {
+		t.Errorf("the tenant quota/ held %d bytes at a sample: over its quota of %d", tenantPeak, tenantBytes)
+	}
 	final, err := sqlUsage(ctx, c, repos)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sum quota.Usage
+	for _, u := range final {
+		sum = sum.Add(u)
+	}
+	var row quota.Usage
+	if err := c.db.QueryRow(ctx, `SELECT used_bytes, used_blobs FROM tenant_quotas WHERE prefix = 'quota/'`).Scan(&row.Bytes, &row.Blobs); err != nil || row != sum {
+		t.Errorf("the tenant's usage row %+v (%v), the ledger's sum %+v", row, err, sum)
+	}
+	t.Logf("quotas: the tenant quota/ peaked at %d bytes of %d, ends at %+v", tenantPeak, tenantBytes, sum)
 	checkJournal(t, c, repos, final)
 	checkHomesState(t, c, repos, final)
 }

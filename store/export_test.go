@@ -203,3 +203,6 @@ func SetGuardCheckForTest(g *Guard, fn func(context.Context) (Replication, error
 func NoticeForTest(st *Store, message string) {
 	st.pool.Config().ConnConfig.OnNotice(nil, &pgconn.Notice{Severity: "WARNING", Code: "01000", Message: message})
 }
+
+// DBErrForTest is dbErr: how the store maps a Postgres error.
+func DBErrForTest(op string, err error) error { return dbErr(op, err) }

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -169,4 +171,98 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 		return time.Time{}
 	}
 	return t.Time
+}
+
+// TenantQuota is a tenant's quota and what its repositories hold
+// together (issue 33, ADR 0009 item 6).
+type TenantQuota struct {
+	Prefix string // "team/"
+	Limit  quota.Limit
+	Usage  quota.Usage
+	SetBy  string
+	SetAt  time.Time
+}
+
+// CheckTenant validates a tenant: a repository name prefix ending in
+// "/" ("team/", "team/ml/"). Errors: invalid.
+func CheckTenant(prefix string) error {
+	name, ok := strings.CutSuffix(prefix, "/")
+	if !ok || auth.CheckRepository(name) != nil {
+		return blobplane.Errorf(blobplane.CodeInvalid, "tenant %q: want a repository name prefix ending in / (team/)", prefix)
+	}
+	return nil
+}
+
+// SetTenantQuota sets the quota of every repository under prefix
+// together, on behalf of by. A new one counts what they hold from the
+// ledger while no reference is written (a SHARE lock on blob_references,
+// a moment's pause of publications); from then on each reference row's
+// transaction moves it under the row's lock, and a publication that would
+// take the tenant past it is refused (forbidden, ErrOverQuota). Lowering
+// it below the usage refuses new content and removes none. Errors:
+// invalid.
+func (s *Store) SetTenantQuota(ctx context.Context, prefix string, limit quota.Limit, by string) (TenantQuota, error) {
+	if err := CheckTenant(prefix); err != nil {
+		return TenantQuota{}, err
+	}
+	if limit.Bytes < 0 || limit.Blobs < 0 || limit == (quota.Limit{}) {
+		return TenantQuota{}, blobplane.Errorf(blobplane.CodeInvalid, "a quota limits bytes, blobs or both, each a positive number (got bytes %d, blobs %d); to remove a quota, clear it", limit.Bytes, limit.Blobs)
+	}
+	var row dbsqlc.TenantQuota
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.q.LockReferencesForTenantQuota(ctx, tx); err != nil {
+			return err
+		}
+		var err error
+		row, err = s.q.SetTenantQuota(ctx, tx, dbsqlc.SetTenantQuotaParams{Prefix: prefix, MaxBytes: limit.Bytes, MaxBlobs: limit.Blobs, SetBy: cmp.Or(by, "admin")})
+		return err
+	})
+	if err != nil {
+		return TenantQuota{}, dbErr("set tenant quota", err)
+	}
+	return TenantQuota{Prefix: row.Prefix, Limit: quota.Limit{Bytes: row.MaxBytes, Blobs: row.MaxBlobs},
+		Usage: quota.Usage{Bytes: row.UsedBytes, Blobs: row.UsedBlobs}, SetBy: row.SetBy, SetAt: timeOf(row.SetAt)}, nil
+}
+
+// ClearTenantQuota removes prefix's quota; clearing none succeeds.
+// Errors: invalid.
+func (s *Store) ClearTenantQuota(ctx context.Context, prefix string) error {
+	if err := CheckTenant(prefix); err != nil {
+		return err
+	}
+	_, err := s.q.ClearTenantQuota(ctx, s.pool, prefix)
+	return dbErr("clear tenant quota", err)
+}
+
+// TenantQuota is prefix's quota and usage. Errors: invalid, not_found.
+func (s *Store) TenantQuota(ctx context.Context, prefix string) (TenantQuota, error) {
+	if err := CheckTenant(prefix); err != nil {
+		return TenantQuota{}, err
+	}
+	qs, err := s.tenantQuotas(ctx, pgtype.Text{String: prefix, Valid: true})
+	if err != nil {
+		return TenantQuota{}, err
+	}
+	if len(qs) == 0 {
+		return TenantQuota{}, blobplane.Errorf(blobplane.CodeNotFound, "no quota for tenant %s", prefix)
+	}
+	return qs[0], nil
+}
+
+// TenantQuotas lists every tenant quota by prefix.
+func (s *Store) TenantQuotas(ctx context.Context) ([]TenantQuota, error) {
+	return s.tenantQuotas(ctx, pgtype.Text{})
+}
+
+func (s *Store) tenantQuotas(ctx context.Context, prefix pgtype.Text) ([]TenantQuota, error) {
+	rows, err := s.q.TenantQuotas(ctx, s.pool, prefix)
+	if err != nil {
+		return nil, dbErr("tenant quotas", err)
+	}
+	out := make([]TenantQuota, len(rows))
+	for i, r := range rows {
+		out[i] = TenantQuota{Prefix: r.Prefix, Limit: quota.Limit{Bytes: r.MaxBytes, Blobs: r.MaxBlobs},
+			Usage: quota.Usage{Bytes: r.UsedBytes, Blobs: r.UsedBlobs}, SetBy: r.SetBy, SetAt: timeOf(r.SetAt)}
+	}
+	return out, nil
 }

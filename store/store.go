@@ -25,6 +25,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
+	"github.com/blobplane/blobplane/upload"
 	"github.com/blobplane/blobplane/store/internal/slots"
 )
 
@@ -240,6 +241,9 @@ func dbErr(op string, err error) error {
 		// Postgres's own text (relation, constraint and column names,
 		// the offending values) stays in Err for the logs; the client
 		// gets a stable code and a fixed message (issue 26 point 10).
+		if pgErr.Code == "BPQ01" { // blob_references_tenant_usage: past a tenant's quota (our message)
+			return &blobplane.Error{Code: blobplane.CodeForbidden, Op: op, Message: pgErr.Message, Err: upload.ErrOverQuota}
+		}
 		if pgErr.Code == "23514" { // check_violation: the schema refused a malformed value
 			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: msgRefusedValue, Err: err}
 		}

@@ -2,6 +2,7 @@ package upload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -74,7 +75,7 @@ func (f *Flow) atHome(partition string, write func() error) error {
 func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64, finalize func() error) error {
 	return f.atHome(home.Partition, func() error {
 		if f.quotas == nil {
-			return finalize()
+			return tenantRefusal(finalize())
 		}
 		done, err := f.quotas.Admit(ctx, home, repo, d, size)
 		if err != nil {
@@ -85,8 +86,17 @@ func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blob
 		}
 		err = finalize()
 		done(err == nil)
-		return err
+		return tenantRefusal(err)
 	})
+}
+
+// tenantRefusal is finalize's error, a Quota refusal when a tenant's
+// quota refused the publication (ErrOverQuota, from the ledger's trigger).
+func tenantRefusal(err error) error {
+	if errors.Is(err, ErrOverQuota) {
+		return refuse(Quota, err)
+	}
+	return err
 }
 
 // overQuota reports whether err is a publication refused by its

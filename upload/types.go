@@ -98,6 +98,9 @@ var (
 	// ErrIntentClosed: the intent is abandoned (conflict); an abandoned
 	// intent never publishes (S5).
 	ErrIntentClosed = errors.New("the upload is no longer pending")
+	// ErrOverQuota: the publication would take its repository or its
+	// tenant past a quota (forbidden, OCI DENIED; docs/quotas.md).
+	ErrOverQuota = errors.New("over quota")
 	// ErrObliterated: the digest was obliterated by an operator
 	// (conflict; docs/obliteration.md): no upload, mount or publication
 	// of it succeeds until the mark is lifted. Also the refusal of the

@@ -18,7 +18,7 @@ import (
 const adminUsage = `usage: blobctl admin tokens list [--principal P] | create --principal P --grant G [--grant G...] | revoke ID
        blobctl admin grants list [--principal P] | add --principal P --grant G... | remove --principal P --grant G...
        blobctl admin repos list | create NAME | delete NAME
-       blobctl admin quotas list | show REPO | set REPO [--max-bytes SIZE] [--max-blobs N] | clear REPO
+       blobctl admin quotas list | show NAME | set NAME [--max-bytes SIZE] [--max-blobs N] | clear NAME  (NAME: team/app, or a tenant team/)
        blobctl admin obliterate DIGEST --reason R | blobctl admin obliterate status DIGEST
        blobctl admin takeover --partition P --node N --reason R [--endpoint HOST:PORT]
        blobctl admin plan [show] | blobctl admin plan apply [--override-reason R] [--wait 1m]`
@@ -244,9 +244,9 @@ func quotaTable(w io.Writer, qs []client.Quota) {
 		return fmt.Sprint(n)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPOSITORY\tUSED BYTES\tMAX BYTES\tUSED BLOBS\tMAX BLOBS\tSET BY\tSET AT")
+	fmt.Fprintln(tw, "REPOSITORY OR TENANT\tUSED BYTES\tMAX BYTES\tUSED BLOBS\tMAX BLOBS\tSET BY\tSET AT")
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", q.Repository, q.UsedBytes, limit(q.MaxBytes), q.UsedBlobs, limit(q.MaxBlobs), cmpOr(q.SetBy, "-"), stamp(q.SetAt))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", q.Repository+q.Tenant, q.UsedBytes, limit(q.MaxBytes), q.UsedBlobs, limit(q.MaxBlobs), cmpOr(q.SetBy, "-"), stamp(q.SetAt))
 	}
 	_ = tw.Flush()
 }

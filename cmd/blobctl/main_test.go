@@ -630,6 +630,14 @@ func TestAdminVerbs(t *testing.T) {
 	}
 	root.ok("admin", "quotas", "clear", "team/full")
 	root.ok("push", more, "team/full")
+	// A tenant's: every repository under team/ together.
+	root.ok("admin", "quotas", "set", "team/", "--max-blobs", "1000")
+	var tq client.Quota
+	root.okJSON(&tq, "admin", "quotas", "show", "team/")
+	if tq.Tenant != "team/" || tq.MaxBlobs != 1000 || tq.UsedBlobs != 2 || tq.UsedBytes != 8192 {
+		t.Fatalf("a tenant's quota: %+v", tq)
+	}
+	root.ok("admin", "quotas", "clear", "team/")
 
 	// Obliteration: the blob is gone for its readers.
 	var ob struct {

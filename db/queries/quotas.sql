@@ -43,3 +43,26 @@ LEFT JOIN LATERAL (
 ) u ON true
 WHERE (sqlc.narg(repository)::text IS NULL AND q.repository IS NOT NULL) OR r.name = sqlc.narg(repository)::text
 ORDER BY r.name;
+
+-- name: LockReferencesForTenantQuota :exec
+-- A new tenant quota's usage is counted while no reference is written.
+LOCK TABLE blob_references IN SHARE MODE;
+
+-- name: SetTenantQuota :one
+-- Creates or changes a tenant's quota; a new one starts from the usage the
+-- ledger holds (under LockReferencesForTenantQuota).
+INSERT INTO tenant_quotas (prefix, max_bytes, max_blobs, used_bytes, used_blobs, set_by)
+SELECT @prefix, @max_bytes, @max_blobs, coalesce(sum(b.size_bytes), 0)::bigint, count(r.digest), @set_by
+FROM blob_references r JOIN blobs b ON b.digest = r.digest
+WHERE starts_with(r.repository, @prefix::text)
+ON CONFLICT (prefix) DO UPDATE
+SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING prefix, max_bytes, max_blobs, used_bytes, used_blobs, set_by, set_at;
+
+-- name: ClearTenantQuota :execrows
+DELETE FROM tenant_quotas WHERE prefix = @prefix;
+
+-- name: TenantQuotas :many
+SELECT prefix, max_bytes, max_blobs, used_bytes, used_blobs, set_by, set_at FROM tenant_quotas
+WHERE sqlc.narg(prefix)::text IS NULL OR prefix = sqlc.narg(prefix)::text
+ORDER BY prefix;

@@ -626,6 +626,24 @@ type RepositoryQuota struct {
 	SetAt pgtype.Timestamptz
 }
 
+// Admin-set limits on what the repositories under a prefix (a tenant: team/) hold together, with their usage, kept exact by blob_references_tenant_usage in each reference write's transaction.
+type TenantQuota struct {
+	// The tenant: a repository name prefix ending in /; every repository whose name starts with it counts.
+	Prefix string
+	// Most bytes the tenant's repositories may reference together (each repository counting each distinct digest once); 0: no limit on bytes.
+	MaxBytes int64
+	// Most references the tenant's repositories may hold together; 0: no limit on blobs.
+	MaxBlobs int64
+	// What they hold now: set from the ledger when the quota is created, then moved by the trigger.
+	UsedBytes int64
+	// References they hold now (as used_bytes).
+	UsedBlobs int64
+	// The principal that last set the quota.
+	SetBy string
+	// When the quota was last set (database clock).
+	SetAt pgtype.Timestamptz
+}
+
 // API tokens (bp_<id>_<secret>). Only the SHA-256 of the secret is stored; the secret is shown once at creation. Authentication looks a token up by id (primary key) and compares hashes in constant time.
 type Token struct {
 	// Public token id: 16 lowercase base32 characters, the middle part of the token string. Safe to log and to show.

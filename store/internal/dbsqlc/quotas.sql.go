@@ -23,6 +23,28 @@ func (q *Queries) ClearRepositoryQuota(ctx context.Context, db DBTX, repository 
 	return result.RowsAffected(), nil
 }
 
+const clearTenantQuota = `-- name: ClearTenantQuota :execrows
+DELETE FROM tenant_quotas WHERE prefix = $1
+`
+
+func (q *Queries) ClearTenantQuota(ctx context.Context, db DBTX, prefix string) (int64, error) {
+	result, err := db.Exec(ctx, clearTenantQuota, prefix)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const lockReferencesForTenantQuota = `-- name: LockReferencesForTenantQuota :exec
+LOCK TABLE blob_references IN SHARE MODE
+`
+
+// A new tenant quota's usage is counted while no reference is written.
+func (q *Queries) LockReferencesForTenantQuota(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, lockReferencesForTenantQuota)
+	return err
+}
+
 const quotaAppendID = `-- name: QuotaAppendID :one
 SELECT coalesce(nullif(current_setting('blobplane.quota_append_id', true), ''), '0')::bigint AS append_id
 `
@@ -145,4 +167,77 @@ func (q *Queries) SetRepositoryQuota(ctx context.Context, db DBTX, arg SetReposi
 		&i.SetAt,
 	)
 	return i, err
+}
+
+const setTenantQuota = `-- name: SetTenantQuota :one
+INSERT INTO tenant_quotas (prefix, max_bytes, max_blobs, used_bytes, used_blobs, set_by)
+SELECT $1, $2, $3, coalesce(sum(b.size_bytes), 0)::bigint, count(r.digest), $4
+FROM blob_references r JOIN blobs b ON b.digest = r.digest
+WHERE starts_with(r.repository, $1::text)
+ON CONFLICT (prefix) DO UPDATE
+SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs, set_by = EXCLUDED.set_by, set_at = now()
+RETURNING prefix, max_bytes, max_blobs, used_bytes, used_blobs, set_by, set_at
+`
+
+type SetTenantQuotaParams struct {
+	Prefix   string
+	MaxBytes int64
+	MaxBlobs int64
+	SetBy    string
+}
+
+// Creates or changes a tenant's quota; a new one starts from the usage the
+// ledger holds (under LockReferencesForTenantQuota).
+func (q *Queries) SetTenantQuota(ctx context.Context, db DBTX, arg SetTenantQuotaParams) (TenantQuota, error) {
+	row := db.QueryRow(ctx, setTenantQuota,
+		arg.Prefix,
+		arg.MaxBytes,
+		arg.MaxBlobs,
+		arg.SetBy,
+	)
+	var i TenantQuota
+	err := row.Scan(
+		&i.Prefix,
+		&i.MaxBytes,
+		&i.MaxBlobs,
+		&i.UsedBytes,
+		&i.UsedBlobs,
+		&i.SetBy,
+		&i.SetAt,
+	)
+	return i, err
+}
+
+const tenantQuotas = `-- name: TenantQuotas :many
+SELECT prefix, max_bytes, max_blobs, used_bytes, used_blobs, set_by, set_at FROM tenant_quotas
+WHERE $1::text IS NULL OR prefix = $1::text
+ORDER BY prefix
+`
+
+func (q *Queries) TenantQuotas(ctx context.Context, db DBTX, prefix pgtype.Text) ([]TenantQuota, error) {
+	rows, err := db.Query(ctx, tenantQuotas, prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenantQuota{}
+	for rows.Next() {
+		var i TenantQuota
+		if err := rows.Scan(
+			&i.Prefix,
+			&i.MaxBytes,
+			&i.MaxBlobs,
+			&i.UsedBytes,
+			&i.UsedBlobs,
+			&i.SetBy,
+			&i.SetAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
