@@ -25,8 +25,8 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/internal/tracing"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
-	"github.com/blobplane/blobplane/upload"
 	"github.com/blobplane/blobplane/store/internal/slots"
+	"github.com/blobplane/blobplane/upload"
 )
 
 // Store wraps the process's single connection pool. sqlc queries, River and
