@@ -229,6 +229,10 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	// partition serves; checkpoints and segments go to the upload
 	// backend's archive.
 	var prepare func(context.Context, string, uint64, int, []authority.SlotRange) bool
+	if err := partstate.QuotaClass.Validate(); err != nil { // ZBP-5 R68: no class without its tier
+		a.Close()
+		return nil, err
+	}
 	if len(a.backends.Order) > 0 {
 		a.homes = &partstate.Homes{Ledger: st, Node: cfg.NodeID, Archive: a.backends.ByName[a.backends.Order[0]],
 			Logger: logger.With("service", "partition_state")}

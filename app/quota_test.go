@@ -25,9 +25,10 @@ import (
 type quotaClient struct {
 	t    *testing.T
 	base string
+	last http.Header // the last answer's
 }
 
-func (q quotaClient) do(method, path, token string, body []byte, header ...string) (int, string) {
+func (q *quotaClient) do(method, path, token string, body []byte, header ...string) (int, string) {
 	q.t.Helper()
 	req, err := http.NewRequest(method, q.base+path, bytes.NewReader(body))
 	if err != nil {
@@ -48,12 +49,13 @@ func (q quotaClient) do(method, path, token string, body []byte, header ...strin
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	q.last = resp.Header
 	return resp.StatusCode, string(b)
 }
 
 // push uploads content into repo with one POST ?digest= (monolithic) or
 // a session closed by one PUT, and returns the status and body.
-func (q quotaClient) push(token, repo string, content []byte, monolithic bool) (int, string) {
+func (q *quotaClient) push(token, repo string, content []byte, monolithic bool) (int, string) {
 	q.t.Helper()
 	sum := sha256.Sum256(content)
 	d := "sha256:" + hex.EncodeToString(sum[:])
@@ -101,7 +103,7 @@ func TestRepositoryQuotasAreEnforcedAtTheHome(t *testing.T) {
 	teamAdmin := c.Token(t, "lead", "team/*:admin")
 	writer := c.Token(t, "ci", "team/*:write", "other/*:write")
 	stranger := c.Token(t, "stranger", "other/*:admin", "other/*:write")
-	q := quotaClient{t: t, base: c.URL(0)}
+	q := &quotaClient{t: t, base: c.URL(0)}
 
 	// Who may set a quota: *:admin only. A repository's own admin, an
 	// admin of another repository, a writer and an anonymous client are
@@ -132,10 +134,14 @@ func TestRepositoryQuotasAreEnforcedAtTheHome(t *testing.T) {
 		t.Fatalf("set: %d %s", st, body)
 	}
 
-	// 300 bytes: three distinct 100-byte blobs fit, by either path.
+	// 300 bytes: three distinct 100-byte blobs fit, by either path; each
+	// answer reports the commit tier it achieved (ZBP-5 R69).
 	for i, mono := range []bool{true, false, true} {
 		if st, body := q.push(writer, a, blobOf(100, byte('a'+i)), mono); st != http.StatusCreated {
 			t.Fatalf("blob %d within the quota: %d %s", i, st, body)
+		}
+		if q.last.Get(handlers.CommitTierHeader) != "DURABLE" {
+			t.Fatalf("blob %d: %s %q, want DURABLE", i, handlers.CommitTierHeader, q.last.Get(handlers.CommitTierHeader))
 		}
 	}
 	// The fourth is refused at the POST (declared size), in a session's
@@ -220,7 +226,7 @@ func TestTenantQuotaHoldsAcrossHomes(t *testing.T) {
 	teamAdmin := c.Token(t, "lead", "team/*:admin")
 	stranger := c.Token(t, "stranger", "other/*:admin")
 	writer := c.Token(t, "ci", "team/*:write")
-	q0, q1 := quotaClient{t: t, base: c.URL(0)}, quotaClient{t: t, base: c.URL(1)}
+	q0, q1 := &quotaClient{t: t, base: c.URL(0)}, &quotaClient{t: t, base: c.URL(1)}
 	asJSON := []string{"Content-Type", "application/json"}
 	if st, body := q0.do(http.MethodPut, "/v1/admin/quotas/team/", teamAdmin, []byte(`{"max_bytes": 250}`), asJSON...); st != http.StatusForbidden {
 		t.Fatalf("the tenant's own admin sets its quota: %d %s", st, body)
@@ -241,7 +247,7 @@ func TestTenantQuotaHoldsAcrossHomes(t *testing.T) {
 		t.Fatalf("100 bytes into %s at its home: %d %s", c.Repos[1], st, body)
 	}
 	// The third, at either home, either path, forwarded or not: refused.
-	for i, q := range []quotaClient{q0, q1} {
+	for i, q := range []*quotaClient{q0, q1} {
 		for _, mono := range []bool{true, false} {
 			st, body := q.push(writer, c.Repos[0], blobOf(100, byte('c'+i)), mono)
 			denied(t, fmt.Sprintf("the tenant's third blob through node %d (monolithic %v)", i, mono), st, body, "tenant team/ is over its quota of 250 bytes")

@@ -55,10 +55,11 @@ var _ Store = (*store.Store)(nil)
 const (
 	DefaultPartitions = 16
 	DefaultClass      = "standard"
-	// DefaultMode: a Blobplane partition's state (references, intents,
-	// outcomes) lives in Postgres, so a new primary derives it rather than
-	// replaying a journal (R29).
-	DefaultMode = authority.ModeDerived
+	// DefaultMode: a Blobplane partition's ledger state (references,
+	// intents, outcomes) lives in Postgres, so a new primary derives it;
+	// its quota state is journalled and restored from the journal before
+	// it serves (issue 33, partstate.QuotaClass): MIXED (R29).
+	DefaultMode = authority.ModeMixed
 	// PublishedState is the primary state an assignment is published
 	// with. A Blobplane partition has no local state to restore (its
 	// repository metadata lives in Postgres), so an assigned primary is

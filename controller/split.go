@@ -14,7 +14,9 @@ import (
 )
 
 // Split and merge (A.5, A.6; R3, R16, R89–R96). A Blobplane partition is
-// DERIVED — its state is in Postgres — so a child has nothing to restore:
+// MIXED — its ledger is in Postgres, and a child's quota state is
+// bootstrapped from the ledger into its own journal when it first serves —
+// so a child restores nothing from its parents:
 // the group's parents are sealed together by the node holding them, the
 // target claims every child's lease at an epoch above its parents'
 // (ClaimChildLease refuses before every parent is sealed: no slot is ever

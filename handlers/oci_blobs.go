@@ -15,6 +15,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/read"
 	"github.com/blobplane/blobplane/upload"
 )
@@ -125,6 +126,7 @@ func (h *ociHandler) deleteBlob(w http.ResponseWriter, r *http.Request, name str
 		return
 	}
 	w.Header().Set("Content-Length", "0")
+	w.Header().Set(CommitTierHeader, string(partstate.QuotaClass.CommitTier))
 	w.WriteHeader(http.StatusAccepted)
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/upload"
 )
 
@@ -98,6 +99,10 @@ func (h *ociHandler) cancelUpload(w http.ResponseWriter, r *http.Request, name, 
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// CommitTierHeader reports on each write the blob API acknowledges the
+// commit tier it achieved (ZBP-5 R69): DURABLE, in Postgres.
+const CommitTierHeader = "Blobplane-Commit-Tier"
+
 // answer writes res: 201 with the blob's location when it was
 // published; 202 with the operation when it was kept for the home; an
 // open session's headers with inProgress (202 after a chunk, 204 for a
@@ -105,6 +110,12 @@ func (h *ociHandler) cancelUpload(w http.ResponseWriter, r *http.Request, name, 
 func (h *ociHandler) answer(w http.ResponseWriter, res upload.Result, inProgress int) {
 	hd := w.Header()
 	hd.Set("Content-Length", "0")
+	switch res.Answer {
+	case upload.AnswerPublished, upload.AnswerKept:
+		// ZBP-5 R69: the tier the write achieved (a publication, or the
+		// intent kept for its home: committed in Postgres either way).
+		hd.Set(CommitTierHeader, string(partstate.QuotaClass.CommitTier))
+	}
 	switch res.Answer {
 	case upload.AnswerPublished:
 		hd.Set("Location", "/v2/"+res.Repository+"/blobs/"+string(res.Digest))

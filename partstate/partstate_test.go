@@ -694,3 +694,24 @@ func TestPruneKeepsWhatARestoreReaches(t *testing.T) {
 		t.Fatalf("with no checkpoint left: %v (restarted %v), want a restart from the ledger", err, last.Restarted())
 	}
 }
+
+// The commit tier is declared, never defaulted (ZBP-5 R66-R68): a class
+// without one, with a tier that is not one of the three, or with a tier
+// below what the journal gives is refused; Blobplane's class passes.
+func TestClassDeclaresItsCommitTier(t *testing.T) {
+	t.Parallel()
+	if err := partstate.QuotaClass.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []partstate.Class{
+		{Name: "none", Mode: authority.ModeJournaled},
+		{Name: "local", Mode: authority.ModeJournaled, CommitTier: partstate.Local},
+		{Name: "standby", Mode: authority.ModeJournaled, CommitTier: partstate.Standby},
+		{Name: "made-up", Mode: authority.ModeJournaled, CommitTier: "QUORUM"},
+		{Name: "derived", Mode: authority.ModeDerived, CommitTier: partstate.Durable},
+	} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), c.Name) {
+			t.Errorf("class %+v: %v, want a refusal naming it", c, err)
+		}
+	}
+}
