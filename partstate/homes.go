@@ -282,6 +282,9 @@ func (hs *Homes) Admit(ctx context.Context, at upload.Home, repo string, d blobp
 	case err != nil:
 		return nil, err
 	}
+	if release == nil { // no quota: nothing reserved, nothing to wait for
+		return func(bool) {}, nil
+	}
 	return func(published bool) {
 		if !published {
 			release()

@@ -402,13 +402,18 @@ func (p *Partition) Usage(repo string) (quota.Usage, quota.Limit) {
 // Reserve admits one blob of size bytes into repo against its quota,
 // counting what publications in flight have reserved, and reserves it;
 // release returns the reservation (call it once the publication has
-// committed and been applied, or failed). Errors: ErrNotReady,
-// *quota.ExceededError.
+// committed and been applied, or failed). A repository without a quota
+// reserves nothing (release is nil): its publications need no catch-up
+// to be admitted exactly, which keeps them off the home's sequencing
+// path. Errors: ErrNotReady, *quota.ExceededError.
 func (p *Partition) Reserve(repo string, size int64) (release func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.status != Serving {
 		return nil, ErrNotReady
+	}
+	if p.state.Limit(repo) == (quota.Limit{}) {
+		return nil, nil
 	}
 	if err := p.state.Admit(repo, size, p.reserved[repo]); err != nil {
 		return nil, err
