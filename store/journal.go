@@ -47,24 +47,10 @@ type JournalHead struct {
 // or the head is already past it), unavailable.
 func (s *Store) FenceJournal(ctx context.Context, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange) (JournalHead, error) {
 	const op = "fence journal"
-	if partition == "" || epoch == 0 || !authority.ValidSlotBits(slotBits) || len(ranges) == 0 {
-		return JournalHead{}, blobplane.Errorf(blobplane.CodeInvalid, "%s: partition, epoch, slot bits and slot ranges are required", op)
-	}
-	slots, err := multirange(ranges, slotBits)
-	if err != nil {
-		return JournalHead{}, err
-	}
-	var head JournalHead
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := s.q.LeaseAtEpoch(ctx, tx, dbsqlc.LeaseAtEpochParams{PartitionID: partition, Epoch: int64(epoch)}); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return staleJournal(op, partition, epoch)
-			}
-			return err
-		}
+	return s.journalAtEpoch(ctx, op, partition, epoch, slotBits, ranges, func(tx pgx.Tx, slots string, head *JournalHead) error {
 		moved, err := s.q.MoveJournalHead(ctx, tx, dbsqlc.MoveJournalHeadParams{Epoch: int64(epoch), SlotBits: int32(slotBits), Slots: slots, PartitionID: partition})
 		if err == nil {
-			head = JournalHead{Generation: moved.Generation, Epoch: epoch, NextLSN: uint64(moved.NextLsn)}
+			*head = JournalHead{Generation: moved.Generation, Epoch: epoch, NextLSN: uint64(moved.NextLsn)}
 			return nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -92,17 +78,9 @@ func (s *Store) FenceJournal(ctx context.Context, partition string, epoch uint64
 		if err := s.bootstrapJournal(ctx, tx, partition, epoch, slotBits, slots); err != nil {
 			return err
 		}
-		head = JournalHead{Generation: created.Generation, Epoch: epoch, NextLSN: uint64(created.NextLsn)}
+		*head = JournalHead{Generation: created.Generation, Epoch: epoch, NextLSN: uint64(created.NextLsn)}
 		return nil
 	})
-	if err != nil {
-		var be *blobplane.Error
-		if errors.As(err, &be) {
-			return JournalHead{}, err
-		}
-		return JournalHead{}, dbErr(op, err)
-	}
-	return head, nil
 }
 
 // bootstrapJournal journals, under the SHARE locks of
@@ -132,21 +110,7 @@ func (s *Store) bootstrapJournal(ctx context.Context, tx pgx.Tx, partition strin
 // as FenceJournal's.
 func (s *Store) RestartJournal(ctx context.Context, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange) (JournalHead, error) {
 	const op = "restart journal"
-	if partition == "" || epoch == 0 || !authority.ValidSlotBits(slotBits) || len(ranges) == 0 {
-		return JournalHead{}, blobplane.Errorf(blobplane.CodeInvalid, "%s: partition, epoch, slot bits and slot ranges are required", op)
-	}
-	slots, err := multirange(ranges, slotBits)
-	if err != nil {
-		return JournalHead{}, err
-	}
-	var head JournalHead
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := s.q.LeaseAtEpoch(ctx, tx, dbsqlc.LeaseAtEpochParams{PartitionID: partition, Epoch: int64(epoch)}); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return staleJournal(op, partition, epoch)
-			}
-			return err
-		}
+	return s.journalAtEpoch(ctx, op, partition, epoch, slotBits, ranges, func(tx pgx.Tx, slots string, head *JournalHead) error {
 		if err := s.q.LockReferencesForBootstrap(ctx, tx); err != nil {
 			return err
 		}
@@ -163,8 +127,32 @@ func (s *Store) RestartJournal(ctx context.Context, partition string, epoch uint
 		if err := s.bootstrapJournal(ctx, tx, partition, epoch, slotBits, slots); err != nil {
 			return err
 		}
-		head = JournalHead{Generation: h.Generation, Epoch: epoch, NextLSN: uint64(h.NextLsn)}
+		*head = JournalHead{Generation: h.Generation, Epoch: epoch, NextLSN: uint64(h.NextLsn)}
 		return nil
+	})
+}
+
+// journalAtEpoch runs fn in a transaction that holds partition's lease
+// record at epoch (key share: a claim of a higher epoch waits for it),
+// with ranges rendered as a multirange. Errors: invalid, stale_epoch
+// (the lease record does not hold epoch), fn's, unavailable.
+func (s *Store) journalAtEpoch(ctx context.Context, op, partition string, epoch uint64, slotBits int, ranges []authority.SlotRange, fn func(tx pgx.Tx, slots string, head *JournalHead) error) (JournalHead, error) {
+	if partition == "" || epoch == 0 || !authority.ValidSlotBits(slotBits) || len(ranges) == 0 {
+		return JournalHead{}, blobplane.Errorf(blobplane.CodeInvalid, "%s: partition, epoch, slot bits and slot ranges are required", op)
+	}
+	slots, err := multirange(ranges, slotBits)
+	if err != nil {
+		return JournalHead{}, err
+	}
+	var head JournalHead
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := s.q.LeaseAtEpoch(ctx, tx, dbsqlc.LeaseAtEpochParams{PartitionID: partition, Epoch: int64(epoch)}); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return staleJournal(op, partition, epoch)
+			}
+			return err
+		}
+		return fn(tx, slots, &head)
 	})
 	if err != nil {
 		var be *blobplane.Error
