@@ -18,6 +18,7 @@ import (
 
 	"github.com/blobplane/blobplane/app"
 	"github.com/blobplane/blobplane/internal/testnode"
+	"github.com/blobplane/blobplane/store"
 )
 
 // benchAPI is one real api node for benchmarks (internal/testnode: a
@@ -30,6 +31,7 @@ type benchAPI struct {
 	token  string
 	Dir    string // beside the backend directory: raw baselines write here (same disk)
 	client *http.Client
+	store  *store.Store
 }
 
 // startBenchAPI starts the api, waits until it holds the one partition,
@@ -37,7 +39,7 @@ type benchAPI struct {
 func startBenchAPI(tb testing.TB) *benchAPI {
 	tb.Helper()
 	c := testnode.Start(tb, 1)
-	b := &benchAPI{api: c.Nodes[0], Repo: "bench/blobs", Dir: filepath.Dir(c.Backends[0]), client: &http.Client{Transport: &http.Transport{
+	b := &benchAPI{api: c.Nodes[0], Repo: "bench/blobs", Dir: filepath.Dir(c.Backends[0]), store: c.Store, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
 	}}}
 	tb.Cleanup(b.client.CloseIdleConnections)

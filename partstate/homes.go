@@ -62,6 +62,10 @@ type Homes struct {
 
 var _ upload.Quotas = (*Homes)(nil)
 
+// releaseEvery is the shortest time between two catch-ups that release
+// reservations after publications.
+const releaseEvery = 20 * time.Millisecond
+
 // home is one held partition's state and its upkeep.
 type home struct {
 	p     *Partition
@@ -158,6 +162,16 @@ func (hs *Homes) run(h *home) {
 			h.releaseAll()
 			return
 		case <-h.kick:
+			// Coalesce: the reservations waiting wait a few milliseconds
+			// more, and the sequencing's commit (a WAL flush) runs at
+			// most every releaseEvery instead of once per publication
+			// (BenchmarkUpload4KiBQuota, one client: -20 % uploads/s
+			// without it). A refusal never waits for this: Admit catches
+			// up itself first.
+			select {
+			case <-h.ctx.Done():
+			case <-time.After(releaseEvery):
+			}
 		case <-tick.C:
 		}
 		hs.catchUp(h)
