@@ -7,7 +7,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -283,25 +282,29 @@ func (l *moveLoad) run(ctx context.Context, workers int) (wait func()) {
 	return wg.Wait
 }
 
+// send sends method path (with body, as the cluster's token) to node and
+// returns the status (0: no answer) and the first KiB of the answer.
+func (c *moveCluster) send(ctx context.Context, node, method, path string, body []byte) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, method, c.urls[node]+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	return resp.StatusCode, msg
+}
+
 func (l *moveLoad) upload(ctx context.Context, repo string, body []byte) {
-	sum := sha256.Sum256(body)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
+	digest := digestHex(body)
 	for ctx.Err() == nil {
 		sent := time.Now()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.c.urls[l.entry]+"/v2/"+repo+"/blobs/uploads/?digest="+digest, bytes.NewReader(body))
-		if err != nil {
-			return
-		}
-		req.Header.Set("Authorization", "Bearer "+l.c.token)
-		req.Header.Set("Content-Type", "application/octet-stream")
-		resp, err := l.c.hc.Do(req)
-		status := 0
-		var msg []byte
-		if err == nil {
-			status = resp.StatusCode
-			msg, _ = io.ReadAll(io.LimitReader(resp.Body, 512))
-			resp.Body.Close()
-		}
+		status, msg := l.c.send(ctx, l.entry, http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+digest, body)
 		l.mu.Lock()
 		l.answers[status]++
 		switch {

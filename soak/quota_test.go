@@ -84,20 +84,7 @@ func (l *quotaLoad) run(ctx context.Context, workers int) (wait func()) {
 // must be DENIED naming it; anything a client would not retry, or that
 // is not a quota's, a delete's or a publication's answer, is bad.
 func (l *quotaLoad) send(ctx context.Context, method, path string, body []byte) {
-	req, err := http.NewRequestWithContext(ctx, method, l.c.urls[l.entry]+path, bytes.NewReader(body))
-	if err != nil {
-		return
-	}
-	req.Header.Set("Authorization", "Bearer "+l.c.token)
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := l.c.hc.Do(req)
-	status := 0
-	var msg []byte
-	if err == nil {
-		status = resp.StatusCode
-		msg, _ = io.ReadAll(io.LimitReader(resp.Body, 1024))
-		resp.Body.Close()
-	}
+	status, msg := l.c.send(ctx, l.entry, method, path, body)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answers[fmt.Sprintf("%s %d", method, status)]++
@@ -308,16 +295,10 @@ func waitServedAgain(t *testing.T, c *moveCluster, repos []string, since time.Ti
 		for {
 			body := make([]byte, 100)
 			_, _ = rand.Read(body)
-			req, _ := http.NewRequest(http.MethodPost, c.urls["api-3"]+"/v2/"+r+"/blobs/uploads/?digest="+digestHex(body), bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+c.token)
-			req.Header.Set("Content-Type", "application/octet-stream")
-			resp, err := c.hc.Do(req)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusForbidden {
-					t.Logf("quotas: %s answered %d by its new home %s after the fault", r, resp.StatusCode, time.Since(since).Round(time.Millisecond))
-					break
-				}
+			status, _ := c.send(context.Background(), "api-3", http.MethodPost, "/v2/"+r+"/blobs/uploads/?digest="+digestHex(body), body)
+			if status == http.StatusCreated || status == http.StatusForbidden {
+				t.Logf("quotas: %s answered %d by its new home %s after the fault", r, status, time.Since(since).Round(time.Millisecond))
+				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s not served again within 40s", r)
