@@ -6,6 +6,7 @@ package blobplane
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a stable, machine-readable error code. Codes are part of the public
@@ -38,7 +39,10 @@ type Error struct {
 	Message   string
 	Op        string
 	Retryable bool
-	Err       error
+	// RetryAfter, when positive, is when the request may succeed again
+	// (a rate's window with room): the answer's Retry-After.
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *Error) Error() string {
@@ -93,6 +97,18 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// RetryAfter is the first positive RetryAfter of an *Error in err's
+// chain, in whole seconds rounded up, at least 1; 0 when none says.
+func RetryAfter(err error) time.Duration {
+	for err != nil {
+		if e, ok := err.(*Error); ok && e.RetryAfter > 0 {
+			return max((e.RetryAfter + time.Second - 1).Truncate(time.Second), time.Second)
+		}
+		err = errors.Unwrap(err)
+	}
+	return 0
 }
 
 // IsRetryable reports whether the operation that produced err may succeed if

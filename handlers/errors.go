@@ -6,7 +6,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -74,6 +76,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		logger.WarnContext(r.Context(), "request refused by the database", "err", err, "request_id", reqID, "route", routePattern(r), db)
 	}
 	body := ErrorBody{Code: code, Message: clientMessage(err), RequestID: reqID}
+	if ra := blobplane.RetryAfter(err); ra > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(ra/time.Second), 10))
+	}
 	if bp := (*blobplane.Error)(nil); errors.As(err, &bp) && bp.Retryable {
 		w.Header().Set("Retry-After", "1")
 		if h, ok := HomeOf(r.Context()); ok && h.successor != nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,7 +135,7 @@ func InternalBase(port string) func(base string) string {
 // unavailable when the home could not be reached or answered something
 // else.
 func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
-	status, b, err := f.call(ctx, repo, InternalFinalizePath+url.PathEscape(op))
+	status, b, retry, err := f.call(ctx, repo, InternalFinalizePath+url.PathEscape(op))
 	if err != nil {
 		return upload.Outcome{}, err
 	}
@@ -145,30 +146,30 @@ func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (up
 		}
 		return o, nil
 	}
-	return upload.Outcome{}, homeRefusal("forward finalize "+op, repo, status, b)
+	return upload.Outcome{}, homeRefusal("forward finalize "+op, repo, status, b, retry)
 }
 
 // ForwardDeleteReference asks repo's home to remove repo's reference to d
 // under its lease (ZBP-5 R19). Errors as ForwardFinalize's; not_found
 // when repo has no reference to d.
 func (f HomeFinalizer) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error {
-	status, b, err := f.call(ctx, repo, InternalReferencePath+url.PathEscape(string(d)))
+	status, b, retry, err := f.call(ctx, repo, InternalReferencePath+url.PathEscape(string(d)))
 	if err != nil {
 		return err
 	}
 	if status == http.StatusNoContent {
 		return nil
 	}
-	return homeRefusal("forward delete reference "+string(d), repo, status, b)
+	return homeRefusal("forward delete reference "+string(d), repo, status, b, retry)
 }
 
 // call POSTs {"repository": repo} to path at repo's home, signed, and
-// returns its status and body. Errors: unavailable when the home could
-// not be reached or read.
-func (f HomeFinalizer) call(ctx context.Context, repo, path string) (int, []byte, error) {
+// returns its status, body and Retry-After. Errors: unavailable when the
+// home could not be reached or read.
+func (f HomeFinalizer) call(ctx context.Context, repo, path string) (int, []byte, time.Duration, error) {
 	body, err := json.Marshal(FinalizeCall{Repository: repo})
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	resp, err := f.Routing.Do(ctx, repo, func(ctx context.Context, base string) (*http.Request, error) {
 		if f.Internal != nil {
@@ -188,22 +189,24 @@ func (f HomeFinalizer) call(ctx context.Context, repo, path string) (int, []byte
 	})
 	if err != nil {
 		if blobplane.ErrorCode(err) == blobplane.CodeUnavailable {
-			return 0, nil, err
+			return 0, nil, 0, err
 		}
-		return 0, nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
+		return 0, nil, 0, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return 0, nil, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the answer of the home of %s", repo)
+		return 0, nil, 0, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the answer of the home of %s", repo)
 	}
-	return resp.StatusCode, b, nil
+	retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return resp.StatusCode, b, time.Duration(max(retry, 0)) * time.Second, nil
 }
 
 // homeRefusal is the home's error answer b (status) as a
 // *blobplane.Error with its code; an answer without one, or internal, is
-// unavailable.
-func homeRefusal(op, repo string, status int, b []byte) error {
+// unavailable. A too-many-requests refusal keeps the home's Retry-After
+// (retry), which the ingress answers its client.
+func homeRefusal(op, repo string, status int, b []byte, retry time.Duration) error {
 	var eb struct {
 		Code    blobplane.Code `json:"code"`
 		Message string         `json:"message"`
@@ -211,11 +214,15 @@ func homeRefusal(op, repo string, status int, b []byte) error {
 	if json.Unmarshal(b, &eb) != nil || eb.Code == "" || eb.Code == blobplane.CodeInternal {
 		eb.Code = blobplane.CodeUnavailable
 	}
-	return &blobplane.Error{
+	e := &blobplane.Error{
 		Code: eb.Code, Op: op,
 		Message:   fmt.Sprintf("the home of %s answered %d: %s", repo, status, eb.Message),
 		Retryable: eb.Code == blobplane.CodeUnavailable || eb.Code == blobplane.CodeStaleEpoch,
 	}
+	if eb.Code == blobplane.CodeTooManyRequests {
+		e.RetryAfter = retry
+	}
+	return e
 }
 
 // FinalizeTerminal reports whether a forwarded finalization's refusal can

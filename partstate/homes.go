@@ -55,6 +55,9 @@ type Homes struct {
 	// wrote (deletes, obliterations, quota changes) (0: 1 s).
 	Tick    time.Duration
 	Metrics *Metrics
+	// Now is the clock upload-rate windows are read at (nil: time.Now);
+	// the windows themselves hold the database's times of the records.
+	Now func() time.Time
 
 	mu    sync.Mutex
 	homes map[string]*home
@@ -275,22 +278,26 @@ func (hs *Homes) Admit(ctx context.Context, at upload.Home, repo string, d blobp
 	if h.p.Epoch != at.Epoch {
 		return nil, notReady(at.Partition)
 	}
-	release, err := h.p.Reserve(repo, size)
+	now := time.Now
+	if hs.Now != nil {
+		now = hs.Now
+	}
+	release, err := h.p.Reserve(repo, size, now())
 	var exceeded *quota.ExceededError
 	if errors.As(err, &exceeded) {
 		// A refusal is final only against everything committed: a
 		// delete a moment ago (here, at another node, an obliteration)
 		// may have made room that no catch-up has applied yet.
 		hs.catchUp(h)
-		release, err = h.p.Reserve(repo, size)
+		release, err = h.p.Reserve(repo, size, now())
 	}
+	var rated *quota.RateError
 	switch {
-	case errors.As(err, &exceeded):
+	case errors.As(err, &exceeded) || errors.As(err, &rated):
 		if _, rerr := hs.Ledger.ReferencedBlob(ctx, repo, d); rerr == nil {
 			return func(bool) {}, nil // a re-push: no new reference, no usage
 		}
-		hs.Metrics.denied(exceeded)
-		return nil, &blobplane.Error{Code: blobplane.CodeForbidden, Op: "admit", Err: err, Message: exceeded.Error()}
+		return nil, hs.refusal(exceeded, rated)
 	case errors.Is(err, ErrNotReady):
 		return nil, notReady(at.Partition)
 	case err != nil:
@@ -312,6 +319,17 @@ func (hs *Homes) Admit(ctx context.Context, at upload.Home, repo string, d blobp
 		default:
 		}
 	}, nil
+}
+
+// refusal is the answer to an admission refused by a quota (forbidden)
+// or by an upload rate (too many requests, with when to retry), counted.
+func (hs *Homes) refusal(exceeded *quota.ExceededError, rated *quota.RateError) error {
+	if rated != nil {
+		hs.Metrics.denied(rated.Measure + "_per_minute")
+		return &blobplane.Error{Code: blobplane.CodeTooManyRequests, Op: "admit", Err: rated, Message: rated.Error(), RetryAfter: rated.RetryAfter}
+	}
+	hs.Metrics.denied(exceeded.Measure)
+	return &blobplane.Error{Code: blobplane.CodeForbidden, Op: "admit", Err: exceeded, Message: exceeded.Error()}
 }
 
 // Check implements upload.Quotas: Admit without the reservation.
@@ -384,7 +402,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{Name: "blobplane_partition_state_checkpoints_total",
 			Help: "Quota state checkpoints written by this node's homes."}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "blobplane_quota_denials_total",
-			Help: "Publications refused because they would exceed a repository's quota, by measure (bytes, blobs)."}, []string{"measure"}),
+			Help: "Publications refused because they would exceed a repository's quota, by measure (bytes, blobs, bytes_per_minute, blobs_per_minute: its upload rate)."}, []string{"measure"}),
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_used",
 			Help: "What a repository with a quota holds, by measure (bytes, blobs), as its home's state has it: exported by the home only."}, []string{"repository", "measure"}),
 		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_limit",
@@ -444,9 +462,9 @@ func (m *Metrics) checkpointed(*Partition) {
 	}
 }
 
-func (m *Metrics) denied(e *quota.ExceededError) {
+func (m *Metrics) denied(measure string) {
 	if m != nil {
-		m.denials.WithLabelValues(e.Measure).Inc()
+		m.denials.WithLabelValues(measure).Inc()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/backend"
@@ -399,14 +400,15 @@ func (p *Partition) Usage(repo string) (quota.Usage, quota.Limit) {
 	return p.state.Usage(repo), p.state.Limit(repo)
 }
 
-// Reserve admits one blob of size bytes into repo against its quota,
-// counting what publications in flight have reserved, and reserves it;
+// Reserve admits one blob of size bytes into repo at now against its
+// quota and its upload rate, counting what publications in flight have
+// reserved, and reserves it;
 // release returns the reservation (call it once the publication has
 // committed and been applied, or failed). A repository without a quota
 // reserves nothing (release is nil): its publications need no catch-up
 // to be admitted exactly, which keeps them off the home's sequencing
-// path. Errors: ErrNotReady, *quota.ExceededError.
-func (p *Partition) Reserve(repo string, size int64) (release func(), err error) {
+// path. Errors: ErrNotReady, *quota.ExceededError, *quota.RateError.
+func (p *Partition) Reserve(repo string, size int64, now time.Time) (release func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.status != Serving {
@@ -415,7 +417,7 @@ func (p *Partition) Reserve(repo string, size int64) (release func(), err error)
 	if p.state.Limit(repo) == (quota.Limit{}) {
 		return nil, nil
 	}
-	if err := p.state.Admit(repo, size, p.reserved[repo]); err != nil {
+	if err := p.state.Admit(repo, size, p.reserved[repo], now.UnixMilli()); err != nil {
 		return nil, err
 	}
 	p.reserved[repo] = p.reserved[repo].Add(quota.Usage{Bytes: size, Blobs: 1})

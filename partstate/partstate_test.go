@@ -101,7 +101,7 @@ func TestRestoreQuarantineAndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := partstate.New(f.st, f.p, f.epo, 12, all, nil)
-	if _, err := p.Reserve("team/app", 1); !errors.Is(err, partstate.ErrNotReady) {
+	if _, err := p.Reserve("team/app", 1, time.Now()); !errors.Is(err, partstate.ErrNotReady) {
 		t.Fatalf("before the restore: %v, want not ready", err)
 	}
 	if err := p.Restore(ctx); err != nil {
@@ -160,7 +160,7 @@ func TestReserveNeverOvershoots(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 10 {
 		wg.Go(func() {
-			rel, err := p.Reserve("team/app", 10)
+			rel, err := p.Reserve("team/app", 10, time.Now())
 			var ex *quota.ExceededError
 			switch {
 			case err == nil:
@@ -176,10 +176,10 @@ func TestReserveNeverOvershoots(t *testing.T) {
 		t.Fatalf("%d reservations of 10 bytes admitted over 60 of 100 used, want 4", ok.Load())
 	}
 	releases.Range(func(_, v any) bool { v.(func())(); return false }) // one released
-	if _, err := p.Reserve("team/app", 10); err != nil {
+	if _, err := p.Reserve("team/app", 10, time.Now()); err != nil {
 		t.Fatalf("after one release: %v", err)
 	}
-	if _, err := p.Reserve("other/x", 1<<40); err != nil {
+	if _, err := p.Reserve("other/x", 1<<40, time.Now()); err != nil {
 		t.Fatalf("a repository with no quota: %v", err)
 	}
 }

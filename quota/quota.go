@@ -7,12 +7,14 @@ package quota
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
@@ -52,13 +54,33 @@ type Record struct {
 	Size       int64            `json:"size,omitempty"`
 	Limit      *Limit           `json:"limit,omitempty"`
 	Usage      *Usage           `json:"usage,omitempty"`
+	// At is when a ref+ was written, in Unix milliseconds of the
+	// database's clock (the publication's transaction): the upload-rate
+	// window counts it at that time, captured, never the replaying
+	// node's clock (ZBP-5-R34). 0 on records written before windows
+	// existed: they count in no window.
+	At int64 `json:"at,omitempty"`
 }
 
 // Limit is a quota. A zero field sets no limit on that measure.
 type Limit struct {
 	Bytes int64 `json:"bytes"`
 	Blobs int64 `json:"blobs"`
+	// BytesPerMinute and BlobsPerMinute bound what the repository
+	// publishes in any Window: its upload rate.
+	BytesPerMinute int64 `json:"bytes_per_minute,omitempty"`
+	BlobsPerMinute int64 `json:"blobs_per_minute,omitempty"`
 }
+
+// Rated reports whether l bounds the upload rate.
+func (l Limit) Rated() bool { return l.BytesPerMinute > 0 || l.BlobsPerMinute > 0 }
+
+// Window is the span an upload rate is measured over: what a repository
+// published in the last Window, by second.
+const Window = time.Minute
+
+// windowSeconds is Window in whole seconds, the number of buckets.
+const windowSeconds = int64(Window / time.Second)
 
 // Usage is what a repository holds: each distinct digest it references
 // once (a blob referenced by two repositories counts in both).
@@ -113,15 +135,16 @@ func (r Record) validate() error {
 		if _, err := blobplane.ParseDigest(string(r.Digest)); err != nil {
 			return err
 		}
-		if r.Size < 0 || r.Limit != nil || r.Usage != nil {
-			return fmt.Errorf("%s %s: size %d, limit %v, usage %v", r.Op, r.Digest, r.Size, r.Limit, r.Usage)
+		if r.Size < 0 || r.Limit != nil || r.Usage != nil || r.At < 0 {
+			return fmt.Errorf("%s %s: size %d, limit %v, usage %v, at %d", r.Op, r.Digest, r.Size, r.Limit, r.Usage, r.At)
 		}
 	case SetQuota:
-		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || !r.onlyRepository() || r.Usage != nil {
+		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || r.Limit.BytesPerMinute < 0 || r.Limit.BlobsPerMinute < 0 ||
+			!r.onlyRepository() || r.Usage != nil || r.At != 0 {
 			return fmt.Errorf("quota for %s: want a limit of non-negative bytes and blobs, and no digest, size or usage", r.Repository)
 		}
 	case SetUsage:
-		if r.Usage == nil || r.Usage.Bytes < 0 || r.Usage.Blobs < 0 || !r.onlyRepository() || r.Limit != nil {
+		if r.Usage == nil || r.Usage.Bytes < 0 || r.Usage.Blobs < 0 || !r.onlyRepository() || r.Limit != nil || r.At != 0 {
 			return fmt.Errorf("usage of %s: want non-negative bytes and blobs, and no digest, size or limit", r.Repository)
 		}
 	default:
@@ -133,11 +156,54 @@ func (r Record) validate() error {
 // onlyRepository: the record names no digest and no size.
 func (r Record) onlyRepository() bool { return r.Digest == "" && r.Size == 0 }
 
-// State is one partition's quota state: usage and quota by repository.
-// The zero value is empty and ready.
+// State is one partition's quota state: usage and quota by repository,
+// and the upload-rate window of each repository whose quota bounds its
+// rate. The zero value is empty and ready.
 type State struct {
-	usage  map[string]Usage
-	limits map[string]Limit
+	usage   map[string]Usage
+	limits  map[string]Limit
+	windows map[string]window
+}
+
+// Bucket is what a repository published in one second (Unix seconds, the
+// database's clock).
+type Bucket struct {
+	Second int64 `json:"s"`
+	Usage
+}
+
+// window is a repository's buckets, oldest first, none more than Window
+// older than the newest: a slice of at most windowSeconds buckets.
+type window []Bucket
+
+// add counts u at second and drops the buckets the newest one puts out
+// of the window. Deterministic: it reads the records' times, never a
+// clock (ZBP-5-R33).
+func (w window) add(second int64, u Usage) window {
+	i, found := slices.BinarySearchFunc(w, second, func(b Bucket, s int64) int { return cmp.Compare(b.Second, s) })
+	if found {
+		w[i].Usage = w[i].Usage.Add(u)
+	} else {
+		w = slices.Insert(w, i, Bucket{Second: second, Usage: u})
+	}
+	newest := w[len(w)-1].Second
+	drop := 0
+	for drop < len(w) && w[drop].Second <= newest-windowSeconds {
+		drop++
+	}
+	return slices.Delete(w, 0, drop)
+}
+
+// since is what w counts after second (the window ending at second +
+// windowSeconds).
+func (w window) since(second int64) Usage {
+	var u Usage
+	for _, b := range w {
+		if b.Second > second {
+			u = u.Add(b.Usage)
+		}
+	}
+	return u
 }
 
 // Apply applies one record. It is deterministic (ZBP-5-R33): the same
@@ -146,11 +212,14 @@ type State struct {
 // journal that agrees with its ledger never contains.
 func (s *State) Apply(r Record) error {
 	if s.usage == nil {
-		s.usage, s.limits = map[string]Usage{}, map[string]Limit{}
+		s.usage, s.limits, s.windows = map[string]Usage{}, map[string]Limit{}, map[string]window{}
 	}
 	switch r.Op {
 	case RefAdded:
 		s.usage[r.Repository] = s.usage[r.Repository].Add(Usage{Bytes: r.Size, Blobs: 1})
+		if s.limits[r.Repository].Rated() && r.At > 0 {
+			s.windows[r.Repository] = s.windows[r.Repository].add(r.At/1000, Usage{Bytes: r.Size, Blobs: 1})
+		}
 	case RefRemoved:
 		u := s.usage[r.Repository].Add(Usage{Bytes: -r.Size, Blobs: -1})
 		if u.Bytes < 0 || u.Blobs < 0 {
@@ -173,6 +242,9 @@ func (s *State) Apply(r Record) error {
 		} else {
 			s.limits[r.Repository] = *r.Limit
 		}
+		if !r.Limit.Rated() {
+			delete(s.windows, r.Repository) // a rate set again starts empty
+		}
 	default:
 		return fmt.Errorf("%w: op %q", ErrPoison, r.Op)
 	}
@@ -194,7 +266,8 @@ func (s *State) Limit(repo string) Limit { return s.limits[repo] }
 
 // Equal reports whether two states hold the same usage and quotas.
 func (s *State) Equal(o *State) bool {
-	return maps.Equal(s.usage, o.usage) && maps.Equal(s.limits, o.limits)
+	return maps.Equal(s.usage, o.usage) && maps.Equal(s.limits, o.limits) &&
+		maps.EqualFunc(s.windows, o.windows, func(a, b window) bool { return slices.Equal(a, b) })
 }
 
 // ExceededError is an admission refused by a quota; its message names
@@ -211,10 +284,31 @@ func (e *ExceededError) Error() string {
 	return fmt.Sprintf("repository %s is over its quota of %d %s: it holds %d, and this upload adds %d", e.Repository, e.Limit, e.Measure, e.Used, e.Adding)
 }
 
-// Admit decides whether repo may take one more blob of size bytes, with
-// reserved already promised to publications in flight. Errors:
-// *ExceededError.
-func (s *State) Admit(repo string, size int64, reserved Usage) error {
+// RateError is an admission refused by a repository's upload rate; its
+// message names the rate, what the window holds and when to retry.
+type RateError struct {
+	Repository string
+	Measure    string // "bytes" or "blobs"
+	PerMinute  int64
+	Used       int64 // published in the window plus reserved
+	Adding     int64
+	// RetryAfter is how long until the window has room for this upload,
+	// at least a second.
+	RetryAfter time.Duration
+}
+
+func (e *RateError) Error() string {
+	return fmt.Sprintf("repository %s is over its upload rate of %d %s per minute: it published %d in the last minute, and this upload adds %d; retry in %d s",
+		e.Repository, e.PerMinute, e.Measure, e.Used, e.Adding, int64(e.RetryAfter/time.Second))
+}
+
+// Admit decides whether repo may take one more blob of size bytes at
+// now (Unix milliseconds), with reserved already promised to
+// publications in flight: within its quota, and within its upload rate
+// over the Window ending at now. A blob larger than the rate's bytes is
+// admitted into an empty window, so that no blob is refused for ever.
+// Errors: *ExceededError, *RateError.
+func (s *State) Admit(repo string, size int64, reserved Usage, now int64) error {
 	l := s.limits[repo]
 	u := s.usage[repo].Add(reserved)
 	if l.Bytes > 0 && u.Bytes+size > l.Bytes {
@@ -223,15 +317,53 @@ func (s *State) Admit(repo string, size int64, reserved Usage) error {
 	if l.Blobs > 0 && u.Blobs+1 > l.Blobs {
 		return &ExceededError{Repository: repo, Measure: "blobs", Limit: l.Blobs, Used: u.Blobs, Adding: 1}
 	}
-	return nil
+	if !l.Rated() {
+		return nil
+	}
+	w := s.windows[repo]
+	second := now / 1000
+	used := w.since(second - windowSeconds).Add(reserved)
+	if used == (Usage{}) {
+		return nil
+	}
+	over := func(u Usage) (string, int64, int64, int64) {
+		switch {
+		case l.BytesPerMinute > 0 && u.Bytes+size > l.BytesPerMinute:
+			return "bytes", l.BytesPerMinute, u.Bytes, size
+		case l.BlobsPerMinute > 0 && u.Blobs+1 > l.BlobsPerMinute:
+			return "blobs", l.BlobsPerMinute, u.Blobs, 1
+		}
+		return "", 0, 0, 0
+	}
+	measure, per, n, adding := over(used)
+	if measure == "" {
+		return nil
+	}
+	// The retry: when enough of the window's oldest buckets have left
+	// it; a second when only publications in flight stand in the way
+	// (their records enter the window as they commit).
+	retry := int64(1)
+	left := used
+	for _, b := range w {
+		if b.Second <= second-windowSeconds {
+			continue
+		}
+		left = left.Add(Usage{Bytes: -b.Bytes, Blobs: -b.Blobs})
+		retry = b.Second + windowSeconds - second
+		if m, _, _, _ := over(left); m == "" || left == (Usage{}) {
+			break
+		}
+	}
+	return &RateError{Repository: repo, Measure: measure, PerMinute: per, Used: n, Adding: adding, RetryAfter: time.Duration(max(retry, 1)) * time.Second}
 }
 
 // checkpointEntry is one repository's line in a checkpoint part.
 type checkpointEntry struct {
-	Slot       uint32 `json:"slot"`
-	Repository string `json:"repository"`
-	Usage      Usage  `json:"usage"`
-	Limit      *Limit `json:"limit,omitempty"`
+	Slot       uint32   `json:"slot"`
+	Repository string   `json:"repository"`
+	Usage      Usage    `json:"usage"`
+	Limit      *Limit   `json:"limit,omitempty"`
+	Window     []Bucket `json:"window,omitempty"`
 }
 
 // Checkpoint renders the state as newline-delimited JSON ordered by
@@ -250,6 +382,7 @@ func (s *State) Checkpoint(slotBits int) []byte {
 		if l, ok := s.limits[r]; ok {
 			entries[i].Limit = &l
 		}
+		entries[i].Window = s.windows[r]
 	}
 	slices.SortFunc(entries, func(a, b checkpointEntry) int {
 		if a.Slot != b.Slot {
@@ -269,7 +402,7 @@ func (s *State) Checkpoint(slotBits int) []byte {
 // repositories whose slot keep accepts (nil: all; a child of a split
 // restores its own ranges). Errors: a malformed checkpoint (ErrPoison).
 func Restore(b []byte, slotBits int, keep func(slot uint32) bool) (*State, error) {
-	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}}
+	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}, windows: map[string]window{}}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	for dec.More() {
@@ -278,7 +411,7 @@ func Restore(b []byte, slotBits int, keep func(slot uint32) bool) (*State, error
 			return nil, fmt.Errorf("%w: checkpoint: %v", ErrPoison, err)
 		}
 		if err := auth.CheckRepository(e.Repository); err != nil || uint32(authority.SlotOf(e.Repository, slotBits)) != e.Slot ||
-			e.Usage.Bytes < 0 || e.Usage.Blobs < 0 {
+			e.Usage.Bytes < 0 || e.Usage.Blobs < 0 || !e.windowValid() {
 			return nil, fmt.Errorf("%w: checkpoint entry %+v", ErrPoison, e)
 		}
 		if keep != nil && !keep(e.Slot) {
@@ -290,6 +423,26 @@ func Restore(b []byte, slotBits int, keep func(slot uint32) bool) (*State, error
 		if e.Limit != nil {
 			s.limits[e.Repository] = *e.Limit
 		}
+		if len(e.Window) > 0 {
+			s.windows[e.Repository] = e.Window
+		}
 	}
 	return s, nil
+}
+
+// windowValid: a window only beside a rate, its buckets ascending, within
+// one Window, of non-negative counts.
+func (e checkpointEntry) windowValid() bool {
+	if len(e.Window) == 0 {
+		return true
+	}
+	if e.Limit == nil || !e.Limit.Rated() || e.Window[len(e.Window)-1].Second-e.Window[0].Second >= windowSeconds {
+		return false
+	}
+	for i, b := range e.Window {
+		if b.Bytes < 0 || b.Blobs < 0 || (i > 0 && b.Second <= e.Window[i-1].Second) {
+			return false
+		}
+	}
+	return true
 }

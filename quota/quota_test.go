@@ -5,11 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/blobplane/blobplane"
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/journal"
 )
 
@@ -41,6 +45,19 @@ type history struct {
 	state   *State
 	ckpts   []ckpt // every checkpoint taken, oldest first
 	refused int
+	// now is the database clock (Unix ms); pubs every reference created,
+	// and rateFrom, per repository whose quota bounds its rate, the
+	// first of pubs its window counts (the rate was set then).
+	now      int64
+	pubs     []pub
+	rateFrom map[string]int
+	limited  int // uploads refused by a rate
+}
+
+type pub struct {
+	repo string
+	at   int64
+	size int64
 }
 
 type ckpt struct {
@@ -110,18 +127,53 @@ func (h *history) recover(i int, upto uint64) *State {
 
 // recompute is the SQL recomputation from the ledger.
 func (h *history) recompute() *State {
-	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}}
+	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}, windows: map[string]window{}}
 	for k, size := range h.refs {
 		s.usage[k[0]] = s.usage[k[0]].Add(Usage{Bytes: size, Blobs: 1})
 	}
 	for r, l := range h.limits {
 		s.limits[r] = l
 	}
+	// A window: the seconds of the repository's publications since its
+	// rate was set, within a minute of the newest of them.
+	for r, from := range h.rateFrom {
+		var newest int64
+		for _, p := range h.pubs[from:] {
+			if p.repo == r {
+				newest = max(newest, p.at/1000)
+			}
+		}
+		by := map[int64]Usage{}
+		for _, p := range h.pubs[from:] {
+			if p.repo == r && p.at/1000 > newest-60 {
+				by[p.at/1000] = by[p.at/1000].Add(Usage{Bytes: p.size, Blobs: 1})
+			}
+		}
+		var w window
+		for _, sec := range slices.Sorted(maps.Keys(by)) {
+			w = append(w, Bucket{Second: sec, Usage: by[sec]})
+		}
+		if len(w) > 0 {
+			s.windows[r] = w
+		}
+	}
 	return s
+}
+
+// inWindow is what repo published in the minute ending now, from pubs.
+func (h *history) inWindow(repo string) Usage {
+	var u Usage
+	for _, p := range h.pubs[h.rateFrom[repo]:] {
+		if p.repo == repo && p.at/1000 > h.now/1000-60 {
+			u = u.Add(Usage{Bytes: p.size, Blobs: 1})
+		}
+	}
+	return u
 }
 
 func (h *history) step() {
 	repo := repos[h.rng.IntN(len(repos))]
+	h.now += int64(h.rng.IntN(3000))
 	d := h.rng.IntN(40)
 	dg, size := digestN(d), h.size(d)
 	switch r := h.rng.IntN(100); {
@@ -130,20 +182,33 @@ func (h *history) step() {
 		if _, ok := h.refs[k]; ok {
 			return // the reference exists: no row created, nothing journalled
 		}
-		if err := h.state.Admit(repo, size, Usage{}); err != nil {
+		before := h.inWindow(repo)
+		if err := h.state.Admit(repo, size, Usage{}, h.now); err != nil {
 			var ex *ExceededError
-			if !errors.As(err, &ex) || !strings.Contains(err.Error(), repo) {
+			var re *RateError
+			switch {
+			case errors.As(err, &re) && strings.Contains(err.Error(), repo) && re.RetryAfter >= time.Second && re.RetryAfter <= Window:
+				h.limited++
+			case errors.As(err, &ex) && strings.Contains(err.Error(), repo):
+				h.refused++
+			default:
 				h.t.Fatalf("refusal %v", err)
 			}
-			h.refused++
 			return
 		}
 		h.refs[k] = size
-		h.append(Record{Op: RefAdded, Repository: repo, Digest: dg, Size: size})
+		h.pubs = append(h.pubs, pub{repo: repo, at: h.now, size: size})
+		h.append(Record{Op: RefAdded, Repository: repo, Digest: dg, Size: size, At: h.now})
 		if l := h.limits[repo]; l != (Limit{}) {
 			u := h.recompute().usage[repo]
 			if (l.Bytes > 0 && u.Bytes > l.Bytes) || (l.Blobs > 0 && u.Blobs > l.Blobs) {
 				h.t.Fatalf("%s holds %+v over its quota %+v", repo, u, l)
+			}
+			// A rate is exceeded only by a blob admitted into an empty
+			// window.
+			w := h.inWindow(repo)
+			if before != (Usage{}) && ((l.BytesPerMinute > 0 && w.Bytes > l.BytesPerMinute) || (l.BlobsPerMinute > 0 && w.Blobs > l.BlobsPerMinute)) {
+				h.t.Fatalf("%s published %+v in a minute over its rate %+v", repo, w, l)
 			}
 		}
 	case r < 80: // delete a reference the repository holds
@@ -156,8 +221,16 @@ func (h *history) step() {
 		}
 	case r < 88: // an admin sets or clears a quota
 		l := Limit{Bytes: int64(h.rng.IntN(30_000)), Blobs: int64(h.rng.IntN(12))}
+		if h.rng.IntN(2) == 0 {
+			l.BytesPerMinute, l.BlobsPerMinute = int64(h.rng.IntN(12_000)), int64(h.rng.IntN(6))
+		}
 		if h.rng.IntN(4) == 0 {
 			l = Limit{}
+		}
+		if !l.Rated() {
+			delete(h.rateFrom, repo)
+		} else if _, ok := h.rateFrom[repo]; !ok {
+			h.rateFrom[repo] = len(h.pubs)
 		}
 		if l == (Limit{}) {
 			delete(h.limits, repo)
@@ -183,11 +256,19 @@ func (h *history) step() {
 // exceeded.
 func TestReplayEquivalence(t *testing.T) {
 	t.Parallel()
+	limited := 0
+	defer func() {
+		if !t.Failed() && limited == 0 {
+			t.Error("no history met a rate: the windows were not exercised")
+		}
+	}()
 	for seed := range uint64(100) {
-		h := &history{t: t, rng: rand.New(rand.NewPCG(seed, 33)), refs: map[[2]string]int64{}, limits: map[string]Limit{}, epoch: 1, state: &State{}}
+		h := &history{t: t, rng: rand.New(rand.NewPCG(seed, 33)), refs: map[[2]string]int64{}, limits: map[string]Limit{}, epoch: 1, state: &State{},
+			now: 1_700_000_000_000, rateFrom: map[string]int{}}
 		for range 400 {
 			h.step()
 		}
+		limited += h.limited
 		want := h.recompute()
 		if !h.state.Equal(want) {
 			t.Fatalf("seed %d: the home's state differs from the ledger's recomputation", seed)
@@ -261,18 +342,18 @@ func TestAdmitNamesTheQuota(t *testing.T) {
 	s := &State{}
 	_ = s.Apply(Record{Op: SetQuota, Repository: "team/app", Limit: &Limit{Bytes: 100, Blobs: 2}})
 	_ = s.Apply(Record{Op: RefAdded, Repository: "team/app", Digest: digestN(1), Size: 60})
-	if err := s.Admit("team/app", 40, Usage{}); err != nil {
+	if err := s.Admit("team/app", 40, Usage{}, 0); err != nil {
 		t.Fatalf("exactly at the quota: %v", err)
 	}
-	err := s.Admit("team/app", 40, Usage{Bytes: 1})
+	err := s.Admit("team/app", 40, Usage{Bytes: 1}, 0)
 	var ex *ExceededError
 	if !errors.As(err, &ex) || ex.Measure != "bytes" || ex.Limit != 100 || ex.Used != 61 || !strings.Contains(err.Error(), "quota of 100 bytes") {
 		t.Fatalf("one reserved byte over: %v", err)
 	}
-	if err := s.Admit("team/app", 1, Usage{Blobs: 1}); !errors.As(err, &ex) || ex.Measure != "blobs" {
+	if err := s.Admit("team/app", 1, Usage{Blobs: 1}, 0); !errors.As(err, &ex) || ex.Measure != "blobs" {
 		t.Fatalf("a third blob: %v", err)
 	}
-	if err := s.Admit("other/x", 1<<40, Usage{}); err != nil {
+	if err := s.Admit("other/x", 1<<40, Usage{}, 0); err != nil {
 		t.Fatalf("no quota: %v", err)
 	}
 }
@@ -335,4 +416,55 @@ func FuzzDecode(f *testing.F) {
 		var s State
 		_ = s.Apply(r) // never panics
 	})
+}
+
+// An upload rate is measured over the minute ending at the admission, by
+// the records' own times; the refusal names the rate and says when the
+// window has room again.
+func TestAdmitMeasuresTheUploadRate(t *testing.T) {
+	t.Parallel()
+	const t0 = 1_700_000_000_000 // ms
+	s := &State{}
+	_ = s.Apply(Record{Op: SetQuota, Repository: "team/app", Limit: &Limit{BytesPerMinute: 100, BlobsPerMinute: 3}})
+	for i, at := range []int64{t0, t0 + 10_000} {
+		if err := s.Apply(Record{Op: RefAdded, Repository: "team/app", Digest: digestN(i), Size: 40, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var re *RateError
+	err := s.Admit("team/app", 30, Usage{}, t0+20_000)
+	if !errors.As(err, &re) || re.Measure != "bytes" || re.Used != 80 || re.RetryAfter != 40*time.Second ||
+		err.Error() != "repository team/app is over its upload rate of 100 bytes per minute: it published 80 in the last minute, and this upload adds 30; retry in 40 s" {
+		t.Fatalf("30 bytes after 80: %v", err)
+	}
+	if err := s.Admit("team/app", 20, Usage{}, t0+20_000); err != nil {
+		t.Fatalf("exactly at the rate: %v", err)
+	}
+	if err := s.Admit("team/app", 20, Usage{Bytes: 20, Blobs: 1}, t0+20_000); !errors.As(err, &re) || re.Measure != "bytes" {
+		t.Fatalf("a reservation counts: %v", err)
+	}
+	if err := s.Admit("team/app", 30, Usage{}, t0+60_000); err != nil {
+		t.Fatalf("the first upload left the window: %v", err)
+	}
+	if err := s.Admit("team/app", 1, Usage{Bytes: 1, Blobs: 1}, t0+59_999); !errors.As(err, &re) || re.Measure != "blobs" || re.RetryAfter != time.Second {
+		t.Fatalf("a third blob: %v", err)
+	}
+	if err := s.Admit("team/app", 1000, Usage{}, t0+70_000); err != nil {
+		t.Fatalf("an empty window admits a blob larger than the rate: %v", err)
+	}
+	if err := s.Admit("team/app", 1000, Usage{}, t0+69_999); !errors.As(err, &re) || re.RetryAfter != time.Second {
+		t.Fatalf("a blob larger than the rate waits for an empty window: %v", err)
+	}
+	// The window survives a checkpoint; clearing the rate drops it.
+	back, err := Restore(s.Checkpoint(slotBits), slotBits, nil)
+	if err != nil || !back.Equal(s) || len(back.windows["team/app"]) != 2 {
+		t.Fatalf("restored %+v, %v", back, err)
+	}
+	_ = s.Apply(Record{Op: SetQuota, Repository: "team/app", Limit: &Limit{Bytes: 1 << 20}})
+	if len(s.windows) != 0 {
+		t.Fatalf("windows %+v after the rate was cleared", s.windows)
+	}
+	if _, err := Restore([]byte(`{"slot":`+fmt.Sprint(authority.SlotOf("team/app", slotBits))+`,"repository":"team/app","usage":{"bytes":1,"blobs":1},"window":[{"s":5,"bytes":1,"blobs":1}]}`), slotBits, nil); !errors.Is(err, ErrPoison) {
+		t.Fatalf("a window without a rate: %v", err)
+	}
 }

@@ -79,7 +79,7 @@ func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blob
 		}
 		done, err := f.quotas.Admit(ctx, home, repo, d, size)
 		if err != nil {
-			if blobplane.ErrorCode(err) == blobplane.CodeForbidden {
+			if quotaCode(err) {
 				return refuse(Quota, err)
 			}
 			return err
@@ -99,13 +99,21 @@ func tenantRefusal(err error) error {
 	return err
 }
 
-// overQuota reports whether err is a publication refused by its
-// repository's quota.
-func overQuota(err error) bool {
-	return SubjectOf(err) == Quota && blobplane.ErrorCode(err) == blobplane.CodeForbidden
+// quotaCode reports whether err's code is a quota's refusal: forbidden
+// (what the repository holds) or too many requests (its upload rate).
+func quotaCode(err error) bool {
+	code := blobplane.ErrorCode(err)
+	return code == blobplane.CodeForbidden || code == blobplane.CodeTooManyRequests
 }
 
-// abandonOverQuota ends upload op, refused by its repository's quota:
+// overQuota reports whether err is a publication refused by its
+// repository's quota or upload rate.
+func overQuota(err error) bool {
+	return SubjectOf(err) == Quota && quotaCode(err)
+}
+
+// abandonOverQuota ends upload op, refused by its repository's quota or
+// upload rate (the client pushes again after Retry-After):
 // its bytes go back to the collector (L1), and the session ends with the
 // refusal rather than waiting for the reaper. Called once nothing of the
 // publication holds the intent's row.

@@ -74,7 +74,8 @@ func (f *Flow) Open(ctx context.Context, req OpenRequest) (Result, error) {
 }
 
 // checkQuota refuses, before any byte is read, an upload of declared
-// size that its repository's quota would refuse at publication, when this
+// size that its repository's quota or upload rate would refuse at
+// publication, when this
 // node is the repository's home (elsewhere the home refuses it when
 // asked to publish). Nothing is reserved: publication admits again.
 func (f *Flow) checkQuota(ctx context.Context, repo string, d blobplane.Digest, size int64) error {
@@ -85,7 +86,7 @@ func (f *Flow) checkQuota(ctx context.Context, repo string, d blobplane.Digest, 
 	if !ok {
 		return nil
 	}
-	if err := f.quotas.Check(ctx, home, repo, d, size); blobplane.ErrorCode(err) == blobplane.CodeForbidden {
+	if err := f.quotas.Check(ctx, home, repo, d, size); quotaCode(err) {
 		return refuse(Quota, err)
 	}
 	return nil

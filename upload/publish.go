@@ -119,7 +119,8 @@ func (f *Flow) publishAway(ctx context.Context, in Intent, d blobplane.Digest) (
 // misconfigured secret) is work for the finalize job.
 func forwardedRefusalIsFinal(err error) bool {
 	switch blobplane.ErrorCode(err) {
-	case blobplane.CodeMismatch, blobplane.CodeConflict, blobplane.CodeForbidden, blobplane.CodeNotFound, blobplane.CodeInvalid:
+	case blobplane.CodeMismatch, blobplane.CodeConflict, blobplane.CodeForbidden, blobplane.CodeNotFound, blobplane.CodeInvalid,
+		blobplane.CodeTooManyRequests: // an upload rate: the home abandoned it
 		return true
 	}
 	return false
