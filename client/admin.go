@@ -190,14 +190,22 @@ func query(k, v string) string {
 // ending in /: its repositories together) (docs/quotas.md). A zero max
 // sets no limit on that measure.
 type Quota struct {
-	Repository string     `json:"repository,omitempty"`
-	Tenant     string     `json:"tenant,omitempty"`
-	MaxBytes   int64      `json:"max_bytes"`
-	MaxBlobs   int64      `json:"max_blobs"`
-	UsedBytes  int64      `json:"used_bytes"`
-	UsedBlobs  int64      `json:"used_blobs"`
-	SetBy      string     `json:"set_by,omitempty"`
-	SetAt      *time.Time `json:"set_at,omitempty"`
+	Repository string `json:"repository,omitempty"`
+	Tenant     string `json:"tenant,omitempty"`
+	QuotaLimit
+	UsedBytes int64      `json:"used_bytes"`
+	UsedBlobs int64      `json:"used_blobs"`
+	SetBy     string     `json:"set_by,omitempty"`
+	SetAt     *time.Time `json:"set_at,omitempty"`
+}
+
+// QuotaLimit is a quota's limits; 0 sets none on that measure. The
+// per-minute ones bound a repository's upload rate (none for a tenant).
+type QuotaLimit struct {
+	MaxBytes          int64 `json:"max_bytes"`
+	MaxBlobs          int64 `json:"max_blobs"`
+	MaxBytesPerMinute int64 `json:"max_bytes_per_minute,omitempty"`
+	MaxBlobsPerMinute int64 `json:"max_blobs_per_minute,omitempty"`
 }
 
 // Quotas lists the quotas of the repositories the token administers.
@@ -215,11 +223,10 @@ func (a *API) RepositoryQuota(ctx context.Context, repo string) (Quota, error) {
 	return q, a.getJSON(ctx, "/v1/admin/quotas/"+repo, &q)
 }
 
-// SetQuota sets repo's quota (*:admin): at least one of maxBytes and
-// maxBlobs positive, 0 for no limit on that measure.
-func (a *API) SetQuota(ctx context.Context, repo string, maxBytes, maxBlobs int64) (Quota, error) {
+// SetQuota sets repo's quota (*:admin): at least one limit positive.
+func (a *API) SetQuota(ctx context.Context, repo string, limit QuotaLimit) (Quota, error) {
 	var q Quota
-	_, err := a.sendJSON(ctx, http.MethodPut, "/v1/admin/quotas/"+repo, map[string]int64{"max_bytes": maxBytes, "max_blobs": maxBlobs}, &q, http.StatusOK)
+	_, err := a.sendJSON(ctx, http.MethodPut, "/v1/admin/quotas/"+repo, limit, &q, http.StatusOK)
 	return q, err
 }
 

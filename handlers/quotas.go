@@ -43,16 +43,20 @@ type QuotaAdmin interface {
 // QuotaJSON is one repository's or tenant's quota and usage in admin
 // answers: Repository or Tenant (a prefix ending in /, its repositories
 // together) names it. A zero max sets no limit on that measure; without
-// a quota both are 0.
+// a quota both are 0. MaxBytesPerMinute and MaxBlobsPerMinute, a
+// repository's upload rate (absent: none; tenants have none), bound what
+// it publishes in any minute.
 type QuotaJSON struct {
-	Repository string     `json:"repository,omitempty"`
-	Tenant     string     `json:"tenant,omitempty"`
-	MaxBytes   int64      `json:"max_bytes"`
-	MaxBlobs   int64      `json:"max_blobs"`
-	UsedBytes  int64      `json:"used_bytes"`
-	UsedBlobs  int64      `json:"used_blobs"`
-	SetBy      string     `json:"set_by,omitempty"`
-	SetAt      *time.Time `json:"set_at,omitempty"`
+	Repository        string     `json:"repository,omitempty"`
+	Tenant            string     `json:"tenant,omitempty"`
+	MaxBytes          int64      `json:"max_bytes"`
+	MaxBlobs          int64      `json:"max_blobs"`
+	MaxBytesPerMinute int64      `json:"max_bytes_per_minute,omitempty"`
+	MaxBlobsPerMinute int64      `json:"max_blobs_per_minute,omitempty"`
+	UsedBytes         int64      `json:"used_bytes"`
+	UsedBlobs         int64      `json:"used_blobs"`
+	SetBy             string     `json:"set_by,omitempty"`
+	SetAt             *time.Time `json:"set_at,omitempty"`
 	// Applied, in a PUT's answer: the repository's home holds the new
 	// quota, so the next upload meets it. False: the home did not apply
 	// it within 5 s (it is restoring or down); it will before it serves.
@@ -66,15 +70,18 @@ type QuotasBody struct {
 
 // SetQuotaRequest is the body of PUT /v1/admin/quotas/<repository>: at
 // least one positive limit; an absent or 0 one sets no limit on that
-// measure.
+// measure. The per-minute limits (a repository's upload rate) are refused
+// for a tenant.
 type SetQuotaRequest struct {
-	MaxBytes int64 `json:"max_bytes"`
-	MaxBlobs int64 `json:"max_blobs"`
+	MaxBytes          int64 `json:"max_bytes"`
+	MaxBlobs          int64 `json:"max_blobs"`
+	MaxBytesPerMinute int64 `json:"max_bytes_per_minute"`
+	MaxBlobsPerMinute int64 `json:"max_blobs_per_minute"`
 }
 
 // errQuotaBody is the answer to a PUT body that is not a SetQuotaRequest.
 var errQuotaBody = blobplane.Errorf(blobplane.CodeInvalid,
-	`body must be JSON {"max_bytes": N, "max_blobs": M} (at least one positive; 0 or absent: no limit on that measure)`)
+	`body must be JSON {"max_bytes": N, "max_blobs": M, "max_bytes_per_minute": R, "max_blobs_per_minute": S} (at least one positive; 0 or absent: no limit on that measure; the per-minute ones for a repository only)`)
 
 // quotaRoutes mounts the quota routes on adminRoutes' group
 // (authenticated, some admin grant) when d.Repositories is a QuotaAdmin.
@@ -103,7 +110,7 @@ type quotaHandler struct {
 
 func quotaJSON(q store.RepositoryQuota) QuotaJSON {
 	j := QuotaJSON{Repository: q.Repository, MaxBytes: q.Limit.Bytes, MaxBlobs: q.Limit.Blobs,
-		UsedBytes: q.Usage.Bytes, UsedBlobs: q.Usage.Blobs, SetBy: q.SetBy}
+		MaxBytesPerMinute: q.Limit.BytesPerMinute, MaxBlobsPerMinute: q.Limit.BlobsPerMinute, UsedBytes: q.Usage.Bytes, UsedBlobs: q.Usage.Blobs, SetBy: q.SetBy}
 	if !q.SetAt.IsZero() {
 		j.SetAt = &q.SetAt
 	}
@@ -200,7 +207,7 @@ func (h quotaHandler) set(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, _ := PrincipalOf(r.Context())
-	limit := quota.Limit{Bytes: req.MaxBytes, Blobs: req.MaxBlobs}
+	limit := quota.Limit{Bytes: req.MaxBytes, Blobs: req.MaxBlobs, BytesPerMinute: req.MaxBytesPerMinute, BlobsPerMinute: req.MaxBlobsPerMinute}
 	var j QuotaJSON
 	applied := true
 	if tenant {
@@ -219,7 +226,8 @@ func (h quotaHandler) set(w http.ResponseWriter, r *http.Request) {
 		j, applied = quotaJSON(q), q.Applied
 	}
 	j.Applied = &applied
-	h.logger.InfoContext(r.Context(), "quota set", "subject", name, "tenant", tenant, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs, "principal", p.Name, "applied", applied)
+	h.logger.InfoContext(r.Context(), "quota set", "subject", name, "tenant", tenant, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs,
+		"max_bytes_per_minute", req.MaxBytesPerMinute, "max_blobs_per_minute", req.MaxBlobsPerMinute, "principal", p.Name, "applied", applied)
 	WriteJSON(w, http.StatusOK, j)
 }
 

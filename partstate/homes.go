@@ -264,7 +264,8 @@ func (h *home) releaseAll() {
 // publication failed, else after the next catch-up, which applies its
 // record. A blob repo references already changes no usage and is
 // admitted over a full quota (a re-push). Errors: unavailable (the state
-// is restoring, or the lease moved), forbidden naming the quota.
+// is restoring, or the lease moved), forbidden naming the quota,
+// too_many_requests naming the upload rate (with when to retry).
 func (hs *Homes) Admit(ctx context.Context, at upload.Home, repo string, d blobplane.Digest, size int64) (func(published bool), error) {
 	hs.mu.Lock()
 	h := hs.homes[at.Partition]
@@ -406,7 +407,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_used",
 			Help: "What a repository with a quota holds, by measure (bytes, blobs), as its home's state has it: exported by the home only."}, []string{"repository", "measure"}),
 		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_limit",
-			Help: "A repository's quota by measure (bytes, blobs; 0: no limit on it), exported by its home only."}, []string{"repository", "measure"}),
+			Help: "A repository's quota by measure (bytes, blobs, and its upload rate bytes_per_minute, blobs_per_minute; 0: no limit on it), exported by its home only."}, []string{"repository", "measure"}),
 		shown: map[string]map[string]bool{},
 	}
 	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.denials, m.used, m.limit)
@@ -437,6 +438,8 @@ func (m *Metrics) caughtUp(p *Partition) {
 		m.used.WithLabelValues(repo, "blobs").Set(float64(u.Blobs))
 		m.limit.WithLabelValues(repo, "bytes").Set(float64(l.Bytes))
 		m.limit.WithLabelValues(repo, "blobs").Set(float64(l.Blobs))
+		m.limit.WithLabelValues(repo, "bytes_per_minute").Set(float64(l.BytesPerMinute))
+		m.limit.WithLabelValues(repo, "blobs_per_minute").Set(float64(l.BlobsPerMinute))
 	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -450,7 +453,7 @@ func (m *Metrics) caughtUp(p *Partition) {
 
 // unshow drops repo's gauges. Called with m.mu held.
 func (m *Metrics) unshow(repo string) {
-	for _, measure := range []string{"bytes", "blobs"} {
+	for _, measure := range []string{"bytes", "blobs", "bytes_per_minute", "blobs_per_minute"} {
 		m.used.DeleteLabelValues(repo, measure)
 		m.limit.DeleteLabelValues(repo, measure)
 	}

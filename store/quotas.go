@@ -44,15 +44,17 @@ func (s *Store) SetRepositoryQuota(ctx context.Context, repository string, limit
 	if err := auth.CheckRepository(repository); err != nil {
 		return RepositoryQuota{}, err
 	}
-	if limit.Bytes < 0 || limit.Blobs < 0 || limit == (quota.Limit{}) {
-		return RepositoryQuota{}, blobplane.Errorf(blobplane.CodeInvalid, "a quota limits bytes, blobs or both, each a positive number (got bytes %d, blobs %d); to remove a quota, clear it", limit.Bytes, limit.Blobs)
+	if limit.Bytes < 0 || limit.Blobs < 0 || limit.BytesPerMinute < 0 || limit.BlobsPerMinute < 0 || limit == (quota.Limit{}) {
+		return RepositoryQuota{}, blobplane.Errorf(blobplane.CodeInvalid, "a quota limits bytes, blobs, bytes per minute or blobs per minute, each a positive number or 0 for no limit, at least one positive (got bytes %d, blobs %d, bytes per minute %d, blobs per minute %d); to remove a quota, clear it",
+			limit.Bytes, limit.Blobs, limit.BytesPerMinute, limit.BlobsPerMinute)
 	}
 	if by == "" {
 		by = "admin"
 	}
 	var id int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := s.q.SetRepositoryQuota(ctx, tx, dbsqlc.SetRepositoryQuotaParams{Repository: repository, MaxBytes: limit.Bytes, MaxBlobs: limit.Blobs, SetBy: by}); err != nil {
+		if _, err := s.q.SetRepositoryQuota(ctx, tx, dbsqlc.SetRepositoryQuotaParams{Repository: repository, MaxBytes: limit.Bytes, MaxBlobs: limit.Blobs,
+			MaxBytesPerMinute: limit.BytesPerMinute, MaxBlobsPerMinute: limit.BlobsPerMinute, SetBy: by}); err != nil {
 			return err
 		}
 		var err error
@@ -159,7 +161,7 @@ func (s *Store) repositoryUsage(ctx context.Context, repository pgtype.Text) ([]
 	}
 	out := make([]RepositoryQuota, len(rows))
 	for i, r := range rows {
-		out[i] = RepositoryQuota{Repository: r.Repository, Limit: quota.Limit{Bytes: r.MaxBytes, Blobs: r.MaxBlobs},
+		out[i] = RepositoryQuota{Repository: r.Repository, Limit: quota.Limit{Bytes: r.MaxBytes, Blobs: r.MaxBlobs, BytesPerMinute: r.MaxBytesPerMinute, BlobsPerMinute: r.MaxBlobsPerMinute},
 			SetBy: r.SetBy, SetAt: timeOf(r.SetAt), Usage: quota.Usage{Bytes: r.Bytes, Blobs: r.Blobs}}
 	}
 	return out, nil
@@ -204,6 +206,11 @@ func CheckTenant(prefix string) error {
 func (s *Store) SetTenantQuota(ctx context.Context, prefix string, limit quota.Limit, by string) (TenantQuota, error) {
 	if err := CheckTenant(prefix); err != nil {
 		return TenantQuota{}, err
+	}
+	if limit.Rated() {
+		// A tenant's repositories publish at many homes: no one of them
+		// sees the tenant's rate (docs/quotas.md, "Upload rates").
+		return TenantQuota{}, blobplane.Errorf(blobplane.CodeInvalid, "a tenant quota limits bytes and blobs only: upload rates are set per repository")
 	}
 	if limit.Bytes < 0 || limit.Blobs < 0 || limit == (quota.Limit{}) {
 		return TenantQuota{}, blobplane.Errorf(blobplane.CodeInvalid, "a quota limits bytes, blobs or both, each a positive number (got bytes %d, blobs %d); to remove a quota, clear it", limit.Bytes, limit.Blobs)

@@ -18,7 +18,7 @@ import (
 const adminUsage = `usage: blobctl admin tokens list [--principal P] | create --principal P --grant G [--grant G...] | revoke ID
        blobctl admin grants list [--principal P] | add --principal P --grant G... | remove --principal P --grant G...
        blobctl admin repos list | create NAME | delete NAME
-       blobctl admin quotas list | show NAME | set NAME [--max-bytes SIZE] [--max-blobs N] | clear NAME  (NAME: team/app, or a tenant team/)
+       blobctl admin quotas list | show NAME | set NAME [--max-bytes SIZE] [--max-blobs N] [--max-bytes-per-minute SIZE] [--max-blobs-per-minute N] | clear NAME  (NAME: team/app, or a tenant team/)
        blobctl admin obliterate DIGEST --reason R | blobctl admin obliterate status DIGEST
        blobctl admin takeover --partition P --node N --reason R [--endpoint HOST:PORT]
        blobctl admin plan [show] | blobctl admin plan apply [--override-reason R] [--wait 1m]`
@@ -244,9 +244,10 @@ func quotaTable(w io.Writer, qs []client.Quota) {
 		return fmt.Sprint(n)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPOSITORY OR TENANT\tUSED BYTES\tMAX BYTES\tUSED BLOBS\tMAX BLOBS\tSET BY\tSET AT")
+	fmt.Fprintln(tw, "REPOSITORY OR TENANT\tUSED BYTES\tMAX BYTES\tUSED BLOBS\tMAX BLOBS\tBYTES/MIN\tBLOBS/MIN\tSET BY\tSET AT")
 	for _, q := range qs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", q.Repository+q.Tenant, q.UsedBytes, limit(q.MaxBytes), q.UsedBlobs, limit(q.MaxBlobs), cmpOr(q.SetBy, "-"), stamp(q.SetAt))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", q.Repository+q.Tenant, q.UsedBytes, limit(q.MaxBytes), q.UsedBlobs, limit(q.MaxBlobs),
+			limit(q.MaxBytesPerMinute), limit(q.MaxBlobsPerMinute), cmpOr(q.SetBy, "-"), stamp(q.SetAt))
 	}
 	_ = tw.Flush()
 }
@@ -271,24 +272,32 @@ func quotaShow(ctx context.Context, s *session, a *client.API, args []string) er
 }
 
 func quotaSet(ctx context.Context, s *session, a *client.API, args []string) error {
-	const use = "usage: blobctl admin quotas set REPO [--max-bytes SIZE] [--max-blobs N] (at least one)"
+	const use = "usage: blobctl admin quotas set REPO [--max-bytes SIZE] [--max-blobs N] [--max-bytes-per-minute SIZE] [--max-blobs-per-minute N] (at least one; the per-minute ones for a repository only)"
 	fs := s.flags()
 	maxBytes := fs.String("max-bytes", "", "most bytes the repository may reference: 4096, 512MiB, 10GiB, 2TiB")
 	maxBlobs := fs.Int64("max-blobs", 0, "most distinct blobs the repository may reference")
+	bytesRate := fs.String("max-bytes-per-minute", "", "most bytes the repository may publish in any minute: 64MiB, 1GiB")
+	blobsRate := fs.Int64("max-blobs-per-minute", 0, "most blobs the repository may publish in any minute")
 	pos, err := s.parse(fs, args, 1, use)
 	if err != nil {
 		return err
 	}
-	var b int64
-	if *maxBytes != "" {
-		if b, err = parseSize(*maxBytes); err != nil {
-			return cli.Usagef("--max-bytes: %v; %s", err, use)
+	limit := client.QuotaLimit{MaxBlobs: *maxBlobs, MaxBlobsPerMinute: *blobsRate}
+	for _, f := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--max-bytes", *maxBytes, &limit.MaxBytes}, {"--max-bytes-per-minute", *bytesRate, &limit.MaxBytesPerMinute}} {
+		if f.v == "" {
+			continue
+		}
+		if *f.to, err = parseSize(f.v); err != nil {
+			return cli.Usagef("%s: %v; %s", f.flag, err, use)
 		}
 	}
-	if b == 0 && *maxBlobs <= 0 {
+	if limit == (client.QuotaLimit{}) {
 		return cli.Usagef("%s", use)
 	}
-	q, err := a.SetQuota(ctx, pos[0], b, *maxBlobs)
+	q, err := a.SetQuota(ctx, pos[0], limit)
 	if err != nil {
 		return err
 	}

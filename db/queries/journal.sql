@@ -50,7 +50,7 @@ ORDER BY u.repository;
 INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
 SELECT @partition_id, @epoch, 1, blobplane_slot(q.repository, @slot_bits),
        convert_to(jsonb_build_object('v', 1, 'op', 'quota', 'repository', q.repository,
-                                     'limit', jsonb_build_object('bytes', q.max_bytes, 'blobs', q.max_blobs))::text, 'UTF8')
+                                     'limit', blobplane_quota_limit(q))::text, 'UTF8')
 FROM repository_quotas q
 WHERE CAST(CAST(@slots AS text) AS int4multirange) @> blobplane_slot(q.repository, @slot_bits)
 ORDER BY q.repository;

@@ -3,11 +3,13 @@
 -- name: SetRepositoryQuota :one
 -- Sets a repository's quota (the trigger journals it to its home); no row
 -- when the repository does not exist.
-INSERT INTO repository_quotas (repository, max_bytes, max_blobs, set_by)
-SELECT r.name, @max_bytes, @max_blobs, @set_by FROM repositories r WHERE r.name = @repository
+INSERT INTO repository_quotas (repository, max_bytes, max_blobs, max_bytes_per_minute, max_blobs_per_minute, set_by)
+SELECT r.name, @max_bytes, @max_blobs, @max_bytes_per_minute, @max_blobs_per_minute, @set_by FROM repositories r WHERE r.name = @repository
 ON CONFLICT (repository) DO UPDATE
-SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs, set_by = EXCLUDED.set_by, set_at = now()
-RETURNING repository, max_bytes, max_blobs, set_by, set_at;
+SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs,
+    max_bytes_per_minute = EXCLUDED.max_bytes_per_minute, max_blobs_per_minute = EXCLUDED.max_blobs_per_minute,
+    set_by = EXCLUDED.set_by, set_at = now()
+RETURNING repository;
 
 -- name: ClearRepositoryQuota :execrows
 DELETE FROM repository_quotas WHERE repository = @repository;
@@ -32,6 +34,8 @@ SELECT coalesce((
 -- usage the ledger holds: each distinct digest referenced once.
 SELECT r.name AS repository,
        coalesce(q.max_bytes, 0)::bigint AS max_bytes, coalesce(q.max_blobs, 0)::bigint AS max_blobs,
+       coalesce(q.max_bytes_per_minute, 0)::bigint AS max_bytes_per_minute,
+       coalesce(q.max_blobs_per_minute, 0)::bigint AS max_blobs_per_minute,
        coalesce(q.set_by, '')::text AS set_by, q.set_at,
        coalesce(u.bytes, 0)::bigint AS bytes, coalesce(u.blobs, 0)::bigint AS blobs
 FROM repositories r

@@ -152,7 +152,7 @@ const journalBootstrapQuotas = `-- name: JournalBootstrapQuotas :execrows
 INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
 SELECT $1, $2, 1, blobplane_slot(q.repository, $3),
        convert_to(jsonb_build_object('v', 1, 'op', 'quota', 'repository', q.repository,
-                                     'limit', jsonb_build_object('bytes', q.max_bytes, 'blobs', q.max_blobs))::text, 'UTF8')
+                                     'limit', blobplane_quota_limit(q))::text, 'UTF8')
 FROM repository_quotas q
 WHERE CAST(CAST($4 AS text) AS int4multirange) @> blobplane_slot(q.repository, $3)
 ORDER BY q.repository

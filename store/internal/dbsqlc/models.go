@@ -624,6 +624,10 @@ type RepositoryQuota struct {
 	SetBy string
 	// When the quota was last set (database clock).
 	SetAt pgtype.Timestamptz
+	// Most bytes the repository may publish (newly reference) in any minute; 0: no limit on the byte rate.
+	MaxBytesPerMinute int64
+	// Most blobs the repository may publish (newly reference) in any minute; 0: no limit on the blob rate.
+	MaxBlobsPerMinute int64
 }
 
 // Admin-set limits on what the repositories under a prefix (a tenant: team/) hold together, with their usage, kept exact by blob_references_tenant_usage in each reference write's transaction.

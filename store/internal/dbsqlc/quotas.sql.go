@@ -79,6 +79,8 @@ func (q *Queries) QuotaRecordApplied(ctx context.Context, db DBTX, appendID int6
 const repositoryUsage = `-- name: RepositoryUsage :many
 SELECT r.name AS repository,
        coalesce(q.max_bytes, 0)::bigint AS max_bytes, coalesce(q.max_blobs, 0)::bigint AS max_blobs,
+       coalesce(q.max_bytes_per_minute, 0)::bigint AS max_bytes_per_minute,
+       coalesce(q.max_blobs_per_minute, 0)::bigint AS max_blobs_per_minute,
        coalesce(q.set_by, '')::text AS set_by, q.set_at,
        coalesce(u.bytes, 0)::bigint AS bytes, coalesce(u.blobs, 0)::bigint AS blobs
 FROM repositories r
@@ -93,13 +95,15 @@ ORDER BY r.name
 `
 
 type RepositoryUsageRow struct {
-	Repository string
-	MaxBytes   int64
-	MaxBlobs   int64
-	SetBy      string
-	SetAt      pgtype.Timestamptz
-	Bytes      int64
-	Blobs      int64
+	Repository        string
+	MaxBytes          int64
+	MaxBlobs          int64
+	MaxBytesPerMinute int64
+	MaxBlobsPerMinute int64
+	SetBy             string
+	SetAt             pgtype.Timestamptz
+	Bytes             int64
+	Blobs             int64
 }
 
 // Repositories (all with a quota, or @repository) with their quota and the
@@ -117,6 +121,8 @@ func (q *Queries) RepositoryUsage(ctx context.Context, db DBTX, repository pgtyp
 			&i.Repository,
 			&i.MaxBytes,
 			&i.MaxBlobs,
+			&i.MaxBytesPerMinute,
+			&i.MaxBlobsPerMinute,
 			&i.SetBy,
 			&i.SetAt,
 			&i.Bytes,
@@ -134,39 +140,39 @@ func (q *Queries) RepositoryUsage(ctx context.Context, db DBTX, repository pgtyp
 
 const setRepositoryQuota = `-- name: SetRepositoryQuota :one
 
-INSERT INTO repository_quotas (repository, max_bytes, max_blobs, set_by)
-SELECT r.name, $1, $2, $3 FROM repositories r WHERE r.name = $4
+INSERT INTO repository_quotas (repository, max_bytes, max_blobs, max_bytes_per_minute, max_blobs_per_minute, set_by)
+SELECT r.name, $1, $2, $3, $4, $5 FROM repositories r WHERE r.name = $6
 ON CONFLICT (repository) DO UPDATE
-SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs, set_by = EXCLUDED.set_by, set_at = now()
-RETURNING repository, max_bytes, max_blobs, set_by, set_at
+SET max_bytes = EXCLUDED.max_bytes, max_blobs = EXCLUDED.max_blobs,
+    max_bytes_per_minute = EXCLUDED.max_bytes_per_minute, max_blobs_per_minute = EXCLUDED.max_blobs_per_minute,
+    set_by = EXCLUDED.set_by, set_at = now()
+RETURNING repository
 `
 
 type SetRepositoryQuotaParams struct {
-	MaxBytes   int64
-	MaxBlobs   int64
-	SetBy      string
-	Repository string
+	MaxBytes          int64
+	MaxBlobs          int64
+	MaxBytesPerMinute int64
+	MaxBlobsPerMinute int64
+	SetBy             string
+	Repository        string
 }
 
 // Repository quotas (db/migrations/00039_repository_quotas.sql).
 // Sets a repository's quota (the trigger journals it to its home); no row
 // when the repository does not exist.
-func (q *Queries) SetRepositoryQuota(ctx context.Context, db DBTX, arg SetRepositoryQuotaParams) (RepositoryQuota, error) {
+func (q *Queries) SetRepositoryQuota(ctx context.Context, db DBTX, arg SetRepositoryQuotaParams) (string, error) {
 	row := db.QueryRow(ctx, setRepositoryQuota,
 		arg.MaxBytes,
 		arg.MaxBlobs,
+		arg.MaxBytesPerMinute,
+		arg.MaxBlobsPerMinute,
 		arg.SetBy,
 		arg.Repository,
 	)
-	var i RepositoryQuota
-	err := row.Scan(
-		&i.Repository,
-		&i.MaxBytes,
-		&i.MaxBlobs,
-		&i.SetBy,
-		&i.SetAt,
-	)
-	return i, err
+	var repository string
+	err := row.Scan(&repository)
+	return repository, err
 }
 
 const setTenantQuota = `-- name: SetTenantQuota :one
