@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/blobplane/blobplane/handlers"
 	"github.com/blobplane/blobplane/internal/testnode"
@@ -265,5 +267,96 @@ func TestTenantQuotaHoldsAcrossHomes(t *testing.T) {
 	}
 	if st, body := q0.do(http.MethodGet, "/v1/admin/quotas", teamAdmin, nil); st != http.StatusOK || !strings.Contains(body, `"used_bytes": 250`) {
 		t.Fatalf("the tenant's usage: %d %s", st, body)
+	}
+}
+
+// Upload rates (issue 33): a repository's quota may bound what it
+// publishes per minute; its home counts each publication in a window and
+// refuses the one past the rate with 429 TOOMANYREQUESTS and Retry-After,
+// at the node it arrives at or forwarded to its home. Only a global admin
+// sets one; a tenant has none; another repository is untouched.
+func TestUploadRateIsEnforcedAtTheHome(t *testing.T) {
+	c := testnode.Start(t, 2)
+	ctx := context.Background()
+	for _, r := range c.Repos {
+		if err := c.Store.CreateRepository(ctx, r); err != nil && !strings.Contains(err.Error(), "exists") {
+			t.Fatal(err)
+		}
+	}
+	a, b := c.Repos[0], c.Repos[1] // homed on node 0 and node 1
+	admin := c.Token(t, "root", "*:admin")
+	teamAdmin := c.Token(t, "lead", "team/*:admin")
+	writer := c.Token(t, "ci", "team/*:write")
+	q0, q1 := &quotaClient{t: t, base: c.URL(0)}, &quotaClient{t: t, base: c.URL(1)}
+	set := func(token, subject, body string) (int, string) {
+		return q0.do(http.MethodPut, "/v1/admin/quotas/"+subject, token, []byte(body), "Content-Type", "application/json")
+	}
+	for _, who := range []struct{ name, token string }{{"the repository's admin", teamAdmin}, {"a writer", writer}, {"anonymous", ""}} {
+		if st, body := set(who.token, a, `{"max_blobs_per_minute": 1000}`); st != http.StatusForbidden && st != http.StatusUnauthorized {
+			t.Fatalf("%s sets a rate: %d %s", who.name, st, body)
+		}
+	}
+	for _, bad := range []string{`{"max_blobs_per_minute": -1}`, `{"max_bytes_per_minute": "1"}`, `{"max_blobs_per_minute": 0}`} {
+		if st, body := set(admin, a, bad); st != http.StatusBadRequest {
+			t.Fatalf("rate %s: %d %s, want 400", bad, st, body)
+		}
+	}
+	if st, body := set(admin, "team/", `{"max_bytes": 1000, "max_blobs_per_minute": 2}`); st != http.StatusBadRequest || !strings.Contains(body, "upload rates are set per repository") {
+		t.Fatalf("a tenant's rate: %d %s, want 400", st, body)
+	}
+	if st, body := set(admin, a, `{"max_blobs_per_minute": 2}`); st != http.StatusOK || !strings.Contains(body, `"max_blobs_per_minute": 2`) || !strings.Contains(body, `"applied": true`) {
+		t.Fatalf("set a rate: %d %s", st, body)
+	}
+	start := time.Now()
+	for i, mono := range []bool{true, false} {
+		if st, body := q0.push(writer, a, blobOf(100, byte('a'+i)), mono); st != http.StatusCreated {
+			t.Fatalf("blob %d within the rate: %d %s", i, st, body)
+		}
+	}
+	// The third in the minute: refused at its home and forwarded to it,
+	// by either path, saying when to retry.
+	for i, q := range []*quotaClient{q0, q1} {
+		for _, mono := range []bool{true, false} {
+			st, body := q.push(writer, a, blobOf(10, byte('x'+i)), mono)
+			elapsed := time.Since(start)
+			if elapsed > 50*time.Second {
+				t.Skipf("three uploads took %s: the minute's window may have moved on", elapsed)
+			}
+			// The home's Retry-After, carried through a forward too: when
+			// the first two leave the window.
+			retry, err := strconv.Atoi(q.last.Get("Retry-After"))
+			if st != http.StatusTooManyRequests || !strings.Contains(body, `"TOOMANYREQUESTS"`) ||
+				!strings.Contains(body, "upload rate of 2 blobs per minute") || err != nil || retry > 60 || retry < 58-int(elapsed.Seconds()) {
+				t.Fatalf("a third blob in a minute through node %d (monolithic %v): %d %s Retry-After %q, want 429 TOOMANYREQUESTS naming the rate, retry when the minute ends",
+					i, mono, st, body, q.last.Get("Retry-After"))
+			}
+		}
+	}
+	// A re-push publishes nothing new: admitted; another repository has
+	// no rate.
+	if st, body := q0.push(writer, a, blobOf(100, 'a'), true); st != http.StatusCreated {
+		t.Fatalf("a re-push over the rate: %d %s", st, body)
+	}
+	for i := range 3 {
+		if st, body := q1.push(writer, b, blobOf(10, byte('a'+i)), true); st != http.StatusCreated {
+			t.Fatalf("another repository's blob %d: %d %s", i, st, body)
+		}
+	}
+	st, body := q0.do(http.MethodGet, "/metrics", "", nil)
+	if st != http.StatusOK || !strings.Contains(body, `blobplane_quota_denials_total{measure="blobs_per_minute"} 4`) {
+		var lines []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "blobplane_quota_denials_total") {
+				lines = append(lines, l)
+			}
+		}
+		t.Fatalf("the home's metrics count the four refusals (each made at the home): %d %q", st, lines)
+	}
+	// Cleared, the rate is gone at once.
+	if st, body := q0.do(http.MethodDelete, "/v1/admin/quotas/"+a, admin, nil, "Content-Type", "application/json"); st != http.StatusNoContent {
+		t.Fatalf("clear: %d %s", st, body)
+	}
+	if st, body := q0.push(writer, a, blobOf(10, 'x'), true); st != http.StatusCreated {
+		t.Fatalf("after clearing the rate: %d %s", st, body)
 	}
 }

@@ -83,9 +83,9 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 		oci = ociUnavailable
 		w.Header().Set("Retry-After", "1")
 	case blobplane.CodeTooManyRequests:
-		// A per-principal bound (open sessions, staged bytes) or the
-		// authentication failure limit: the spec's 429 carries
-		// TOOMANYREQUESTS; Retry-After says when.
+		// A per-principal bound (open sessions, staged bytes), the
+		// authentication failure limit or a repository's upload rate:
+		// the spec's 429 carries TOOMANYREQUESTS; Retry-After says when.
 		oci = ociTooManyRequests
 		if ra := blobplane.RetryAfter(err); ra > 0 {
 			w.Header().Set("Retry-After", strconv.FormatInt(int64(ra/time.Second), 10))

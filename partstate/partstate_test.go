@@ -306,6 +306,14 @@ func TestTheLedgerIsJournalled(t *testing.T) {
 		t.Fatalf("%d records quarantined: the trigger's payloads must decode", p.Quarantined())
 	}
 	// A restore at the next epoch (failover) reaches the same state.
+	f.failover(t, p, slots)
+}
+
+// failover restores the partition at epoch 3 and checks that it holds
+// p's state, which it returns.
+func (f *fixture) failover(t *testing.T, p *partstate.Partition, slots []authority.SlotRange) string {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = 3 WHERE partition_id = $1`, f.p); err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +324,7 @@ func TestTheLedgerIsJournalled(t *testing.T) {
 	if string(next.Snapshot(12)) != string(p.Snapshot(12)) {
 		t.Fatalf("after failover:\n%s\nwant\n%s", next.Snapshot(12), p.Snapshot(12))
 	}
+	return string(next.Snapshot(12))
 }
 
 // The journal's creation waits for a transaction writing references and
@@ -713,5 +722,115 @@ func TestClassDeclaresItsCommitTier(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), c.Name) {
 			t.Errorf("class %+v: %v, want a refusal naming it", c, err)
 		}
+	}
+}
+
+// Upload rates (issue 33): a reference added to a repository whose quota
+// bounds its rate is journalled with the time its transaction wrote it,
+// on the database's clock (ZBP-5-R34: captured, never the replaying
+// node's), and only then: a repository without a rate keeps the record
+// format the release before wrote (R44). The home's window counts those
+// times, so a restore at the next epoch holds the same window, and a
+// reservation is refused until the window slides past them.
+func TestTheUploadRateIsJournalledWithTheLedgersClock(t *testing.T) {
+	t.Parallel()
+	f, slots := ledgerFixture(t)
+	ctx := context.Background()
+	exec := func(repo string, d int, size int64) {
+		q, args := refSQL(repo, d, size)
+		if _, err := f.db.Pool.Exec(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Before the journal exists: the bootstrap journals both quotas, the
+	// rate included (blobplane_quota_limit).
+	if _, err := f.st.SetRepositoryQuota(ctx, "team/app", quota.Limit{BlobsPerMinute: 2}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.SetRepositoryQuota(ctx, "team/db", quota.Limit{Bytes: 1 << 20}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	p := partstate.New(f.st, f.p, f.epo, 12, slots, nil)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, l := p.Usage("team/app"); l != (quota.Limit{BlobsPerMinute: 2}) {
+		t.Fatalf("bootstrapped limit %+v, want 2 blobs per minute", l)
+	}
+	var before, after time.Time
+	if err := f.db.Pool.QueryRow(ctx, `SELECT date_trunc('milliseconds', clock_timestamp())`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	exec("team/app", 1, 10)
+	exec("team/app", 2, 10)
+	exec("team/db", 1, 10)
+	if err := f.db.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.db.Pool.Query(ctx, `SELECT convert_from(payload, 'UTF8') FROM partition_journal
+		WHERE partition_id = $1 AND convert_from(payload, 'UTF8')::jsonb->>'op' = 'ref+' ORDER BY append_id`, f.p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at int64
+	for _, pl := range payloads {
+		r, err := quota.Decode([]byte(pl))
+		if err != nil {
+			t.Fatalf("%s: %v", pl, err)
+		}
+		switch {
+		case r.Repository == "team/db" && r.At != 0:
+			t.Fatalf("a repository without a rate: %s carries at (R44: the format the release before reads)", pl)
+		case r.Repository == "team/app" && (r.At < before.UnixMilli() || r.At > after.UnixMilli()):
+			t.Fatalf("%s: at %d outside the database clock's [%d, %d]", pl, r.At, before.UnixMilli(), after.UnixMilli())
+		case r.Repository == "team/app":
+			at = max(at, r.At)
+		}
+	}
+	if at == 0 {
+		t.Fatalf("no ref+ of team/app in %q", payloads)
+	}
+	// Two blobs in the window: a third is refused until the newest
+	// leaves it, and the refusal says when.
+	last := time.UnixMilli(at)
+	_, err = p.Reserve("team/app", 1, last)
+	var rated *quota.RateError
+	if !errors.As(err, &rated) || rated.Measure != "blobs" || rated.PerMinute != 2 || rated.RetryAfter <= 0 || rated.RetryAfter > quota.Window {
+		t.Fatalf("a third blob in a minute: %v, want a RateError of 2 blobs per minute with a retry within a minute", err)
+	}
+	if rel, err := p.Reserve("team/app", 1, last.Add(quota.Window+time.Second)); err != nil {
+		t.Fatalf("a minute later: %v", err)
+	} else {
+		rel()
+	}
+	if rel, err := p.Reserve("team/db", 1, last); err != nil {
+		t.Fatalf("another repository's rate: %v", err)
+	} else if rel != nil {
+		rel()
+	}
+	// A rate set later applies to the publications after it.
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE repository_quotas SET max_bytes_per_minute = 15 WHERE repository = 'team/db'`); err != nil {
+		t.Fatal(err)
+	}
+	exec("team/db", 2, 10)
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Reserve("team/db", 6, time.Now()); !errors.As(err, &rated) || rated.Measure != "bytes" {
+		t.Fatalf("16 bytes in a minute of 15: %v", err)
+	}
+	if p.Quarantined() != 0 {
+		t.Fatalf("%d records quarantined", p.Quarantined())
+	}
+	// The next epoch's restore replays the same times: the same windows.
+	if snap := f.failover(t, p, slots); !strings.Contains(snap, `"window"`) {
+		t.Fatalf("no window in %s", snap)
 	}
 }

@@ -340,17 +340,17 @@ func (s *State) Admit(repo string, size int64, reserved Usage, now int64) error 
 		return nil
 	}
 	// The retry: when enough of the window's oldest buckets have left
-	// it; a second when only publications in flight stand in the way
-	// (their records enter the window as they commit).
-	retry := int64(1)
+	// it; a whole Window when publications in flight stand in the way
+	// even then (their records enter the window as they commit, now).
+	retry := windowSeconds
 	left := used
 	for _, b := range w {
 		if b.Second <= second-windowSeconds {
 			continue
 		}
 		left = left.Add(Usage{Bytes: -b.Bytes, Blobs: -b.Blobs})
-		retry = b.Second + windowSeconds - second
 		if m, _, _, _ := over(left); m == "" || left == (Usage{}) {
+			retry = b.Second + windowSeconds - second
 			break
 		}
 	}

@@ -449,6 +449,11 @@ func TestAdmitMeasuresTheUploadRate(t *testing.T) {
 	if err := s.Admit("team/app", 1, Usage{Bytes: 1, Blobs: 1}, t0+59_999); !errors.As(err, &re) || re.Measure != "blobs" || re.RetryAfter != time.Second {
 		t.Fatalf("a third blob: %v", err)
 	}
+	// Publications in flight, not yet in the window, enter it now: the
+	// retry is a whole window away.
+	if err := (&State{limits: s.limits}).Admit("team/app", 1, Usage{Bytes: 3, Blobs: 3}, t0); !errors.As(err, &re) || re.RetryAfter != Window {
+		t.Fatalf("three blobs in flight: %v", err)
+	}
 	if err := s.Admit("team/app", 1000, Usage{}, t0+70_000); err != nil {
 		t.Fatalf("an empty window admits a blob larger than the rate: %v", err)
 	}

@@ -630,11 +630,31 @@ func TestAdminVerbs(t *testing.T) {
 	}
 	root.ok("admin", "quotas", "clear", "team/full")
 	root.ok("push", more, "team/full")
+	// An upload rate: one blob a minute, the push past it refused with
+	// 429 naming the rate (blobctl waits a Retry-After out while
+	// --retry-for lasts: here, not the minute's).
+	root.ok("admin", "quotas", "set", "team/full", "--max-blobs-per-minute", "1", "--max-bytes-per-minute", "1MiB")
+	root.okJSON(&q, "admin", "quotas", "show", "team/full")
+	if q.MaxBlobsPerMinute != 1 || q.MaxBytesPerMinute != 1<<20 || q.MaxBytes != 0 {
+		t.Fatalf("a rate shown: %+v", q)
+	}
+	if out := root.ok("admin", "quotas", "list"); !strings.Contains(out, "BLOBS/MIN") || !strings.Contains(out, "1048576") {
+		t.Fatalf("quotas list with a rate: %s", out)
+	}
+	root.fails(cli.ExitConfig, "admin", "quotas", "set", "team/full", "--max-bytes-per-minute", "lots")
+	rated1, _, _ := randomFile(t, 1024)
+	rated2, _, _ := randomFile(t, 1024)
+	root.ok("push", rated1, "team/full")
+	if e := root.fails(cli.ExitError, "push", rated2, "team/full", "--retry-for", "1s"); !strings.Contains(e, "upload rate of 1 blobs per minute") {
+		t.Fatalf("a push past the rate: %s", e)
+	}
+	root.ok("admin", "quotas", "clear", "team/full")
+	root.ok("push", rated2, "team/full")
 	// A tenant's: every repository under team/ together.
 	root.ok("admin", "quotas", "set", "team/", "--max-blobs", "1000")
 	var tq client.Quota
 	root.okJSON(&tq, "admin", "quotas", "show", "team/")
-	if tq.Tenant != "team/" || tq.MaxBlobs != 1000 || tq.UsedBlobs != 2 || tq.UsedBytes != 8192 {
+	if tq.Tenant != "team/" || tq.MaxBlobs != 1000 || tq.UsedBlobs != 4 || tq.UsedBytes != 8192+2048 {
 		t.Fatalf("a tenant's quota: %+v", tq)
 	}
 	root.ok("admin", "quotas", "clear", "team/")
