@@ -47,8 +47,8 @@ type history struct {
 	// chain is the last checkpoint the current home took (nil after a
 	// failover: a new home starts its own chain with a base), deltas
 	// how many of the checkpoints were deltas (ZBP-5-R40).
-	chain  *ckpt
-	deltas int
+	chain   *ckpt
+	deltas  int
 	refused int
 	// now is the database clock (Unix ms); pubs every reference created,
 	// and rateFrom, per repository whose quota bounds its rate, the
@@ -114,7 +114,6 @@ func (h *history) checkpoint() {
 	h.ckpts = append(h.ckpts, c)
 	h.chain = &c
 }
-
 
 var repos = []string{"team/app", "team/db", "other/x", "other/y/z"}
 
