@@ -28,6 +28,9 @@ import (
 
 var all = []authority.SlotRange{{Low: 0, High: 4095}}
 
+// fullClass is QuotaClass checkpointing in full (ZBP-5-R39).
+var fullClass = partstate.Class{Name: "full", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.FullCheckpoints}
+
 type fixture struct {
 	st  *store.Store
 	db  *pgtest.DB
@@ -626,6 +629,7 @@ func TestPruneKeepsWhatARestoreReaches(t *testing.T) {
 	ctx := context.Background()
 	dir, arch := f.archive(t)
 	p, _ := f.checkpointed(t, arch, 5)
+	p.Class = fullClass // the full lineage; TestPruneWalksBothLineages the chains
 	var names []string
 	for round := range 3 {
 		if round > 0 {
