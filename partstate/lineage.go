@@ -206,4 +206,3 @@ func deleteRank(name string) int {
 	}
 	return 1
 }
-
