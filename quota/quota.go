@@ -139,8 +139,7 @@ func (r Record) validate() error {
 			return fmt.Errorf("%s %s: size %d, limit %v, usage %v, at %d", r.Op, r.Digest, r.Size, r.Limit, r.Usage, r.At)
 		}
 	case SetQuota:
-		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || r.Limit.BytesPerMinute < 0 || r.Limit.BlobsPerMinute < 0 ||
-			!r.onlyRepository() || r.Usage != nil || r.At != 0 {
+		if !r.Limit.valid() || !r.onlyRepository() || r.Usage != nil || r.At != 0 {
 			return fmt.Errorf("quota for %s: want a limit of non-negative bytes and blobs, and no digest, size or usage", r.Repository)
 		}
 	case SetUsage:
@@ -151,6 +150,11 @@ func (r Record) validate() error {
 		return fmt.Errorf("op %q: want ref+, ref-, quota or usage", r.Op)
 	}
 	return nil
+}
+
+// valid: a limit, every measure non-negative (nil: none).
+func (l *Limit) valid() bool {
+	return l != nil && l.Bytes >= 0 && l.Blobs >= 0 && l.BytesPerMinute >= 0 && l.BlobsPerMinute >= 0
 }
 
 // onlyRepository: the record names no digest and no size.
