@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -229,13 +230,16 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	// partition serves; checkpoints and segments go to the upload
 	// backend's archive.
 	var prepare func(context.Context, string, uint64, int, []authority.SlotRange) bool
-	if err := partstate.QuotaClass.Validate(); err != nil { // ZBP-5 R68: no class without its tier
+	// ZBP-5 R68, R39, R41: no class without its tier and its checkpoint
+	// kind; its delta chain bound comes from this node's shutdown budget.
+	class := partstate.QuotaClass.ForShutdownBudget(cmp.Or(cfg.ShutdownBudget, partstate.DefaultShutdownBudget))
+	if err := class.Validate(); err != nil {
 		a.Close()
 		return nil, err
 	}
 	if len(a.backends.Order) > 0 {
 		a.homes = &partstate.Homes{Ledger: st, Node: cfg.NodeID, Archive: a.backends.ByName[a.backends.Order[0]],
-			Logger: logger.With("service", "partition_state")}
+			Logger: logger.With("service", "partition_state"), Class: class}
 		prepare = a.homes.Prepare
 	}
 	a.keeper, err = keeper.New(leases, keeper.Config{

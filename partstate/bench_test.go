@@ -2,6 +2,7 @@ package partstate_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -100,41 +101,161 @@ func BenchmarkRecovery(b *testing.B) {
 	b.ReportMetric(per, "s/restore")
 }
 
-// BenchmarkCheckpointWrite reports the bytes/s a checkpoint of a state
-// over 100,000 repositories is written at (to the filesystem backend's
-// archive, fsynced), and its size.
-func BenchmarkCheckpointWrite(b *testing.B) {
-	const p = "p_ckpt"
-	st := benchPartition(b, p)
+// benchRepos is how many repositories the checkpoint benchmarks' state
+// holds.
+const benchRepos = 100_000
+
+// benchState is a partition at epoch 1 holding benchRepos repositories,
+// restored, checkpointing as class; change journals and applies new
+// usage for every nth of them.
+type benchState struct {
+	st    *store.Store
+	p     *partstate.Partition
+	round int
+}
+
+func newBenchState(b *testing.B, id string, class partstate.Class) *benchState {
+	b.Helper()
+	bs := &benchState{st: benchPartition(b, id)}
+	if _, err := bs.st.FenceJournal(context.Background(), id, 1, 12, all); err != nil {
+		b.Fatal(err)
+	}
+	bs.p = partstate.New(bs.st, id, 1, 12, all, nil)
+	bs.p.Class = class
+	bs.change(b, 1)
+	return bs
+}
+
+func (bs *benchState) change(b *testing.B, nth int) {
+	b.Helper()
 	ctx := context.Background()
+	bs.round++
 	var batch []store.JournalAppend
-	for i := range 100_000 {
-		pl, _ := quota.Record{Op: quota.SetUsage, Repository: fmt.Sprintf("team/r%d", i), Usage: &quota.Usage{Bytes: int64(i) << 20, Blobs: int64(i)}}.Encode()
+	for i := 0; i < benchRepos; i += nth {
+		pl, _ := quota.Record{Op: quota.SetUsage, Repository: fmt.Sprintf("team/r%d", i), Usage: &quota.Usage{Bytes: int64(i+bs.round) << 20, Blobs: int64(i + bs.round)}}.Encode()
 		batch = append(batch, store.JournalAppend{Type: journal.Apply, Payload: pl})
 	}
-	if _, err := st.FenceJournal(ctx, p, 1, 12, all); err != nil {
+	if err := pgx.BeginFunc(ctx, bs.st.Pool(), func(tx pgx.Tx) error { _, err := bs.st.AppendJournalTx(ctx, tx, bs.p.ID, 1, batch); return err }); err != nil {
 		b.Fatal(err)
 	}
-	if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error { _, err := st.AppendJournalTx(ctx, tx, p, 1, batch); return err }); err != nil {
+	var err error
+	if bs.p.Status() == partstate.Serving {
+		_, err = bs.p.CatchUp(ctx)
+	} else {
+		err = bs.p.Restore(ctx)
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
-	part := partstate.New(st, p, 1, 12, all, nil)
-	if err := part.Restore(ctx); err != nil {
+}
+
+// incremental is QuotaClass with a chain no benchmark reaches the end of.
+func incremental() partstate.Class {
+	c := partstate.QuotaClass
+	c.MaxDeltaChain = 1 << 20
+	return c
+}
+
+// BenchmarkCheckpointWrite compares the two checkpoints of a state over
+// 100,000 repositories with 1 % of them changed since the last one
+// (ZBP-5-R40): a full checkpoint (every repository) and a delta (the
+// changed ones), each written to the filesystem backend's archive,
+// fsynced, and its pointer moved. It reports the bytes written.
+func BenchmarkCheckpointWrite(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		class partstate.Class
+	}{{"full", fullClass}, {"delta-1pct", incremental()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			bs := newBenchState(b, "p_ckpt", bc.class)
+			arch, err := fsbackend.Open(b.TempDir(), "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer arch.Close()
+			if _, err := bs.p.Checkpoint(ctx, arch, bs.st, "api-a"); err != nil { // the base
+				b.Fatal(err)
+			}
+			var bytes int64
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				bs.change(b, 100)
+				b.StartTimer()
+				name, err := bs.p.Checkpoint(ctx, arch, bs.st, "api-a")
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				bytes += written(b, arch, name)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(bytes)/float64(b.N), "bytes/ckpt")
+		})
+	}
+}
+
+// written is the size of what the checkpoint name added (R36: the
+// manifest records it).
+func written(b *testing.B, arch *fsbackend.Backend, name string) int64 {
+	b.Helper()
+	mb, err := arch.GetArchived(context.Background(), name)
+	if err != nil {
 		b.Fatal(err)
 	}
-	size := len(part.Snapshot(12))
-	b.ResetTimer()
-	for i := range b.N {
-		arch, err := fsbackend.Open(b.TempDir(), "") // a fresh archive: each name is written once
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = i
-		if _, err := part.Checkpoint(ctx, arch, st, "api-a"); err != nil {
-			b.Fatal(err)
-		}
-		arch.Close()
+	var m partstate.Manifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		b.Fatal(err)
 	}
-	b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-	b.ReportMetric(float64(size), "bytes")
+	return m.SizeBytes
+}
+
+// BenchmarkRestore compares restoring a state over 100,000 repositories
+// from a full checkpoint, from a base and 8 deltas of 1 % each, and from
+// a base and one delta of every repository (the worst delta a chain can
+// hold: its cost minus the full restore's is partstate.DeltaRestoreCost's
+// measure). Each restore fences the journal and finds nothing after the
+// checkpoint.
+func BenchmarkRestore(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		class  partstate.Class
+		deltas int
+		nth    int
+	}{{"full", fullClass, 0, 0}, {"base+8x1pct", incremental(), 8, 100}, {"base+1x100pct", incremental(), 1, 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			bs := newBenchState(b, "p_restore", bc.class)
+			arch, err := fsbackend.Open(b.TempDir(), "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer arch.Close()
+			if _, err := bs.p.Checkpoint(ctx, arch, bs.st, "api-a"); err != nil {
+				b.Fatal(err)
+			}
+			for range bc.deltas {
+				bs.change(b, bc.nth)
+				if _, err := bs.p.Checkpoint(ctx, arch, bs.st, "api-a"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			want := string(bs.p.Snapshot(12))
+			b.ResetTimer()
+			for range b.N {
+				next := partstate.New(bs.st, bs.p.ID, 1, 12, all, nil)
+				next.Archive, next.Pointers = arch, bs.st
+				if err := next.Restore(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if fed, fellBack := next.Restored(); fed != 0 || fellBack || string(next.Snapshot(12)) != want {
+					b.Fatalf("restored with %d records replayed (fell back %v)", fed, fellBack)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1000, "ms/restore")
+		})
+	}
 }

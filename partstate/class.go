@@ -2,6 +2,7 @@ package partstate
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/blobplane/blobplane/authority"
 )
@@ -20,12 +21,29 @@ const (
 	Durable CommitTier = "DURABLE"
 )
 
+// CheckpointKind is how a class checkpoints its state (ZBP-5-R39).
+type CheckpointKind string
+
+const (
+	// FullCheckpoints: every checkpoint is the whole state.
+	FullCheckpoints CheckpointKind = "full"
+	// IncrementalCheckpoints: a full base, then deltas of what changed,
+	// compacted into a new base before MaxDeltaChain (R40, R41).
+	IncrementalCheckpoints CheckpointKind = "incremental"
+)
+
 // Class is a partition class's declaration of its state (ZBP-5 R29,
-// R66, R68): its mode and its commit tier, with no defaults.
+// R39, R66, R68): its mode, its commit tier and its checkpoint kind, with
+// no defaults.
 type Class struct {
 	Name       string
 	Mode       authority.Mode
 	CommitTier CommitTier
+	// Checkpoint is the kind every manifest of the class records (R39);
+	// MaxDeltaChain, for an incremental class, bounds its chains (R41):
+	// a chain holds fewer deltas, the next checkpoint being a new base.
+	Checkpoint    CheckpointKind
+	MaxDeltaChain int
 }
 
 // QuotaClass is Blobplane's one partition class (the map's "standard"):
@@ -35,7 +53,64 @@ type Class struct {
 // transaction, and Postgres, with its synchronous standby (issue 32),
 // survives the loss of every node (item 7). Every mutating blob API
 // response reports it (R69: Blobplane-Commit-Tier).
-var QuotaClass = Class{Name: "standard", Mode: authority.ModeMixed, CommitTier: Durable}
+// Its checkpoints are incremental (R39): a partition of 100,000
+// repositories checkpoints a 1 % change in a fraction of the bytes of
+// the whole (BenchmarkCheckpointWrite), so checkpoints can be frequent,
+// and the chain's bound comes from the default shutdown budget
+// (MaxDeltaChainFor, R41); the api derives it again from the budget it
+// is configured with (ForShutdownBudget).
+var QuotaClass = Class{Name: "standard", Mode: authority.ModeMixed, CommitTier: Durable,
+	Checkpoint: IncrementalCheckpoints, MaxDeltaChain: MaxDeltaChainFor(DefaultShutdownBudget)}
+
+// DefaultShutdownBudget is BLOBPLANE_SHUTDOWN_BUDGET's default (config).
+const DefaultShutdownBudget = 60 * time.Second
+
+// DeltaRestoreCost is what one delta adds to a restore at worst, measured
+// (go test -run '^$' -bench Restore -benchtime 3x ./partstate): a delta
+// holds at most the repositories changed between two checkpoints, and a
+// home checkpoints every 100,000 records (Homes.CheckpointEvery), so at
+// worst 100,000 repositories, each line fetched, verified and applied.
+// Measured on 2 vCPUs against the filesystem archive: base + one delta of
+// all 100,000 repositories 503.6 ms, the full checkpoint alone 277.2 ms,
+// so 226 ms for the delta (a 1 % delta: a few ms). 300 ms leaves a third
+// more for an archive slower than a local disk.
+const DeltaRestoreCost = 300 * time.Millisecond
+
+// chainShare is the part of the shutdown budget a restore may spend on
+// deltas: a partition handed off at shutdown is restored at its next
+// home while the draining node waits (R83, R85), and the rest of the
+// budget is the drain's other handoffs, the listener's in-flight
+// requests and the settle phase (app.checkShutdownBudget). A twelfth, 5 s
+// of the default 60 s, is one default handoff deadline.
+const chainShare = 12
+
+// MaxDeltaChainFor derives a chain bound from the shutdown budget (ZBP-5
+// R41, R85): the number of worst-case deltas (DeltaRestoreCost each) a
+// restore can apply within budget/chainShare, capped at maxDeltaChain.
+// With the default 60 s: 60 s / 12 = 5 s, / 300 ms = 16 deltas. A budget
+// too small for two (a base and one delta) gives 0, which Validate
+// refuses: such a node checkpoints in full or raises its budget.
+func MaxDeltaChainFor(budget time.Duration) int {
+	n := int(budget / chainShare / DeltaRestoreCost)
+	if n < 2 {
+		return 0
+	}
+	return min(n, maxDeltaChain)
+}
+
+// maxDeltaChain caps the bound however large the budget: a chain is a
+// second lineage Prune keeps whole (R42), with the journal segments back
+// to its base, so its length is storage too.
+const maxDeltaChain = 64
+
+// ForShutdownBudget is c with its chain bound derived from budget
+// (R41): what the api runs, its budget being configurable.
+func (c Class) ForShutdownBudget(budget time.Duration) Class {
+	if c.Checkpoint == IncrementalCheckpoints {
+		c.MaxDeltaChain = MaxDeltaChainFor(budget)
+	}
+	return c
+}
 
 // Validate refuses a class that declares no commit tier (R68: there is no
 // default, and a process with such a class does not start), a tier that
@@ -55,6 +130,29 @@ func (c Class) Validate() error {
 	}
 	if c.Mode != authority.ModeJournaled && c.Mode != authority.ModeMixed {
 		return fmt.Errorf("partition class %q: mode %q; quota state is journalled (JOURNALED, or MIXED beside derived state: ZBP-5 R29)", c.Name, c.Mode)
+	}
+	return c.validateCheckpoint()
+}
+
+// validateCheckpoint refuses a class that declares no checkpoint kind
+// (R39: no default), an incremental class whose chain has no bound of at
+// least 2 (R41: a restore's ceiling is stated; a bound of 1 would never
+// write a delta), and a full class with a bound (it would never be
+// used, so whoever wrote it meant something else).
+func (c Class) validateCheckpoint() error {
+	switch c.Checkpoint {
+	case "":
+		return fmt.Errorf("partition class %q declares no checkpoint kind (full or incremental; there is no default: ZBP-5 R39)", c.Name)
+	case FullCheckpoints:
+		if c.MaxDeltaChain != 0 {
+			return fmt.Errorf("partition class %q: full checkpoints with a delta chain bound of %d (ZBP-5 R39, R41): declare incremental, or drop the bound", c.Name, c.MaxDeltaChain)
+		}
+	case IncrementalCheckpoints:
+		if c.MaxDeltaChain < 2 {
+			return fmt.Errorf("partition class %q: incremental checkpoints need a delta chain bound of at least 2, derived from the shutdown budget (ZBP-5 R41; got %d: is the budget too short for a chain?)", c.Name, c.MaxDeltaChain)
+		}
+	default:
+		return fmt.Errorf("partition class %q: checkpoint kind %q is not full or incremental (ZBP-5 R39)", c.Name, c.Checkpoint)
 	}
 	return nil
 }

@@ -55,6 +55,10 @@ type Homes struct {
 	// wrote (deletes, obliterations, quota changes) (0: 1 s).
 	Tick    time.Duration
 	Metrics *Metrics
+	// Class is the homes' partition class (zero: QuotaClass); the api
+	// sets QuotaClass with its chain bound derived from its shutdown
+	// budget (ZBP-5-R41).
+	Class Class
 	// Now is the clock upload-rate windows are read at (nil: time.Now);
 	// the windows themselves hold the database's times of the records.
 	Now func() time.Time
@@ -107,6 +111,9 @@ func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64, bi
 	}
 	p := New(hs.Ledger, partition, epoch, bits, slots, hs.Logger)
 	p.Archive, p.Pointers = hs.Archive, hs.Ledger
+	if hs.Class.Checkpoint != "" {
+		p.Class = hs.Class
+	}
 	h := &home{p: p, ready: make(chan struct{}), ctx: ctx, kick: make(chan struct{}, 1)}
 	hs.homes[partition] = h
 	context.AfterFunc(ctx, func() { hs.drop(partition, h) })

@@ -65,12 +65,20 @@ func (p *Partition) previousCheckpoint(ctx context.Context, generation int64, be
 	return nil, 0
 }
 
-// Prune deletes what no restore of the partition reaches any more: the
-// checkpoints older than the newest keptCheckpoints of its generation, the
-// segments that end at or before the oldest kept checkpoint, and every
-// object of earlier generations. A manifest goes before its part, so a
-// manifest is never seen without it. It returns how many objects it
-// deleted.
+// Prune deletes what no restore of the partition reaches any more, and
+// returns how many objects it deleted. The live checkpoints are the
+// newest keptCheckpoints of its generation and the one the lease record
+// names (when the partition has Pointers); Prune walks both lineages
+// (R42): every object a live manifest needs stays — a full one's part;
+// an incremental one's deltas, its base's manifest and the base's part —
+// and so do the segments after the oldest of those checkpoints or bases,
+// so that a chain found broken falls back to its base and the journal
+// rather than to the ledger. A checkpoint object no live manifest names
+// goes once it is older than every live checkpoint (a newer one may be
+// another primary's, still being written), as does every object of an
+// earlier generation. Manifests go first, so a manifest is never seen
+// without what it names (a chain's manifest left without its base, by a
+// prune cut short, fails its restore whole and is skipped, R40).
 func (p *Partition) Prune(ctx context.Context, arch backend.Archive) (int, error) {
 	p.mu.Lock()
 	gen := p.generation
@@ -79,44 +87,122 @@ func (p *Partition) Prune(ctx context.Context, arch backend.Archive) (int, error
 	if err != nil || len(refs) <= keptCheckpoints {
 		return 0, err
 	}
-	oldest := refs[keptCheckpoints-1].lsn
-	var doomed []string
-	for _, r := range refs[keptCheckpoints:] {
-		doomed = append(doomed, r.manifest, strings.TrimSuffix(r.manifest, ".manifest.json")+"/part-0000")
+	live, err := p.liveObjects(ctx, arch, refs)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s: %w", p.ID, err)
 	}
-	segs, err := p.segments(ctx, arch, gen)
+	doomed, err := p.unreachable(ctx, arch, gen, live)
 	if err != nil {
 		return 0, err
-	}
-	for s, name := range segs {
-		if s.Last <= oldest {
-			doomed = append(doomed, name)
-		}
 	}
 	for g := int64(1); g < gen; g++ {
 		old, err := arch.ListArchived(ctx, fmt.Sprintf("%s/g%d/", p.ID, g))
 		if err != nil {
 			return 0, err
 		}
-		slices.SortFunc(old, func(a, b string) int { // manifests first
-			return cmp.Compare(boolRank(!strings.HasSuffix(a, ".manifest.json")), boolRank(!strings.HasSuffix(b, ".manifest.json")))
-		})
 		doomed = append(doomed, old...)
 	}
+	slices.SortStableFunc(doomed, func(a, b string) int { return cmp.Compare(deleteRank(a), deleteRank(b)) })
 	for i, name := range doomed {
 		if err := arch.DeleteArchived(ctx, name); err != nil {
 			return i, err
 		}
 	}
 	if len(doomed) > 0 {
-		p.Logger.InfoContext(ctx, "partition archive pruned", "partition", p.ID, "generation", gen, "deleted", len(doomed), "kept_from_lsn", oldest)
+		p.Logger.InfoContext(ctx, "partition archive pruned", "partition", p.ID, "generation", gen, "deleted", len(doomed), "kept_from_lsn", live.floor)
 	}
 	return len(doomed), nil
 }
 
-func boolRank(b bool) int {
-	if b {
-		return 1
+// lineage is what the live checkpoints reach: the objects they name, the
+// oldest live checkpoint's LSN, and floor, the oldest LSN a restore
+// through them starts from (a live chain's base's).
+type lineage struct {
+	names  map[string]bool
+	oldest uint64
+	floor  uint64
+}
+
+// liveObjects reads the live manifests (refs newest first, and the
+// lease record's pointer) and collects what they reach. A live manifest
+// that cannot be read is an error: nothing is deleted on a guess.
+func (p *Partition) liveObjects(ctx context.Context, arch backend.Archive, refs []checkpointRef) (lineage, error) {
+	live := refs[:keptCheckpoints]
+	if p.Pointers != nil {
+		rec, err := p.Pointers.Lease(ctx, p.ID)
+		if err != nil {
+			return lineage{}, err
+		}
+		if lsn, ok := checkpointLSN(rec.CheckpointPointer); ok && slices.ContainsFunc(refs, func(r checkpointRef) bool { return r.manifest == rec.CheckpointPointer }) {
+			live = append(slices.Clone(live), checkpointRef{manifest: rec.CheckpointPointer, lsn: lsn})
+		}
 	}
-	return 0
+	l := lineage{names: map[string]bool{}, oldest: ^uint64(0), floor: ^uint64(0)}
+	for _, r := range live {
+		m, err := p.readManifest(ctx, arch, r.manifest)
+		if err != nil {
+			return lineage{}, fmt.Errorf("live checkpoint: %w", err)
+		}
+		l.names[r.manifest] = true
+		l.oldest, l.floor = min(l.oldest, m.JournalLSN), min(l.floor, m.JournalLSN)
+		if m.Kind == kindIncremental {
+			for _, d := range m.Deltas {
+				l.names[d.Key] = true
+			}
+			l.names[m.Base] = true
+			if m, err = p.readManifest(ctx, arch, m.Base); err != nil {
+				return lineage{}, fmt.Errorf("live chain's base: %w", err)
+			}
+			l.floor = min(l.floor, m.JournalLSN)
+		}
+		for _, part := range m.Parts {
+			l.names[part.Key] = true
+		}
+	}
+	return l, nil
+}
+
+// unreachable lists generation's objects no live checkpoint reaches:
+// checkpoint objects older than every live checkpoint that no live one
+// names, and segments that end at or before live.floor.
+func (p *Partition) unreachable(ctx context.Context, arch backend.Archive, gen int64, live lineage) ([]string, error) {
+	names, err := arch.ListArchived(ctx, fmt.Sprintf("%s/g%d/", p.ID, gen))
+	if err != nil {
+		return nil, err
+	}
+	segs, err := p.segments(ctx, arch, gen)
+	if err != nil {
+		return nil, err
+	}
+	var doomed []string
+	for s, name := range segs {
+		if s.Last <= live.floor {
+			doomed = append(doomed, name)
+		}
+	}
+	for _, n := range names {
+		lsn, ok := checkpointLSN(n) // a manifest
+		if !ok {
+			lsn, ok = objectLSN(n, "/ckpt-") // a part
+		}
+		if !ok {
+			lsn, ok = objectLSN(n, "/delta-")
+		}
+		if ok && !live.names[n] && lsn < live.oldest {
+			doomed = append(doomed, n)
+		}
+	}
+	return doomed, nil
+}
+
+// deleteRank orders deletions: manifests, then parts and deltas, then
+// segments.
+func deleteRank(name string) int {
+	switch {
+	case strings.HasSuffix(name, ".manifest.json"):
+		return 0
+	case strings.Contains(name, "/journal/"):
+		return 2
+	}
+	return 1
 }

@@ -66,6 +66,9 @@ type Partition struct {
 	// checkpoint the lease record names (nil: the whole journal).
 	Archive  backend.Archive
 	Pointers Pointers
+	// Class is the partition's class: its checkpoint kind and chain
+	// bound (R39, R41). New sets QuotaClass, Blobplane's one.
+	Class Class
 
 	j Journal
 
@@ -81,6 +84,7 @@ type Partition struct {
 	restarted   bool          // the journal was restarted from the ledger
 	quotaSeen   bool          // a quota record was applied since the last report
 	caught      chan struct{} // closed and replaced after each catch-up
+	chain       *chain        // this epoch's last checkpoint (nil: none yet)
 	// recent maps the append ids of the last records applied to their
 	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
 	// the oldest past recentMax.
@@ -98,7 +102,7 @@ func New(j Journal, id string, epoch uint64, slotBits int, slots []authority.Slo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Partition{ID: id, Epoch: epoch, SlotBits: slotBits, Slots: slots, Logger: logger, j: j, status: Restoring, reserved: map[string]quota.Usage{},
+	return &Partition{ID: id, Epoch: epoch, SlotBits: slotBits, Slots: slots, Logger: logger, Class: QuotaClass, j: j, status: Restoring, reserved: map[string]quota.Usage{},
 		caught: make(chan struct{}), recent: map[int64]uint64{}}
 }
 
@@ -126,7 +130,7 @@ func (p *Partition) Restore(ctx context.Context) error {
 		var head store.JournalHead
 		if head, err = r.RestartJournal(ctx, p.ID, p.Epoch, p.SlotBits, p.Slots); err == nil {
 			p.mu.Lock()
-			p.generation, p.replay, p.state, p.restarted = head.Generation, journal.NewReplay(0, nil), quota.State{}, true
+			p.generation, p.replay, p.state, p.restarted, p.chain = head.Generation, journal.NewReplay(0, nil), quota.State{}, true, nil
 			p.mu.Unlock()
 			_, err = p.CatchUp(ctx)
 		}

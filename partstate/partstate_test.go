@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -27,6 +28,9 @@ import (
 )
 
 var all = []authority.SlotRange{{Low: 0, High: 4095}}
+
+// fullClass is QuotaClass checkpointing in full (ZBP-5-R39).
+var fullClass = partstate.Class{Name: "full", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.FullCheckpoints}
 
 type fixture struct {
 	st  *store.Store
@@ -635,6 +639,7 @@ func TestPruneKeepsWhatARestoreReaches(t *testing.T) {
 	ctx := context.Background()
 	dir, arch := f.archive(t)
 	p, _ := f.checkpointed(t, arch, 5)
+	p.Class = fullClass // the full lineage; TestPruneWalksBothLineages the chains
 	var names []string
 	for round := range 3 {
 		if round > 0 {
@@ -722,6 +727,359 @@ func TestClassDeclaresItsCommitTier(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), c.Name) {
 			t.Errorf("class %+v: %v, want a refusal naming it", c, err)
 		}
+	}
+}
+
+// restoreAt moves the lease to epoch and restores the partition there
+// from arch.
+func (f *fixture) restoreAt(t *testing.T, arch *fsbackend.Backend, epoch uint64) *partstate.Partition {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = $2 WHERE partition_id = $1`, f.p, epoch); err != nil {
+		t.Fatal(err)
+	}
+	next := f.archived(epoch, arch)
+	if err := next.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+// manifest reads a checkpoint manifest from arch.
+func manifest(t *testing.T, arch *fsbackend.Backend, name string) partstate.Manifest {
+	t.Helper()
+	b, err := arch.GetArchived(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m partstate.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// step journals payloads, catches p up and checkpoints it; it returns
+// the checkpoint's name.
+func (f *fixture) step(t *testing.T, p *partstate.Partition, arch *fsbackend.Backend, payloads ...[]byte) string {
+	t.Helper()
+	ctx := context.Background()
+	if len(payloads) > 0 {
+		if _, err := f.append(t, f.epo, payloads...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	name, err := p.Checkpoint(ctx, arch, f.st, "api-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// chainFixture is a partition at f.epo over arch holding three
+// repositories, checkpointed as a base (LSN 3), then three deltas: a
+// quota set and more usage (LSN 6), other/x emptied with no quota, so
+// deleted (LSN 7), a quota changed and team/db's usage down (LSN 9),
+// after a checkpoint whose pointer did not move (its changes must reach
+// the next delta). It returns the partition and the four names.
+func (f *fixture) chainFixture(t *testing.T, arch *fsbackend.Backend) (*partstate.Partition, []string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.append(t, f.epo,
+		rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(1), Size: 10}),
+		rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/db", Digest: digestN(2), Size: 20}),
+		rec(t, quota.Record{Op: quota.RefAdded, Repository: "other/x", Digest: digestN(3), Size: 30}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	p := f.archived(f.epo, arch)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{f.step(t, p, arch)}
+	names = append(names, f.step(t, p, arch,
+		rec(t, quota.Record{Op: quota.SetQuota, Repository: "team/db", Limit: &quota.Limit{Bytes: 1000, Blobs: 5}}),
+		rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/app", Digest: digestN(4), Size: 40}),
+		rec(t, quota.Record{Op: quota.RefAdded, Repository: "team/db", Digest: digestN(5), Size: 50})))
+	names = append(names, f.step(t, p, arch, rec(t, quota.Record{Op: quota.RefRemoved, Repository: "other/x", Digest: digestN(3), Size: 30})))
+	if _, err := f.append(t, f.epo, rec(t, quota.Record{Op: quota.SetQuota, Repository: "team/db", Limit: &quota.Limit{Bytes: 70}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Checkpoint(ctx, arch, failingPointers{f.st}, "api-a"); err == nil {
+		t.Fatal("a checkpoint whose pointer cannot move succeeded")
+	}
+	names = append(names, f.step(t, p, arch, rec(t, quota.Record{Op: quota.RefRemoved, Repository: "team/db", Digest: digestN(2), Size: 20})))
+	return p, names
+}
+
+// failingPointers refuses to move the pointer.
+type failingPointers struct{ partstate.Pointers }
+
+func (failingPointers) FenceLeaseWrite(context.Context, string, string, uint64, store.LeaseFenceWrite) (authority.LeaseRecord, error) {
+	return authority.LeaseRecord{}, errors.New("the lease store is down")
+}
+
+// ZBP-5-R39, R40: an incremental class's checkpoints are a base, then
+// deltas naming the base and the delta before them, each with its
+// digest, the kind recorded in every manifest; a restore through the
+// base and every delta equals the live state — a repository deleted, a
+// quota changed, and the changes of a checkpoint whose pointer did not
+// move carried by the next delta — and replays only what follows.
+func TestIncrementalRestoreThroughTheChain(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, arch := f.archive(t)
+	p, names := f.chainFixture(t, arch)
+	if m := manifest(t, arch, names[0]); m.Kind != "full" || m.FormatVersion != 1 || m.Base != "" || len(m.Parts) != 1 {
+		t.Fatalf("the base's manifest: %+v", m)
+	}
+	m := manifest(t, arch, names[3])
+	if m.Kind != "incremental" || m.FormatVersion != 2 || m.Base != names[0] || len(m.Deltas) != 3 || len(m.Parts) != 0 || m.JournalLSN != 9 {
+		t.Fatalf("the chain's manifest: %+v", m)
+	}
+	for i, d := range m.Deltas {
+		if want := fmt.Sprintf("%s/g1/e4/delta-%012d", f.p, []uint64{6, 7, 9}[i]); d.Key != want || d.SHA256 == "" {
+			t.Fatalf("delta %d: %+v, want %s", i, d, want)
+		}
+		if (i == 0) != (d.After == nil) || (i > 0 && *d.After != m.Deltas[i-1].Key) {
+			t.Fatalf("delta %d follows %v", i, d.After)
+		}
+	}
+	f.addRefs(t, 2, 100) // after the chain: replayed from the journal
+	if _, err := p.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next := f.restoreAt(t, arch, 5)
+	if got, want := string(next.Snapshot(12)), string(p.Snapshot(12)); got != want {
+		t.Fatalf("through the chain:\n%s\nwant\n%s", got, want)
+	}
+	if fed, fellBack := next.Restored(); fed != 2 || fellBack {
+		t.Fatalf("through the chain: %d records replayed (fell back %v), want the 2 after it", fed, fellBack)
+	}
+	if u, l := next.Usage("other/x"); u != (quota.Usage{}) || l != (quota.Limit{}) || strings.Contains(string(next.Snapshot(12)), "other/x") {
+		t.Fatalf("other/x, emptied: %+v %+v", u, l)
+	}
+	if u, l := next.Usage("team/db"); u != (quota.Usage{Bytes: 50, Blobs: 1}) || l != (quota.Limit{Bytes: 70}) {
+		t.Fatalf("team/db: %+v %+v", u, l)
+	}
+	// The next epoch's first checkpoint is a base of its own.
+	if _, err := next.Checkpoint(context.Background(), arch, f.st, "api-a"); err != nil {
+		t.Fatal(err)
+	}
+	if m := manifest(t, arch, fmt.Sprintf("%s/g1/e5/ckpt-%012d.manifest.json", f.p, 11)); m.Kind != "full" {
+		t.Fatalf("a new epoch's first checkpoint: kind %s", m.Kind)
+	}
+}
+
+// ZBP-5-R41: a chain is compacted into a new base before it reaches
+// MaxDeltaChain; the restore from the new base equals the state.
+func TestChainCompactsAtItsBound(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, arch := f.archive(t)
+	p, _ := f.checkpointed(t, arch, 1)
+	p.Class.MaxDeltaChain = 3
+	var kinds []string
+	for i := range 5 {
+		name := f.step(t, p, arch, rec(t, quota.Record{Op: quota.RefAdded, Repository: fmt.Sprintf("team/r%d", i), Digest: digestN(50 + i), Size: 3}))
+		m := manifest(t, arch, name)
+		kinds = append(kinds, fmt.Sprintf("%s/%d", m.Kind, len(m.Deltas)))
+	}
+	if got := strings.Join(kinds, " "); got != "incremental/1 incremental/2 full/0 incremental/1 incremental/2" {
+		t.Fatalf("checkpoints after the first base: %s; want two deltas, a new base, two deltas", got)
+	}
+	if got, want := string(f.restoreAt(t, arch, 5).Snapshot(12)), string(p.Snapshot(12)); got != want {
+		t.Fatalf("after a compaction:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// ZBP-5-R40, R37: a delta whose bytes changed, or a chain's base gone,
+// makes the whole chain absent: the restore falls back to the newest
+// checkpoint it can verify whole (here the chain's first delta), then to
+// the whole journal, and ends equal to the journal's truth either way.
+func TestABrokenChainIsAbsent(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	dir, arch := f.archive(t)
+	p, names := f.chainFixture(t, arch)
+	want := string(p.Snapshot(12))
+	plain := partstate.New(f.st, f.p, f.epo, 12, all, nil) // no archive: the whole journal
+	if err := plain.Restore(context.Background()); err != nil || string(plain.Snapshot(12)) != want {
+		t.Fatalf("the journal's truth differs from the live state: %v\n%s", err, plain.Snapshot(12))
+	}
+	obj := func(key string) string { return filepath.Join(dir, "archive", filepath.FromSlash(key)) }
+	delta := obj(manifest(t, arch, names[3]).Deltas[1].Key)
+	b, err := os.ReadFile(delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(delta, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	next := f.restoreAt(t, arch, 5)
+	if got := string(next.Snapshot(12)); got != want {
+		t.Fatalf("from a chain with a corrupt delta:\n%s\nwant\n%s", got, want)
+	}
+	// LSN 9's chain and LSN 7's both hold the corrupt delta; LSN 6's
+	// (the base and the first delta) restores, and 3 records follow it.
+	if fed, fellBack := next.Restored(); fed != 3 || !fellBack {
+		t.Fatalf("from a chain with a corrupt delta: %d records replayed (fell back %v), want the 3 after LSN 6", fed, fellBack)
+	}
+	if err := os.Remove(obj(strings.TrimSuffix(names[0], ".manifest.json") + "/part-0000")); err != nil {
+		t.Fatal(err)
+	}
+	whole := f.restoreAt(t, arch, 6)
+	if got := string(whole.Snapshot(12)); got != want {
+		t.Fatalf("with the base's part gone:\n%s\nwant\n%s", got, want)
+	}
+	if fed, fellBack := whole.Restored(); fed != 9 || !fellBack {
+		t.Fatalf("with the base's part gone: %d records replayed (fell back %v), want all 9", fed, fellBack)
+	}
+}
+
+// ZBP-5-R42: Prune walks both lineages. A base older than the two
+// newest checkpoints stays while a live chain's delta needs it, with
+// the segments after it; once a compaction superseded the chain, its
+// deltas, its manifests and its base go, and what remains restores.
+func TestPruneWalksBothLineages(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	_, arch := f.archive(t)
+	p, _ := f.checkpointed(t, arch, 5)
+	p.Class.MaxDeltaChain = 3
+	seal := func(lsn uint64) {
+		t.Helper()
+		if _, err := p.Seal(ctx, arch, f.st, lsn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seal(5)
+	for round := 1; round <= 4; round++ { // deltas at 10 and 15, a base at 20, a delta at 25
+		f.addRefs(t, 5, 5*round)
+		f.step(t, p, arch)
+		seal(uint64(5 * (round + 1)))
+		if round != 2 {
+			continue
+		}
+		// The chain base(5), delta(10), delta(15): its base is the
+		// oldest checkpoint, but both live ones need it.
+		if n, err := p.Prune(ctx, arch); err != nil || n != 1 {
+			t.Fatalf("prune of a live chain: %d objects, %v; want the segment up to its base only", n, err)
+		}
+		for _, keep := range []string{"ckpt-000000000005.manifest.json", "ckpt-000000000005/part-0000", "delta-000000000010", "journal/seg-000000000006-000000000010"} {
+			if _, err := arch.GetArchived(ctx, f.p+"/g1/e4/"+keep); err != nil {
+				t.Fatalf("%s, needed by the live chain: %v", keep, err)
+			}
+		}
+	}
+	want := string(p.Snapshot(12))
+	n, err := p.Prune(ctx, arch)
+	if err != nil || n != 9 {
+		t.Fatalf("prune of a superseded chain: %d objects, %v; want its 3 manifests, 2 deltas, base part and 3 segments", n, err)
+	}
+	left, err := arch.ListArchived(ctx, f.p+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(left, "\n") != strings.Join([]string{
+		f.p + "/g1/e4/ckpt-000000000020.manifest.json", f.p + "/g1/e4/ckpt-000000000020/part-0000",
+		f.p + "/g1/e4/ckpt-000000000025.manifest.json", f.p + "/g1/e4/delta-000000000025",
+		f.p + "/g1/e4/journal/seg-000000000021-000000000025",
+	}, "\n") {
+		t.Fatalf("left after pruning:\n%s", strings.Join(left, "\n"))
+	}
+	if got := string(f.restoreAt(t, arch, 5).Snapshot(12)); got != want {
+		t.Fatalf("after pruning:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// ZBP-5-R44, R43: a format 1 manifest, as the release before wrote it,
+// still restores; a manifest of a version this binary does not know, or
+// a kind its version does not have, is refused and the journal replayed.
+func TestManifestFormats(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	_, arch := f.archive(t)
+	f.addRefs(t, 4, 0)
+	p := f.archived(f.epo, arch)
+	if err := p.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body := p.Snapshot(12)
+	sum := sha256.Sum256(body)
+	digest := hex.EncodeToString(sum[:])
+	base := fmt.Sprintf("%s/g1/e%d/ckpt-%012d", f.p, f.epo, 4)
+	if err := arch.PutArchived(ctx, base+"/part-0000", body); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		format int
+		kind   string
+		fed    int
+	}{{1, "full", 0}, {3, "full", 4}, {1, "incremental", 4}} {
+		name := fmt.Sprintf("%s/g1/e%d/ckpt-%012d.manifest.json", f.p, f.epo, 4+i)
+		// Format 1, byte for byte as the previous release wrote it.
+		m := fmt.Sprintf(`{"partition":%q,"generation":1,"epoch":%d,"format_version":%d,"kind":%q,"journal_lsn":4,"input_positions":{},"slot_bits":12,"slots":[[0,4095]],"size_bytes":%d,"sha256":%q,"parts":[{"slot_low":0,"slot_high":4095,"key":%q,"sha256":%q}]}`,
+			f.p, f.epo, tc.format, tc.kind, len(body), digest, base+"/part-0000", digest)
+		if err := arch.PutArchived(ctx, name, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		if err := arch.DeleteArchived(ctx, fmt.Sprintf("%s/g1/e%d/ckpt-%012d.manifest.json", f.p, f.epo, 3+i)); err != nil && i > 0 {
+			t.Fatal(err) // only the manifest under test may be a fallback
+		}
+		if _, err := f.st.FenceLeaseWrite(ctx, f.p, "api-a", f.epo, store.LeaseFenceWrite{CheckpointPointer: &name}); err != nil {
+			t.Fatal(err)
+		}
+		next := partstate.New(f.st, f.p, f.epo, 12, all, nil)
+		next.Archive, next.Pointers = arch, f.st
+		if err := next.Restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if fed, fellBack := next.Restored(); fed != tc.fed || fellBack != (tc.fed > 0) || string(next.Snapshot(12)) != string(body) {
+			t.Fatalf("format %d, kind %s: %d records replayed (fell back %v), want %d", tc.format, tc.kind, fed, fellBack, tc.fed)
+		}
+	}
+}
+
+// ZBP-5-R39, R41: the checkpoint kind is declared, never defaulted, and
+// an incremental class states its chain bound; Blobplane's class is
+// incremental with a bound derived from the shutdown budget, and a
+// budget too short for a chain refuses it.
+func TestClassDeclaresItsCheckpointKind(t *testing.T) {
+	t.Parallel()
+	q := partstate.QuotaClass
+	if q.Checkpoint != partstate.IncrementalCheckpoints || q.MaxDeltaChain != partstate.MaxDeltaChainFor(partstate.DefaultShutdownBudget) || q.MaxDeltaChain < 2 {
+		t.Fatalf("QuotaClass: %+v", q)
+	}
+	if got := partstate.MaxDeltaChainFor(60 * time.Second); got != 16 {
+		t.Fatalf("the bound for 60 s: %d, want 60 s / 12 / 300 ms = 16", got)
+	}
+	if c := q.ForShutdownBudget(120 * time.Second); c.MaxDeltaChain != 33 || c.Validate() != nil {
+		t.Fatalf("for 120 s: %+v, %v", c, c.Validate())
+	}
+	for _, c := range []partstate.Class{
+		{Name: "no-kind", Mode: authority.ModeMixed, CommitTier: partstate.Durable},
+		{Name: "unbounded", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.IncrementalCheckpoints},
+		{Name: "one", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.IncrementalCheckpoints, MaxDeltaChain: 1},
+		{Name: "full-bounded", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.FullCheckpoints, MaxDeltaChain: 8},
+		{Name: "made-up", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: "differential", MaxDeltaChain: 8},
+		q.ForShutdownBudget(5 * time.Second),
+	} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), c.Name) {
+			t.Errorf("class %+v: %v, want a refusal naming it", c, err)
+		}
+	}
+	if err := fullClass.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -139,8 +139,7 @@ func (r Record) validate() error {
 			return fmt.Errorf("%s %s: size %d, limit %v, usage %v, at %d", r.Op, r.Digest, r.Size, r.Limit, r.Usage, r.At)
 		}
 	case SetQuota:
-		if r.Limit == nil || r.Limit.Bytes < 0 || r.Limit.Blobs < 0 || r.Limit.BytesPerMinute < 0 || r.Limit.BlobsPerMinute < 0 ||
-			!r.onlyRepository() || r.Usage != nil || r.At != 0 {
+		if !r.Limit.valid() || !r.onlyRepository() || r.Usage != nil || r.At != 0 {
 			return fmt.Errorf("quota for %s: want a limit of non-negative bytes and blobs, and no digest, size or usage", r.Repository)
 		}
 	case SetUsage:
@@ -153,6 +152,11 @@ func (r Record) validate() error {
 	return nil
 }
 
+// valid: a limit, every measure non-negative (nil: none).
+func (l *Limit) valid() bool {
+	return l != nil && l.Bytes >= 0 && l.Blobs >= 0 && l.BytesPerMinute >= 0 && l.BlobsPerMinute >= 0
+}
+
 // onlyRepository: the record names no digest and no size.
 func (r Record) onlyRepository() bool { return r.Digest == "" && r.Size == 0 }
 
@@ -163,6 +167,49 @@ type State struct {
 	usage   map[string]Usage
 	limits  map[string]Limit
 	windows map[string]window
+	// dirty is the repositories Apply changed since the last checkpoint
+	// took them (TakeDirty): what an incremental checkpoint's delta
+	// holds (ZBP-5-R40). A repository is the unit because a
+	// checkpointEntry is one repository's line.
+	dirty Dirty
+}
+
+// Dirty is a set of repositories changed since a checkpoint.
+type Dirty map[string]struct{}
+
+// TakeDirty returns the repositories changed since the last take and
+// starts an empty set. The caller holds whatever lock orders Apply, so
+// the set and a Checkpoint or Delta rendered under the same hold
+// describe one state; if writing what it rendered fails, it gives the set
+// back (ReturnDirty), or the next delta would miss those changes.
+func (s *State) TakeDirty() Dirty {
+	d := s.dirty
+	s.dirty = nil
+	if d == nil {
+		d = Dirty{}
+	}
+	return d
+}
+
+// ReturnDirty merges d back into the changed set: the checkpoint taken
+// with it was not written, so the next one must still carry d.
+func (s *State) ReturnDirty(d Dirty) {
+	if len(d) == 0 {
+		return
+	}
+	if s.dirty == nil {
+		s.dirty = Dirty{}
+	}
+	for r := range d {
+		s.dirty[r] = struct{}{}
+	}
+}
+
+func (s *State) touch(repo string) {
+	if s.dirty == nil {
+		s.dirty = Dirty{}
+	}
+	s.dirty[repo] = struct{}{}
 }
 
 // Bucket is what a repository published in one second (Unix seconds, the
@@ -248,6 +295,7 @@ func (s *State) Apply(r Record) error {
 	default:
 		return fmt.Errorf("%w: op %q", ErrPoison, r.Op)
 	}
+	s.touch(r.Repository) // only a record applied: a refused one changed nothing
 	return nil
 }
 
@@ -376,17 +424,43 @@ func (s *State) Checkpoint(slotBits int) []byte {
 			repos = append(repos, r)
 		}
 	}
-	entries := make([]checkpointEntry, len(repos))
+	entries := make([]deltaEntry, len(repos))
 	for i, r := range repos {
-		entries[i] = checkpointEntry{Slot: uint32(authority.SlotOf(r, slotBits)), Repository: r, Usage: s.usage[r]}
-		if l, ok := s.limits[r]; ok {
-			entries[i].Limit = &l
-		}
-		entries[i].Window = s.windows[r]
+		entries[i] = s.entry(r, slotBits)
 	}
-	slices.SortFunc(entries, func(a, b checkpointEntry) int {
+	return render(entries)
+}
+
+// Delta renders the repositories of dirty as they stand, in
+// Checkpoint's order (ZBP-5-R38: a delta too extracts by slot range): a
+// repository that holds nothing and has no quota any more is a deletion,
+// so that a restore drops what the base still holds of it (ZBP-5-R40).
+func (s *State) Delta(dirty Dirty, slotBits int) []byte {
+	entries := make([]deltaEntry, 0, len(dirty))
+	for r := range dirty {
+		e := s.entry(r, slotBits)
+		_, used := s.usage[r]
+		_, limited := s.limits[r]
+		e.Deleted = !used && !limited
+		entries = append(entries, e)
+	}
+	return render(entries)
+}
+
+// entry is repo's line.
+func (s *State) entry(repo string, slotBits int) deltaEntry {
+	e := deltaEntry{checkpointEntry: checkpointEntry{Slot: uint32(authority.SlotOf(repo, slotBits)), Repository: repo, Usage: s.usage[repo], Window: s.windows[repo]}}
+	if l, ok := s.limits[repo]; ok {
+		e.Limit = &l
+	}
+	return e
+}
+
+// render sorts entries by (slot, repository) and encodes one a line.
+func render(entries []deltaEntry) []byte {
+	slices.SortFunc(entries, func(a, b deltaEntry) int {
 		if a.Slot != b.Slot {
-			return int(int64(a.Slot) - int64(b.Slot))
+			return cmp.Compare(a.Slot, b.Slot)
 		}
 		return strings.Compare(a.Repository, b.Repository)
 	})
@@ -403,20 +477,45 @@ func (s *State) Checkpoint(slotBits int) []byte {
 // restores its own ranges). Errors: a malformed checkpoint (ErrPoison).
 func Restore(b []byte, slotBits int, keep func(slot uint32) bool) (*State, error) {
 	s := &State{usage: map[string]Usage{}, limits: map[string]Limit{}, windows: map[string]window{}}
+	if err := s.read(b, slotBits, keep, false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ApplyDelta applies a delta written by Delta on top of s (a base, or
+// the base and the deltas before this one), keeping only the
+// repositories whose slot keep accepts (ZBP-5-R38). Errors: a malformed
+// delta (ErrPoison), s then partly changed: the caller discards it, as
+// it discards the whole chain (ZBP-5-R40).
+func (s *State) ApplyDelta(b []byte, slotBits int, keep func(slot uint32) bool) error {
+	if s.usage == nil {
+		s.usage, s.limits, s.windows = map[string]Usage{}, map[string]Limit{}, map[string]window{}
+	}
+	return s.read(b, slotBits, keep, true)
+}
+
+// read applies the lines of b: each replaces what s held of its
+// repository (a checkpoint's lines name each repository once, over an
+// empty state, so replacing is restoring). Only a delta may carry a
+// deletion.
+func (s *State) read(b []byte, slotBits int, keep func(slot uint32) bool, delta bool) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	for dec.More() {
-		var e checkpointEntry
+		var e deltaEntry
 		if err := dec.Decode(&e); err != nil {
-			return nil, fmt.Errorf("%w: checkpoint: %v", ErrPoison, err)
+			return fmt.Errorf("%w: checkpoint: %v", ErrPoison, err)
 		}
-		if err := auth.CheckRepository(e.Repository); err != nil || uint32(authority.SlotOf(e.Repository, slotBits)) != e.Slot ||
-			e.Usage.Bytes < 0 || e.Usage.Blobs < 0 || !e.windowValid() {
-			return nil, fmt.Errorf("%w: checkpoint entry %+v", ErrPoison, e)
+		if !e.valid(slotBits, delta) {
+			return fmt.Errorf("%w: checkpoint entry %+v", ErrPoison, e)
 		}
 		if keep != nil && !keep(e.Slot) {
 			continue
 		}
+		delete(s.usage, e.Repository)
+		delete(s.limits, e.Repository)
+		delete(s.windows, e.Repository)
 		if e.Usage != (Usage{}) {
 			s.usage[e.Repository] = e.Usage
 		}
@@ -427,7 +526,27 @@ func Restore(b []byte, slotBits int, keep func(slot uint32) bool) (*State, error
 			s.windows[e.Repository] = e.Window
 		}
 	}
-	return s, nil
+	return nil
+}
+
+// deltaEntry is a line of a checkpoint part or of a delta: a delta's
+// line may instead say the repository is gone.
+type deltaEntry struct {
+	checkpointEntry
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// valid: a repository name in its slot, non-negative usage, a window
+// that fits its rate; a deletion carries nothing else, and only in a
+// delta.
+func (e deltaEntry) valid(slotBits int, delta bool) bool {
+	if auth.CheckRepository(e.Repository) != nil || uint32(authority.SlotOf(e.Repository, slotBits)) != e.Slot {
+		return false
+	}
+	if e.Deleted {
+		return delta && e.Usage == (Usage{}) && e.Limit == nil && len(e.Window) == 0
+	}
+	return e.Usage.Bytes >= 0 && e.Usage.Blobs >= 0 && e.windowValid()
 }
 
 // windowValid: a window only beside a rate, its buckets ascending, within

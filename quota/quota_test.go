@@ -44,6 +44,11 @@ type history struct {
 	epoch   uint64
 	state   *State
 	ckpts   []ckpt // every checkpoint taken, oldest first
+	// chain is the last checkpoint the current home took (nil after a
+	// failover: a new home starts its own chain with a base), deltas
+	// how many of the checkpoints were deltas (ZBP-5-R40).
+	chain   *ckpt
+	deltas  int
 	refused int
 	// now is the database clock (Unix ms); pubs every reference created,
 	// and rateFrom, per repository whose quota bounds its rate, the
@@ -60,9 +65,54 @@ type pub struct {
 	size int64
 }
 
+// ckpt is a checkpoint: a full body, or a base's body and the deltas
+// after it, in order (ZBP-5-R40).
 type ckpt struct {
-	lsn  uint64
-	body []byte
+	lsn    uint64
+	body   []byte
+	deltas [][]byte
+}
+
+// maxChain is the history's delta chain bound: short, so that its
+// compaction into a new base (ZBP-5-R41) happens often.
+const maxChain = 4
+
+// load restores c: the base, then every delta in order.
+func (c ckpt) load(t *testing.T) *State {
+	t.Helper()
+	s, err := Restore(c.body, slotBits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range c.deltas {
+		if err := s.ApplyDelta(d, slotBits, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// checkpoint takes the home's checkpoint as partstate does: a delta of
+// the repositories changed since the last one while the chain is under
+// its bound, else a new base; one in five writes "fails", and the
+// changed set goes back to the state for the next one.
+func (h *history) checkpoint() {
+	dirty := h.state.TakeDirty()
+	c := ckpt{lsn: h.lsn}
+	if h.chain == nil || len(h.chain.deltas)+1 >= maxChain {
+		c.body = h.state.Checkpoint(slotBits)
+	} else {
+		c.body, c.deltas = h.chain.body, append(slices.Clone(h.chain.deltas), h.state.Delta(dirty, slotBits))
+	}
+	if h.rng.IntN(5) == 0 {
+		h.state.ReturnDirty(dirty)
+		return
+	}
+	if len(c.deltas) > 0 {
+		h.deltas++
+	}
+	h.ckpts = append(h.ckpts, c)
+	h.chain = &c
 }
 
 var repos = []string{"team/app", "team/db", "other/x", "other/y/z"}
@@ -92,11 +142,7 @@ func (h *history) recover(i int, upto uint64) *State {
 	h.t.Helper()
 	s, from := &State{}, uint64(0)
 	if i >= 0 {
-		var err error
-		if s, err = Restore(h.ckpts[i].body, slotBits, nil); err != nil {
-			h.t.Fatal(err)
-		}
-		from = h.ckpts[i].lsn
+		s, from = h.ckpts[i].load(h.t), h.ckpts[i].lsn
 	}
 	recs, err := journal.ReadAll(h.journal)
 	if err != nil {
@@ -239,13 +285,13 @@ func (h *history) step() {
 		}
 		h.append(Record{Op: SetQuota, Repository: repo, Limit: &l})
 	case r < 94: // checkpoint
-		h.ckpts = append(h.ckpts, ckpt{lsn: h.lsn, body: h.state.Checkpoint(slotBits)})
+		h.checkpoint()
 	case r < 97: // failover: memory lost, restored from the last checkpoint
 		h.epoch++
-		h.state = h.recover(len(h.ckpts)-1, tail)
+		h.state, h.chain = h.recover(len(h.ckpts)-1, tail), nil
 	default: // handoff: the next home restores the same way at a new epoch
 		h.epoch++
-		h.state = h.recover(len(h.ckpts)-1, tail)
+		h.state, h.chain = h.recover(len(h.ckpts)-1, tail), nil
 	}
 }
 
@@ -253,13 +299,19 @@ func (h *history) step() {
 // publications, deletions, quota changes, failovers and handoffs, the
 // state rebuilt from any checkpoint plus the journal equals the state the
 // home holds and the state recomputed from the ledger; a quota is never
-// exceeded.
+// exceeded. The checkpoints are incremental (ZBP-5-R40, R41): bases and
+// chains of deltas up to maxChain, some writes failing, so a delta's
+// dirty set, its deletions and its compaction are all replayed against
+// the ledger too.
 func TestReplayEquivalence(t *testing.T) {
 	t.Parallel()
-	limited := 0
+	limited, deltas := 0, 0
 	defer func() {
 		if !t.Failed() && limited == 0 {
 			t.Error("no history met a rate: the windows were not exercised")
+		}
+		if !t.Failed() && deltas == 0 {
+			t.Error("no history took a delta: the chains were not exercised")
 		}
 	}()
 	for seed := range uint64(100) {
@@ -268,7 +320,7 @@ func TestReplayEquivalence(t *testing.T) {
 		for range 400 {
 			h.step()
 		}
-		limited += h.limited
+		limited, deltas = limited+h.limited, deltas+h.deltas
 		want := h.recompute()
 		if !h.state.Equal(want) {
 			t.Fatalf("seed %d: the home's state differs from the ledger's recomputation", seed)
@@ -286,10 +338,7 @@ func TestReplayEquivalence(t *testing.T) {
 				if j <= i || j >= len(h.ckpts) {
 					continue
 				}
-				at, err := Restore(h.ckpts[j].body, slotBits, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				at := h.ckpts[j].load(t)
 				if got := h.recover(i, h.ckpts[j].lsn); !got.Equal(at) {
 					t.Fatalf("seed %d: checkpoint %d replayed to LSN %d differs from checkpoint %d", seed, i, h.ckpts[j].lsn, j)
 				}
@@ -471,5 +520,73 @@ func TestAdmitMeasuresTheUploadRate(t *testing.T) {
 	}
 	if _, err := Restore([]byte(`{"slot":`+fmt.Sprint(authority.SlotOf("team/app", slotBits))+`,"repository":"team/app","usage":{"bytes":1,"blobs":1},"window":[{"s":5,"bytes":1,"blobs":1}]}`), slotBits, nil); !errors.Is(err, ErrPoison) {
 		t.Fatalf("a window without a rate: %v", err)
+	}
+}
+
+// A delta carries only the repositories changed since the last
+// checkpoint, deletions included (ZBP-5-R40): a base plus the delta
+// restores the state, a repository emptied of usage and quota is gone,
+// a changed quota is the new one, a split child applies only its own
+// slots (R38), and a deletion is refused in a full checkpoint.
+func TestDeltaCarriesChangesAndDeletions(t *testing.T) {
+	t.Parallel()
+	s := &State{}
+	apply := func(r Record) {
+		t.Helper()
+		if err := s.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range repos {
+		apply(Record{Op: RefAdded, Repository: r, Digest: digestN(i), Size: 10})
+	}
+	apply(Record{Op: SetQuota, Repository: "team/app", Limit: &Limit{Bytes: 100}})
+	apply(Record{Op: SetQuota, Repository: "team/db", Limit: &Limit{Blobs: 3}})
+	base := s.Checkpoint(slotBits)
+	s.TakeDirty()
+	if d := s.Delta(s.TakeDirty(), slotBits); len(d) != 0 {
+		t.Fatalf("nothing changed, delta:\n%s", d)
+	}
+	apply(Record{Op: RefRemoved, Repository: "other/x", Digest: digestN(2), Size: 10}) // usage to zero, no quota: gone
+	apply(Record{Op: SetQuota, Repository: "team/app", Limit: &Limit{Bytes: 500}})
+	apply(Record{Op: RefRemoved, Repository: "team/db", Digest: digestN(1), Size: 10})
+	apply(Record{Op: SetQuota, Repository: "team/db", Limit: &Limit{}}) // quota cleared as well: gone
+	if err := s.Apply(Record{Op: RefRemoved, Repository: "other/y/z", Digest: digestN(9), Size: 99}); err == nil {
+		t.Fatal("a removal of more than held applied")
+	}
+	dirty := s.TakeDirty()
+	if len(dirty) != 3 {
+		t.Fatalf("dirty %v: want the three changed repositories, not the refused record's", dirty)
+	}
+	delta := s.Delta(dirty, slotBits)
+	if n := strings.Count(string(delta), `"deleted":true`); n != 2 {
+		t.Fatalf("delta with %d deletions, want 2:\n%s", n, delta)
+	}
+	got, err := Restore(base, slotBits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.ApplyDelta(delta, slotBits, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(s) || got.Limit("team/app").Bytes != 500 {
+		t.Fatalf("base + delta:\n%s\nwant\n%s", got.Checkpoint(slotBits), s.Checkpoint(slotBits))
+	}
+	mid := uint32(1 << (slotBits - 1))
+	for _, keep := range []func(uint32) bool{func(x uint32) bool { return x < mid }, func(x uint32) bool { return x >= mid }} {
+		half, err := Restore(base, slotBits, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := half.ApplyDelta(delta, slotBits, keep); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := Restore(s.Checkpoint(slotBits), slotBits, keep)
+		if !half.Equal(want) {
+			t.Fatalf("a slot range of base + delta:\n%s\nwant\n%s", half.Checkpoint(slotBits), want.Checkpoint(slotBits))
+		}
+	}
+	if _, err := Restore(delta, slotBits, nil); !errors.Is(err, ErrPoison) {
+		t.Fatalf("a delta's deletion restored as a full checkpoint: %v", err)
 	}
 }
