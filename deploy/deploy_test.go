@@ -109,6 +109,7 @@ func TestRulesAndDashboardUseExposedMetrics(t *testing.T) {
 		"BlobplaneReadCorruption": "blobplane_read_corruptions_total", "BlobplaneUnownedSlots": "blobplane_unowned_slots",
 		"BlobplaneMapRejected": "blobplane_map_rejections_total", "BlobplaneSweepBacklog": "blobplane_sweep_oldest_overdue_seconds",
 		"BlobplaneHigh5xxRate": "blobplane_http_requests_total", "BlobplanePartitionStateQuarantine": "blobplane_partition_state_quarantined_records",
+		"BlobplanePartitionStateReplayDiffers": "blobplane_partition_state_replay_checks_total",
 	} {
 		if !strings.Contains(alerts[alert], metric) {
 			t.Errorf("no alert %s on %s", alert, metric)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,6 +85,8 @@ type home struct {
 	kick    chan struct{}
 	mu      sync.Mutex
 	pending []func()
+	// verifying: a replay check of this home is running (one at a time).
+	verifying atomic.Bool
 }
 
 // Prepare is the keeper's readiness hook (keeper.Config.Prepare): it
@@ -251,7 +254,38 @@ func (hs *Homes) checkpoint(h *home) bool {
 		hs.logger().Warn("partition journal seal", "partition", h.p.ID, "err", err)
 	}
 	hs.Metrics.checkpointed(h.p)
+	if h.verifying.CompareAndSwap(false, true) {
+		// Off the upkeep loop: the check restores two checkpoints, and
+		// the loop releases the reservations publications wait on.
+		go func() {
+			defer h.verifying.Store(false)
+			hs.verifyReplay(h, name)
+		}()
+	}
 	return true
+}
+
+// verifyReplay checks the checkpoint just written against the one before
+// it replayed forward (ZBP-5-R137, R48), counts the outcome and, when they
+// differ, says so loudly: the partition keeps serving (its live state is
+// the journal's, applied once), but a restore would not reproduce it.
+func (hs *Homes) verifyReplay(h *home, name string) {
+	from, to, err := h.p.VerifyReplay(h.ctx, hs.Archive, hs.Ledger, name)
+	var differs *ReplayDiffersError
+	switch {
+	case err == nil:
+		hs.Metrics.replayChecked("equal")
+		hs.logger().Info("partition replay check: equal", "partition", h.p.ID, "from_lsn", from, "to_lsn", to, "checkpoint", name)
+	case errors.As(err, &differs):
+		hs.Metrics.replayChecked("differs")
+		hs.logger().Error("partition replay check: the replayed state differs from the checkpoint", "partition", h.p.ID, "from_lsn", from, "to_lsn", to,
+			"checkpoint", name, "replayed_bytes", len(differs.Replayed), "restored_bytes", len(differs.Restored), "err", err)
+	case errors.Is(err, ErrNoEarlierCheckpoint) || h.ctx.Err() != nil:
+		// The generation's first checkpoint, or the lease ended.
+	default:
+		hs.Metrics.replayChecked("failed")
+		hs.logger().Warn("partition replay check could not run", "partition", h.p.ID, "checkpoint", name, "err", err)
+	}
 }
 
 // releaseAll releases every reservation of a home whose lease ended.
@@ -388,6 +422,7 @@ type Metrics struct {
 	restore     prometheus.Histogram
 	restarts    prometheus.Counter
 	checkpoints prometheus.Counter
+	replays     *prometheus.CounterVec
 	denials     *prometheus.CounterVec
 	// used and limit are per repository with a quota, exported by its
 	// home; shown holds the repositories each partition exported.
@@ -409,6 +444,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Restores that restarted a journal from the ledger because its history was not readable here."}),
 		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{Name: "blobplane_partition_state_checkpoints_total",
 			Help: "Quota state checkpoints written by this node's homes."}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "blobplane_partition_state_replay_checks_total",
+			Help: "Replay-equivalence checks after checkpoints (ZBP-5 R137): the checkpoint before, replayed to the new one, compared with it; by result (equal, differs: a non-deterministic applier or a wrong checkpoint, failed: a restore could not run)."}, []string{"result"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "blobplane_quota_denials_total",
 			Help: "Publications refused because they would exceed a repository's quota, by measure (bytes, blobs, bytes_per_minute, blobs_per_minute: its upload rate)."}, []string{"measure"}),
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_used",
@@ -417,7 +454,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "A repository's quota by measure (bytes, blobs, and its upload rate bytes_per_minute, blobs_per_minute; 0: no limit on it), exported by its home only."}, []string{"repository", "measure"}),
 		shown: map[string]map[string]bool{},
 	}
-	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.denials, m.used, m.limit)
+	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.replays, m.denials, m.used, m.limit)
 	return m
 }
 
@@ -469,6 +506,12 @@ func (m *Metrics) unshow(repo string) {
 func (m *Metrics) checkpointed(*Partition) {
 	if m != nil {
 		m.checkpoints.Inc()
+	}
+}
+
+func (m *Metrics) replayChecked(result string) {
+	if m != nil {
+		m.replays.WithLabelValues(result).Inc()
 	}
 }
 

@@ -85,6 +85,7 @@ type Partition struct {
 	quotaSeen   bool          // a quota record was applied since the last report
 	caught      chan struct{} // closed and replaced after each catch-up
 	chain       *chain        // this epoch's last checkpoint (nil: none yet)
+	until       uint64        // a replay check's copy applies no further (0: no bound)
 	// recent maps the append ids of the last records applied to their
 	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
 	// the oldest past recentMax.
@@ -278,6 +279,9 @@ func (p *Partition) apply(ctx context.Context, recs []store.JournalEntry) error 
 	for _, jr := range recs {
 		if jr.LSN <= p.replay.LSN() {
 			continue
+		}
+		if p.until != 0 && jr.LSN > p.until {
+			break
 		}
 		ok, err := p.replay.Feed(jr.Record)
 		if err != nil {
