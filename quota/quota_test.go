@@ -439,6 +439,8 @@ func FuzzDecode(f *testing.F) {
 		{Op: RefAdded, Repository: "team/app", Digest: digestN(1), Size: 7},
 		{Op: RefRemoved, Repository: "a/b", Digest: digestN(2)},
 		{Op: SetQuota, Repository: "a", Limit: &Limit{Bytes: 1 << 30}},
+		{Op: SetQuota, Repository: "a", Limit: &Limit{BlobsPerMinute: 600, BytesPerMinute: 1 << 30}},
+		{Op: RefAdded, Repository: "team/app", Digest: digestN(3), Size: 9, At: 1_700_000_000_123},
 	} {
 		p, err := r.Encode()
 		if err != nil {
