@@ -160,8 +160,9 @@ create() {
 kill_keeper() {
 	local piddir=$dir/xdg/run/pg_autoctl$dir/$1 f pid
 	for f in "$piddir/pg_autoctl.pid" "$piddir"/pg_autoctl_*.pid; do
-		[[ -f $f ]] || continue
-		pid=$(head -1 "$f")
+		# A service's pid file goes when the service exits, as it may
+		# once its supervisor was killed a line before (seen in CI).
+		pid=$(head -1 "$f" 2>/dev/null) || continue
 		[[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
 	done
 }
