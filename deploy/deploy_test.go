@@ -110,6 +110,7 @@ func TestRulesAndDashboardUseExposedMetrics(t *testing.T) {
 		"BlobplaneMapRejected": "blobplane_map_rejections_total", "BlobplaneSweepBacklog": "blobplane_sweep_oldest_overdue_seconds",
 		"BlobplaneHigh5xxRate": "blobplane_http_requests_total", "BlobplanePartitionStateQuarantine": "blobplane_partition_state_quarantined_records",
 		"BlobplanePartitionStateReplayDiffers": "blobplane_partition_state_replay_checks_total",
+		"BlobplanePartitionArchiveUnreclaimed": "blobplane_partition_state_unreachable_objects",
 	} {
 		if !strings.Contains(alerts[alert], metric) {
 			t.Errorf("no alert %s on %s", alert, metric)

@@ -249,6 +249,7 @@ func (hs *Homes) checkpoint(h *home) bool {
 	}
 	if err == nil {
 		_, err = h.p.Prune(h.ctx, hs.Archive)
+		hs.Metrics.pruned(h.p)
 	}
 	if err != nil && h.ctx.Err() == nil {
 		hs.logger().Warn("partition journal seal", "partition", h.p.ID, "err", err)
@@ -423,6 +424,7 @@ type Metrics struct {
 	restarts    prometheus.Counter
 	checkpoints prometheus.Counter
 	replays     *prometheus.CounterVec
+	stray       *prometheus.GaugeVec
 	denials     *prometheus.CounterVec
 	// used and limit are per repository with a quota, exported by its
 	// home; shown holds the repositories each partition exported.
@@ -446,6 +448,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Quota state checkpoints written by this node's homes."}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "blobplane_partition_state_replay_checks_total",
 			Help: "Replay-equivalence checks after checkpoints (ZBP-5 R137): the checkpoint before, replayed to the new one, compared with it; by result (equal, differs: a non-deterministic applier or a wrong checkpoint, failed: a restore could not run)."}, []string{"result"}),
+		stray: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_partition_state_unreachable_objects",
+			Help: "Checkpoint objects of a partition's archive that no live restore path reaches and its last prune left (ZBP-5 R46): a checkpoint whose pointer did not move, or a failed deletion; by partition this node is the home of."}, []string{"partition"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "blobplane_quota_denials_total",
 			Help: "Publications refused because they would exceed a repository's quota, by measure (bytes, blobs, bytes_per_minute, blobs_per_minute: its upload rate)."}, []string{"measure"}),
 		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_used",
@@ -454,7 +458,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "A repository's quota by measure (bytes, blobs, and its upload rate bytes_per_minute, blobs_per_minute; 0: no limit on it), exported by its home only."}, []string{"repository", "measure"}),
 		shown: map[string]map[string]bool{},
 	}
-	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.replays, m.denials, m.used, m.limit)
+	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.replays, m.stray, m.denials, m.used, m.limit)
 	return m
 }
 
@@ -509,6 +513,12 @@ func (m *Metrics) checkpointed(*Partition) {
 	}
 }
 
+func (m *Metrics) pruned(p *Partition) {
+	if m != nil {
+		m.stray.WithLabelValues(p.ID).Set(float64(p.Unreachable()))
+	}
+}
+
 func (m *Metrics) replayChecked(result string) {
 	if m != nil {
 		m.replays.WithLabelValues(result).Inc()
@@ -527,6 +537,7 @@ func (m *Metrics) forget(partition string) {
 	}
 	m.lsn.DeleteLabelValues(partition)
 	m.quarantined.DeleteLabelValues(partition)
+	m.stray.DeleteLabelValues(partition)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for repo := range m.shown[partition] {

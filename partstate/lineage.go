@@ -84,16 +84,22 @@ func (p *Partition) Prune(ctx context.Context, arch backend.Archive) (int, error
 	gen := p.generation
 	p.mu.Unlock()
 	refs, err := p.checkpoints(ctx, arch, gen)
-	if err != nil || len(refs) <= keptCheckpoints {
+	if err != nil || len(refs) == 0 {
 		return 0, err
 	}
 	live, err := p.liveObjects(ctx, arch, refs)
 	if err != nil {
 		return 0, fmt.Errorf("prune %s: %w", p.ID, err)
 	}
-	doomed, err := p.unreachable(ctx, arch, gen, live)
+	doomed, stray, err := p.unreachable(ctx, arch, gen, live)
 	if err != nil {
 		return 0, err
+	}
+	if len(refs) <= keptCheckpoints {
+		// Every checkpoint is live: nothing is deleted (the journal
+		// before them is the fallback), but strays are counted.
+		p.setStray(stray + len(slices.DeleteFunc(doomed, func(n string) bool { return deleteRank(n) == 2 })))
+		return 0, nil
 	}
 	for g := int64(1); g < gen; g++ {
 		old, err := arch.ListArchived(ctx, fmt.Sprintf("%s/g%d/", p.ID, g))
@@ -105,9 +111,11 @@ func (p *Partition) Prune(ctx context.Context, arch backend.Archive) (int, error
 	slices.SortStableFunc(doomed, func(a, b string) int { return cmp.Compare(deleteRank(a), deleteRank(b)) })
 	for i, name := range doomed {
 		if err := arch.DeleteArchived(ctx, name); err != nil {
+			p.setStray(stray + len(doomed) - i)
 			return i, err
 		}
 	}
+	p.setStray(stray)
 	if len(doomed) > 0 {
 		p.Logger.InfoContext(ctx, "partition archive pruned", "partition", p.ID, "generation", gen, "deleted", len(doomed), "kept_from_lsn", live.floor)
 	}
@@ -127,7 +135,7 @@ type lineage struct {
 // lease record's pointer) and collects what they reach. A live manifest
 // that cannot be read is an error: nothing is deleted on a guess.
 func (p *Partition) liveObjects(ctx context.Context, arch backend.Archive, refs []checkpointRef) (lineage, error) {
-	live := refs[:keptCheckpoints]
+	live := refs[:min(len(refs), keptCheckpoints)]
 	if p.Pointers != nil {
 		rec, err := p.Pointers.Lease(ctx, p.ID)
 		if err != nil {
@@ -164,17 +172,19 @@ func (p *Partition) liveObjects(ctx context.Context, arch backend.Archive, refs 
 
 // unreachable lists generation's objects no live checkpoint reaches:
 // checkpoint objects older than every live checkpoint that no live one
-// names, and segments that end at or before live.floor.
-func (p *Partition) unreachable(ctx context.Context, arch backend.Archive, gen int64, live lineage) ([]string, error) {
+// names, and segments that end at or before live.floor. stray counts the
+// checkpoint objects no live one names either but that are kept, being
+// newer than the oldest live one (a checkpoint being written, or one
+// whose pointer never moved): the unreachable volume R46 watches.
+func (p *Partition) unreachable(ctx context.Context, arch backend.Archive, gen int64, live lineage) (doomed []string, stray int, err error) {
 	names, err := arch.ListArchived(ctx, fmt.Sprintf("%s/g%d/", p.ID, gen))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	segs, err := p.segments(ctx, arch, gen)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var doomed []string
 	for s, name := range segs {
 		if s.Last <= live.floor {
 			doomed = append(doomed, name)
@@ -188,11 +198,35 @@ func (p *Partition) unreachable(ctx context.Context, arch backend.Archive, gen i
 		if !ok {
 			lsn, ok = objectLSN(n, "/delta-")
 		}
-		if ok && !live.names[n] && lsn < live.oldest {
+		switch {
+		case !ok || live.names[n]:
+		case lsn < live.oldest:
 			doomed = append(doomed, n)
+		default:
+			stray++
 		}
 	}
-	return doomed, nil
+	return doomed, stray, nil
+}
+
+// setStray records what the last prune left unreachable.
+func (p *Partition) setStray(n int) {
+	p.mu.Lock()
+	p.stray = n
+	p.mu.Unlock()
+}
+
+// Unreachable is how many checkpoint objects of the partition's
+// generation the last Prune found that no live restore path reaches and
+// left in the archive (ZBP-5-R46): newer than the oldest live checkpoint
+// (written by a checkpoint whose pointer did not move), or a deletion
+// that failed. 0 before any prune. Each later prune takes again what has
+// become older than every live checkpoint; a count that stays up is
+// archive space nothing reclaims.
+func (p *Partition) Unreachable() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stray
 }
 
 // deleteRank orders deletions: manifests, then parts and deltas, then

@@ -86,6 +86,7 @@ type Partition struct {
 	caught      chan struct{} // closed and replaced after each catch-up
 	chain       *chain        // this epoch's last checkpoint (nil: none yet)
 	until       uint64        // a replay check's copy applies no further (0: no bound)
+	stray       int           // unreachable checkpoint objects the last prune left (R46)
 	// recent maps the append ids of the last records applied to their
 	// LSNs, for writers waiting on their own (WaitForAppend); order evicts
 	// the oldest past recentMax.

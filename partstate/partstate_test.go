@@ -658,21 +658,10 @@ func TestPruneKeepsWhatARestoreReaches(t *testing.T) {
 		}
 	}
 	want := string(p.Snapshot(12))
-	n, err := p.Prune(ctx, arch)
-	if err != nil || n != 4 {
-		t.Fatalf("prune: %d objects, %v; want the oldest checkpoint (manifest and part) and the two segments up to LSN 10", n, err)
-	}
-	left, err := arch.ListArchived(ctx, f.p+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(left, "\n") != strings.Join([]string{
-		f.p + "/g1/e4/ckpt-000000000010.manifest.json", f.p + "/g1/e4/ckpt-000000000010/part-0000",
-		f.p + "/g1/e4/ckpt-000000000015.manifest.json", f.p + "/g1/e4/ckpt-000000000015/part-0000",
-		f.p + "/g1/e4/journal/seg-000000000011-000000000015",
-	}, "\n") {
-		t.Fatalf("left after pruning:\n%s", strings.Join(left, "\n"))
-	}
+	f.pruneLeaves(t, p, arch, 4, "the oldest checkpoint (manifest and part) and the two segments up to LSN 10",
+		"ckpt-000000000010.manifest.json", "ckpt-000000000010/part-0000",
+		"ckpt-000000000015.manifest.json", "ckpt-000000000015/part-0000",
+		"journal/seg-000000000011-000000000015")
 	if n, err := p.Prune(ctx, arch); err != nil || n != 0 {
 		t.Fatalf("a second prune: %d, %v", n, err)
 	}
@@ -981,20 +970,21 @@ func TestPruneWalksBothLineages(t *testing.T) {
 		}
 	}
 	want := string(p.Snapshot(12))
-	n, err := p.Prune(ctx, arch)
-	if err != nil || n != 9 {
-		t.Fatalf("prune of a superseded chain: %d objects, %v; want its 3 manifests, 2 deltas, base part and 3 segments", n, err)
+	f.pruneLeaves(t, p, arch, 9, "a superseded chain's 3 manifests, 2 deltas, base part and 3 segments",
+		"ckpt-000000000020.manifest.json", "ckpt-000000000020/part-0000",
+		"ckpt-000000000025.manifest.json", "delta-000000000025",
+		"journal/seg-000000000021-000000000025")
+	if p.Unreachable() != 0 {
+		t.Fatalf("%d unreachable objects left, want none", p.Unreachable())
 	}
-	left, err := arch.ListArchived(ctx, f.p+"/")
-	if err != nil {
+	// R46: an object no live checkpoint names but newer than them all
+	// (a delta whose manifest was never written) stays, and is counted
+	// until a later prune finds it older than every live checkpoint.
+	if err := arch.PutArchived(ctx, f.p+"/g1/e4/delta-000000000099", []byte("{}\n")); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(left, "\n") != strings.Join([]string{
-		f.p + "/g1/e4/ckpt-000000000020.manifest.json", f.p + "/g1/e4/ckpt-000000000020/part-0000",
-		f.p + "/g1/e4/ckpt-000000000025.manifest.json", f.p + "/g1/e4/delta-000000000025",
-		f.p + "/g1/e4/journal/seg-000000000021-000000000025",
-	}, "\n") {
-		t.Fatalf("left after pruning:\n%s", strings.Join(left, "\n"))
+	if n, err := p.Prune(ctx, arch); err != nil || n != 0 || p.Unreachable() != 1 {
+		t.Fatalf("prune with a stray delta: %d deleted, %d unreachable, %v; want 0 deleted, 1 counted", n, p.Unreachable(), err)
 	}
 	if got := string(f.restoreAt(t, arch, 5).Snapshot(12)); got != want {
 		t.Fatalf("after pruning:\n%s\nwant\n%s", got, want)
@@ -1255,5 +1245,25 @@ func TestReplayCheckComparesCheckpointsThroughTheJournal(t *testing.T) {
 	var differs *partstate.ReplayDiffersError
 	if !errors.As(err, &differs) || differs.Replayed == differs.Restored || differs.Checkpoint != fourth {
 		t.Fatalf("a forged checkpoint: %v, want ReplayDiffersError", err)
+	}
+}
+
+// pruneLeaves prunes p, which must delete n objects (what), and leave
+// exactly left (names under the partition's g1/e4/).
+func (f *fixture) pruneLeaves(t *testing.T, p *partstate.Partition, arch *fsbackend.Backend, n int, what string, left ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if got, err := p.Prune(ctx, arch); err != nil || got != n {
+		t.Fatalf("prune: %d objects, %v; want %d: %s", got, err, n, what)
+	}
+	got, err := arch.ListArchived(ctx, f.p+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range left {
+		left[i] = f.p + "/g1/e4/" + left[i]
+	}
+	if strings.Join(got, "\n") != strings.Join(left, "\n") {
+		t.Fatalf("left after pruning:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(left, "\n"))
 	}
 }
