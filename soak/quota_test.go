@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/blobplane/blobplane/quota"
 )
 
@@ -34,7 +36,14 @@ import (
 // every state the journal records; the four together, a tenant with its
 // own quota checked in each publication's transaction, never exceed it;
 // at the end each home's state (its metrics) and the tenant's usage row
-// equal the usage recomputed by SQL.
+// equal the usage recomputed by SQL. One repository, homed on the node
+// that is killed, also has an upload rate: its publications, by the
+// times the journal records, never exceed it in any minute, across the
+// kill (the new home rebuilds the window from the journal).
+
+// quotaRate is the rated repository's blobs per minute: well under what
+// the load would publish into it.
+const quotaRate = 12
 
 const (
 	quotaBytes   = 48 << 10  // per repository
@@ -164,11 +173,14 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 		}
 	}
 	for _, r := range append([]string{"quota/"}, repos...) {
-		limit := quotaBytes
-		if r == "quota/" {
-			limit = tenantBytes
+		body := fmt.Sprintf(`{"max_bytes": %d}`, quotaBytes)
+		switch r {
+		case "quota/":
+			body = fmt.Sprintf(`{"max_bytes": %d}`, tenantBytes)
+		case perNode["api-1"][0]:
+			body = fmt.Sprintf(`{"max_bytes": %d, "max_blobs_per_minute": %d}`, quotaBytes, quotaRate)
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.urls["api-3"]+"/v1/admin/quotas/"+r, strings.NewReader(fmt.Sprintf(`{"max_bytes": %d}`, limit)))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, c.urls["api-3"]+"/v1/admin/quotas/"+r, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+c.token)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.hc.Do(req)
@@ -256,8 +268,8 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	if len(l.bad) > 0 {
 		t.Errorf("answers a client would not expect: %d, e.g. %q", len(l.bad), l.bad[:min(3, len(l.bad))])
 	}
-	if l.answers["POST 403"] == 0 || l.answers["POST 201"] == 0 || l.answers["DELETE 202"] == 0 {
-		t.Errorf("the load did not reach the quotas, publish and delete: %v", l.answers)
+	if l.answers["POST 403"] == 0 || l.answers["POST 201"] == 0 || l.answers["DELETE 202"] == 0 || l.answers["POST 429"] == 0 {
+		t.Errorf("the load did not reach the quotas and the rate, publish and delete: %v", l.answers)
 	}
 	l.mu.Unlock()
 	for r, u := range peak {
@@ -284,10 +296,47 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	t.Logf("quotas: the tenant quota/ peaked at %d bytes of %d, ends at %+v", tenantPeak, tenantBytes, sum)
 	checkJournal(t, c, repos, final)
 	checkHomesState(t, c, repos, final)
+	checkRate(t, c, perNode["api-1"][0])
+}
+
+// checkRate checks that repo published no more than quotaRate blobs in
+// any minute, by the times its journal records carry (the window its
+// home admits against, by second: a record at second s shares the
+// window with those of the 59 seconds before), give or take one blob in
+// flight.
+func checkRate(t *testing.T, c *moveCluster, repo string) {
+	t.Helper()
+	rows, err := c.db.Query(context.Background(), `SELECT coalesce((p->>'at')::bigint, 0) FROM (
+		SELECT convert_from(payload, 'UTF8')::jsonb AS p FROM partition_journal) j
+		WHERE p->>'op' = 'ref+' AND p->>'repository' = $1 ORDER BY 1`, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ats, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	busiest := 0
+	for i, at := range ats {
+		if at == 0 {
+			t.Fatalf("%s: a publication journalled without its time, its rate set before the load", repo)
+		}
+		n := 0
+		for _, earlier := range ats[:i+1] {
+			if earlier/1000 > at/1000-60 {
+				n++
+			}
+		}
+		busiest = max(busiest, n)
+	}
+	t.Logf("quotas: %s published %d blobs, at most %d in a minute (rate %d per minute)", repo, len(ats), busiest, quotaRate)
+	if len(ats) == 0 || busiest > quotaRate+1 {
+		t.Errorf("%s published %d blobs in a minute: over its rate of %d by more than one in flight", repo, busiest, quotaRate)
+	}
 }
 
 // waitServedAgain waits until every one of repos answers a publication
-// or a quota's refusal from a home that took it after since.
+// or a quota's or a rate's refusal from a home that took it after since.
 func waitServedAgain(t *testing.T, c *moveCluster, repos []string, since time.Time) {
 	t.Helper()
 	for _, r := range repos {
@@ -296,7 +345,7 @@ func waitServedAgain(t *testing.T, c *moveCluster, repos []string, since time.Ti
 			body := make([]byte, 100)
 			_, _ = rand.Read(body)
 			status, _ := c.send(context.Background(), "api-3", http.MethodPost, "/v2/"+r+"/blobs/uploads/?digest="+digestHex(body), body)
-			if status == http.StatusCreated || status == http.StatusForbidden {
+			if status == http.StatusCreated || status == http.StatusForbidden || status == http.StatusTooManyRequests {
 				t.Logf("quotas: %s answered %d by its new home %s after the fault", r, status, time.Since(since).Round(time.Millisecond))
 				break
 			}
