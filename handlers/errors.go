@@ -56,6 +56,16 @@ type ErrorBody struct {
 	Assignment *authority.Assignment `json:"assignment,omitempty"`
 }
 
+// setRetryAfter sets the Retry-After err names (a rate's window), and
+// says whether it named one.
+func setRetryAfter(w http.ResponseWriter, err error) bool {
+	ra := blobplane.RetryAfter(err)
+	if ra > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(ra/time.Second), 10))
+	}
+	return ra > 0
+}
+
 // WriteError answers with err's status and a JSON body carrying its stable
 // code. Internal errors are logged with the request id and shown to the
 // client only as "internal error"; a canceled request is not logged as one.
@@ -76,9 +86,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		logger.WarnContext(r.Context(), "request refused by the database", "err", err, "request_id", reqID, "route", routePattern(r), db)
 	}
 	body := ErrorBody{Code: code, Message: clientMessage(err), RequestID: reqID}
-	if ra := blobplane.RetryAfter(err); ra > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(ra/time.Second), 10))
-	}
+	setRetryAfter(w, err)
 	if bp := (*blobplane.Error)(nil); errors.As(err, &bp) && bp.Retryable {
 		w.Header().Set("Retry-After", "1")
 		if h, ok := HomeOf(r.Context()); ok && h.successor != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"github.com/go-chi/chi/v5/middleware"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/upload"
@@ -87,9 +85,7 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 		// authentication failure limit or a repository's upload rate:
 		// the spec's 429 carries TOOMANYREQUESTS; Retry-After says when.
 		oci = ociTooManyRequests
-		if ra := blobplane.RetryAfter(err); ra > 0 {
-			w.Header().Set("Retry-After", strconv.FormatInt(int64(ra/time.Second), 10))
-		} else if w.Header().Get("Retry-After") == "" {
+		if !setRetryAfter(w, err) && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}
 	}

@@ -86,22 +86,12 @@ func (p *Partition) VerifyReplay(ctx context.Context, arch backend.Archive, t Tr
 // of generation below LSN before that restores, replaying no further
 // than before: it shares the journal and reads, never sequences.
 func (p *Partition) earlier(ctx context.Context, arch backend.Archive, generation int64, before uint64) (*Partition, error) {
-	refs, err := p.checkpoints(ctx, arch, generation)
+	st, lsn, _, err := p.newestBelow(ctx, arch, generation, before) // as a restore would (R37)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range refs {
-		if r.lsn >= before {
-			continue
-		}
-		st, lsn, gen, err := p.loadCheckpoint(ctx, arch, r.manifest)
-		if err != nil || gen != generation {
-			continue // as a restore would: the next one down (R37)
-		}
-		shadow := New(p.j, p.ID, p.Epoch, p.SlotBits, p.Slots, slog.New(slog.DiscardHandler))
-		shadow.generation, shadow.state, shadow.until = generation, *st, before
-		shadow.replay = journal.NewReplay(lsn, nil)
-		return shadow, nil
-	}
-	return nil, ErrNoEarlierCheckpoint
+	shadow := New(p.j, p.ID, p.Epoch, p.SlotBits, p.Slots, slog.New(slog.DiscardHandler))
+	shadow.generation, shadow.state, shadow.until = generation, *st, before
+	shadow.replay = journal.NewReplay(lsn, nil)
+	return shadow, nil
 }

@@ -48,21 +48,33 @@ func (p *Partition) checkpoints(ctx context.Context, arch backend.Archive, gener
 // previousCheckpoint restores the newest checkpoint of generation below
 // LSN before (R37: the named one failed): its state and LSN, or nil.
 func (p *Partition) previousCheckpoint(ctx context.Context, generation int64, before uint64) (*quota.State, uint64) {
-	refs, err := p.checkpoints(ctx, p.Archive, generation)
+	st, lsn, name, err := p.newestBelow(ctx, p.Archive, generation, before)
 	if err != nil {
 		return nil, 0
+	}
+	p.Logger.WarnContext(ctx, "partition restored from the previous checkpoint", "partition", p.ID, "checkpoint", name)
+	return st, lsn
+}
+
+// newestBelow restores the newest checkpoint of generation in arch below
+// LSN before that restores whole (R37: one that does not is skipped):
+// its state, LSN and manifest. Errors: the archive's listing,
+// ErrNoEarlierCheckpoint when none restores.
+func (p *Partition) newestBelow(ctx context.Context, arch backend.Archive, generation int64, before uint64) (*quota.State, uint64, string, error) {
+	refs, err := p.checkpoints(ctx, arch, generation)
+	if err != nil {
+		return nil, 0, "", err
 	}
 	for _, r := range refs {
 		if r.lsn >= before {
 			continue
 		}
-		st, lsn, gen, err := p.loadCheckpoint(ctx, p.Archive, r.manifest)
+		st, lsn, gen, err := p.loadCheckpoint(ctx, arch, r.manifest)
 		if err == nil && gen == generation {
-			p.Logger.WarnContext(ctx, "partition restored from the previous checkpoint", "partition", p.ID, "checkpoint", r.manifest)
-			return st, lsn
+			return st, lsn, r.manifest, nil
 		}
 	}
-	return nil, 0
+	return nil, 0, "", ErrNoEarlierCheckpoint
 }
 
 // Prune deletes what no restore of the partition reaches any more, and
