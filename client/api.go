@@ -106,6 +106,14 @@ type request struct {
 	header http.Header
 }
 
+// detacher is a request body with side effects (progress, a count of
+// bytes sent). An answer can come before the whole body was sent (a 429,
+// a refusal), and the transport may then go on reading the body from its
+// own goroutine until it closes it (http.RoundTripper). send detaches
+// each attempt's body as soon as Do returns, so that a stale read never
+// races the next attempt or the caller reading what was counted.
+type detacher interface{ detach() }
+
 // send sends r, waiting out 429/503 answers with Retry-After while the
 // call's budget lasts, and returns the first other answer. The caller
 // closes its body.
@@ -143,6 +151,9 @@ func (a *API) send(ctx context.Context, r request) (*http.Response, error) {
 		}
 		req.Header.Set("User-Agent", ua)
 		resp, err := a.httpClient().Do(req)
+		if d, ok := body.(detacher); ok {
+			d.detach()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

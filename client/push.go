@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/blobplane/blobplane"
@@ -380,18 +381,29 @@ func withQuery(ref, k, v string) string {
 }
 
 // progressReader reports the bytes read through it, at most every 50 ms
-// and at the end, and stops when ctx ends.
+// and at the end, and stops when ctx ends or once detached.
 type progressReader struct {
 	r      io.Reader
 	ctx    context.Context
 	report func(n int64)
-	n      int64
-	last   time.Time
+
+	mu       sync.Mutex // the transport may read a request body from its own goroutine
+	n        int64
+	last     time.Time
+	detached bool
 }
+
+// errDetached ends a request body read after its attempt was answered.
+var errDetached = errors.New("request body read after its answer")
 
 func (pr *progressReader) Read(b []byte) (int, error) {
 	if err := pr.ctx.Err(); err != nil {
 		return 0, err
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.detached {
+		return 0, errDetached
 	}
 	n, err := pr.r.Read(b)
 	pr.n += int64(n)
@@ -400,4 +412,11 @@ func (pr *progressReader) Read(b []byte) (int, error) {
 		pr.report(pr.n)
 	}
 	return n, err
+}
+
+// detach implements detacher: nothing is read or reported after it.
+func (pr *progressReader) detach() {
+	pr.mu.Lock()
+	pr.detached = true
+	pr.mu.Unlock()
 }
