@@ -30,6 +30,7 @@ const (
 	CodeUnimplemented   Code = "unimplemented"     // the operation is not supported
 	CodeMismatch        Code = "digest_mismatch"   // bytes hashed to a different digest or size
 	CodeTooManyRequests Code = "too_many_requests" // over a rate or quota limit: wait (Retry-After) or release something first
+	CodePositionGone    Code = "position_gone"     // a position token of a partition that no longer exists (split, merged): it can never be reached
 )
 
 // Error is the one error type that crosses package boundaries with a code.

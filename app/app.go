@@ -393,6 +393,7 @@ func ociDeps(cfg *config.Config, st *store.Store, b *Backends, k *keeper.Keeper,
 	return &handlers.OCI{
 		Store:         st,
 		ClusterSecret: cfg.ClusterSecret,
+		Map:           k.Map,
 		Config: upload.Config{
 			Backends: b.ByName, Backend: b.Order[0], Datacenter: cfg.Datacenter,
 			Home:           handlers.KeeperHome{NodeID: cfg.NodeID, Keeper: k},

@@ -108,6 +108,10 @@ type PushResult struct {
 	Resumed int64 `json:"resumed_bytes"`
 	// Sent is the bytes this push sent.
 	Sent int64 `json:"sent_bytes"`
+	// Position is the partition position the publication was applied at
+	// (the 201's X-Partition-Position, ZBP-5 R107): present it as
+	// X-Min-Position on a read that must see this push.
+	Position string `json:"position,omitempty"`
 	// Operation is the 202's operation location, when there was one.
 	Operation string   `json:"operation,omitempty"`
 	Outcome   *Outcome `json:"outcome,omitempty"`
@@ -317,6 +321,7 @@ func (p *pusher) closed(ctx context.Context, resp *http.Response, res PushResult
 		resp.Body.Close()
 		p.forget()
 		res.Status = "published"
+		res.Position = resp.Header.Get("X-Partition-Position")
 		return res, nil
 	case http.StatusAccepted:
 		resp.Body.Close()

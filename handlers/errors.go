@@ -40,6 +40,8 @@ func StatusOf(code blobplane.Code) int {
 		return http.StatusServiceUnavailable
 	case blobplane.CodeUnimplemented:
 		return http.StatusNotImplemented
+	case blobplane.CodePositionGone:
+		return http.StatusGone
 	default:
 		return http.StatusInternalServerError
 	}

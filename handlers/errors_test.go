@@ -26,7 +26,7 @@ func TestStatusOfEveryCode(t *testing.T) {
 		blobplane.CodeConflict: 409, blobplane.CodeStaleEpoch: 409, blobplane.CodeUnauthorized: 401,
 		blobplane.CodeForbidden: 403, blobplane.CodeTooLarge: 413, blobplane.CodeRangeInvalid: 416,
 		blobplane.CodeUnavailable: 503, blobplane.CodeUnimplemented: 501, blobplane.CodeInternal: 500,
-		blobplane.CodeTooManyRequests: 429, "made_up": 500,
+		blobplane.CodeTooManyRequests: 429, blobplane.CodePositionGone: 410, "made_up": 500,
 	}
 	for code, status := range want {
 		if got := StatusOf(code); got != status {

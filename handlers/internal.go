@@ -16,6 +16,7 @@ import (
 	"github.com/blobplane/blobplane/auth"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/internal/nodeauth"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/upload"
 )
@@ -155,8 +156,9 @@ func mountInternal(r chi.Router, d Deps, h *ociHandler) {
 }
 
 // deleteReferenceAtHome removes repo's reference to digest under this
-// node's admitted lease: 204, or the refusal with its code (not_found:
-// no reference).
+// node's admitted lease: 204 with the position it was applied at
+// (X-Partition-Position), or the refusal with its code (not_found: no
+// reference).
 func (h *ociHandler) deleteReferenceAtHome(w http.ResponseWriter, r *http.Request, node, repo, digest string) {
 	home, ok := HomeOf(r.Context())
 	if !ok {
@@ -164,12 +166,16 @@ func (h *ociHandler) deleteReferenceAtHome(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	d, err := blobplane.ParseDigest(digest)
+	var pos string
 	if err == nil {
-		err = h.flow.DeleteReferenceAtHome(r.Context(), upload.Home{Partition: home.Partition, Node: node, Epoch: home.Epoch}, repo, d)
+		pos, err = h.flow.DeleteReferenceAtHome(r.Context(), upload.Home{Partition: home.Partition, Node: node, Epoch: home.Epoch}, repo, d)
 	}
 	if err != nil {
 		WriteError(w, r, h.logger, err)
 		return
+	}
+	if pos != "" {
+		w.Header().Set(partstate.PositionHeader, pos)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

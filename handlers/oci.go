@@ -10,6 +10,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/placement"
 	"github.com/blobplane/blobplane/read"
 	"github.com/blobplane/blobplane/store"
@@ -77,6 +78,9 @@ type OCI struct {
 	// Reads serves GET's bytes (issue 29); nil: this datacenter's
 	// verified copies only, verified, no repairs (tests).
 	Reads *read.Reader
+	// Map is the current verified map (the keeper's): the partitions a
+	// position token (X-Min-Position) may name. nil: none.
+	Map func() *authority.VerifiedMap
 }
 
 type ociHandler struct {
@@ -117,6 +121,7 @@ func ociRoutes(r chi.Router, d Deps) {
 				next.ServeHTTP(w, r)
 			})
 		})
+		r.Use(minPosition(h.Map, h.fail)) // ZBP-5 R107, R108
 		r.Get("/v2/", func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, http.StatusOK, struct{}{}) })
 		r.HandleFunc("/v2/*", h.route)
 		r.Get("/v1/operations/{id}", h.operation)

@@ -121,9 +121,13 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b
 // the repository's home under its lease epoch (ZBP-5 R19; forwarded there
 // from any other node).
 func (h *ociHandler) deleteBlob(w http.ResponseWriter, r *http.Request, name string, d blobplane.Digest) {
-	if err := h.flow.DeleteReference(r.Context(), name, d); err != nil {
+	pos, err := h.flow.DeleteReference(r.Context(), name, d)
+	if err != nil {
 		h.fail(w, r, err, ociBlobUnknown)
 		return
+	}
+	if pos != "" {
+		w.Header().Set(partstate.PositionHeader, pos) // ZBP-5-R107
 	}
 	w.Header().Set("Content-Length", "0")
 	w.Header().Set(CommitTierHeader, string(partstate.QuotaClass.CommitTier))

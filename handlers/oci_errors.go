@@ -25,6 +25,9 @@ const (
 	ociTooManyRequests   = "TOOMANYREQUESTS"
 	ociUnavailable       = "UNAVAILABLE" // not in the spec's table; clients treat 5xx as retryable
 	ociRangeNotSatisfied = "BLOB_UPLOAD_INVALID"
+	// X-Min-Position (ZBP-5 R107, R108); not in the spec's table.
+	ociPositionInvalid = "POSITION_INVALID"
+	ociPositionGone    = "POSITION_GONE"
 )
 
 // OCIErrorBody is the distribution spec's error document.
@@ -77,6 +80,8 @@ func (h *ociHandler) fail(w http.ResponseWriter, r *http.Request, err error, fal
 		oci = ociSizeInvalid
 	case blobplane.CodeMismatch:
 		oci = ociDigestInvalid
+	case blobplane.CodePositionGone:
+		oci = ociPositionGone
 	case blobplane.CodeUnavailable, blobplane.CodeInternal:
 		oci = ociUnavailable
 		w.Header().Set("Retry-After", "1")

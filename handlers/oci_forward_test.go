@@ -53,11 +53,11 @@ func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (upload
 	return o, err
 }
 
-func (f *fakeHome) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error {
+func (f *fakeHome) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) (string, error) {
 	if f.err != nil {
-		return f.err
+		return "", f.err
 	}
-	return f.st.DeleteReferenceAtHome(ctx, upload.Home{Partition: "p-0001", Node: "node-a", Epoch: f.epoch}, repo, d)
+	return "", f.st.DeleteReferenceAtHome(ctx, upload.Home{Partition: "p-0001", Node: "node-a", Epoch: f.epoch}, repo, d)
 }
 
 func (f *fakeHome) EnqueueFinalizeTx(_ context.Context, _ pgx.Tx, repo, op string) error {

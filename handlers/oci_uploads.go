@@ -120,6 +120,9 @@ func (h *ociHandler) answer(w http.ResponseWriter, res upload.Result, inProgress
 	case upload.AnswerPublished:
 		hd.Set("Location", "/v2/"+res.Repository+"/blobs/"+string(res.Digest))
 		hd.Set("Docker-Content-Digest", string(res.Digest))
+		if res.Position != "" {
+			hd.Set(partstate.PositionHeader, res.Position) // ZBP-5-R107
+		}
 		w.WriteHeader(http.StatusCreated)
 	case upload.AnswerKept:
 		hd.Set("Location", "/v1/operations/"+res.OperationID)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/replication/policy"
 	"github.com/blobplane/blobplane/store"
@@ -25,7 +26,7 @@ type QuotaAdmin interface {
 	SetRepositoryQuota(ctx context.Context, repository string, limit quota.Limit, principal string) (store.RepositoryQuota, error)
 	// ClearRepositoryQuota removes it, and says whether the home applied
 	// the change; clearing none succeeds.
-	ClearRepositoryQuota(ctx context.Context, repository string) (bool, error)
+	ClearRepositoryQuota(ctx context.Context, repository string) (applied bool, position string, err error)
 	// RepositoryQuota is one repository's quota and usage. Errors:
 	// not_found.
 	RepositoryQuota(ctx context.Context, repository string) (store.RepositoryQuota, error)
@@ -224,6 +225,9 @@ func (h quotaHandler) set(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		j, applied = quotaJSON(q), q.Applied
+		if q.Position != "" {
+			w.Header().Set(partstate.PositionHeader, q.Position) // ZBP-5-R107
+		}
 	}
 	j.Applied = &applied
 	h.logger.InfoContext(r.Context(), "quota set", "subject", name, "tenant", tenant, "max_bytes", req.MaxBytes, "max_blobs", req.MaxBlobs,
@@ -236,11 +240,11 @@ func (h quotaHandler) clear(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	applied, err := true, error(nil)
+	applied, pos, err := true, "", error(nil)
 	if tenant {
 		err = h.store.ClearTenantQuota(r.Context(), name)
 	} else {
-		applied, err = h.store.ClearRepositoryQuota(r.Context(), name)
+		applied, pos, err = h.store.ClearRepositoryQuota(r.Context(), name)
 	}
 	if err != nil {
 		WriteError(w, r, h.logger, err)
@@ -248,5 +252,8 @@ func (h quotaHandler) clear(w http.ResponseWriter, r *http.Request) {
 	}
 	p, _ := PrincipalOf(r.Context())
 	h.logger.InfoContext(r.Context(), "quota cleared", "subject", name, "tenant", tenant, "principal", p.Name, "applied", applied)
+	if pos != "" {
+		w.Header().Set(partstate.PositionHeader, pos) // ZBP-5-R107
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/client"
 	"github.com/blobplane/blobplane/internal/nodeauth"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/upload"
 )
 
@@ -135,41 +136,52 @@ func InternalBase(port string) func(base string) string {
 // unavailable when the home could not be reached or answered something
 // else.
 func (f HomeFinalizer) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
-	status, b, retry, err := f.call(ctx, repo, InternalFinalizePath+url.PathEscape(op))
+	a, err := f.call(ctx, repo, InternalFinalizePath+url.PathEscape(op))
 	if err != nil {
 		return upload.Outcome{}, err
 	}
-	if status == http.StatusOK || status == http.StatusCreated {
+	if a.status == http.StatusOK || a.status == http.StatusCreated {
 		var o upload.Outcome
-		if err := json.Unmarshal(b, &o); err != nil || o.OperationID != op {
-			return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", status, op)
+		if err := json.Unmarshal(a.body, &o); err != nil || o.OperationID != op {
+			return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home answered %d with no outcome of %s", a.status, op)
 		}
 		return o, nil
 	}
-	return upload.Outcome{}, homeRefusal("forward finalize "+op, repo, status, b, retry)
+	return upload.Outcome{}, homeRefusal("forward finalize "+op, repo, a.status, a.body, a.retry)
 }
 
 // ForwardDeleteReference asks repo's home to remove repo's reference to d
 // under its lease (ZBP-5 R19). Errors as ForwardFinalize's; not_found
-// when repo has no reference to d.
-func (f HomeFinalizer) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error {
-	status, b, retry, err := f.call(ctx, repo, InternalReferencePath+url.PathEscape(string(d)))
+// when repo has no reference to d. It returns the position the home
+// applied the removal at (its X-Partition-Position, ZBP-5-R107).
+func (f HomeFinalizer) ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) (string, error) {
+	a, err := f.call(ctx, repo, InternalReferencePath+url.PathEscape(string(d)))
 	if err != nil {
-		return err
+		return "", err
 	}
-	if status == http.StatusNoContent {
-		return nil
+	if a.status == http.StatusNoContent {
+		return a.position, nil
 	}
-	return homeRefusal("forward delete reference "+string(d), repo, status, b, retry)
+	return "", homeRefusal("forward delete reference "+string(d), repo, a.status, a.body, a.retry)
+}
+
+// homeAnswer is what the home answered a call: its status, body,
+// Retry-After and the position it applied a change at
+// (X-Partition-Position, ZBP-5-R107).
+type homeAnswer struct {
+	status   int
+	body     []byte
+	retry    time.Duration
+	position string
 }
 
 // call POSTs {"repository": repo} to path at repo's home, signed, and
-// returns its status, body and Retry-After. Errors: unavailable when the
-// home could not be reached or read.
-func (f HomeFinalizer) call(ctx context.Context, repo, path string) (int, []byte, time.Duration, error) {
+// returns its answer. Errors: unavailable when the home could not be
+// reached or read.
+func (f HomeFinalizer) call(ctx context.Context, repo, path string) (homeAnswer, error) {
 	body, err := json.Marshal(FinalizeCall{Repository: repo})
 	if err != nil {
-		return 0, nil, 0, err
+		return homeAnswer{}, err
 	}
 	resp, err := f.Routing.Do(ctx, repo, func(ctx context.Context, base string) (*http.Request, error) {
 		if f.Internal != nil {
@@ -189,17 +201,18 @@ func (f HomeFinalizer) call(ctx context.Context, repo, path string) (int, []byte
 	})
 	if err != nil {
 		if blobplane.ErrorCode(err) == blobplane.CodeUnavailable {
-			return 0, nil, 0, err
+			return homeAnswer{}, err
 		}
-		return 0, nil, 0, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
+		return homeAnswer{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "cannot reach the home of %s", repo)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return 0, nil, 0, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the answer of the home of %s", repo)
+		return homeAnswer{}, blobplane.Wrap(blobplane.CodeUnavailable, err, "reading the answer of the home of %s", repo)
 	}
 	retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-	return resp.StatusCode, b, time.Duration(max(retry, 0)) * time.Second, nil
+	return homeAnswer{status: resp.StatusCode, body: b, retry: time.Duration(max(retry, 0)) * time.Second,
+		position: resp.Header.Get(partstate.PositionHeader)}, nil
 }
 
 // homeRefusal is the home's error answer b (status) as a

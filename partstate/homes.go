@@ -64,8 +64,19 @@ type Homes struct {
 	// the windows themselves hold the database's times of the records.
 	Now func() time.Time
 
+	// Hooks are interleaving points for tests; leave them nil.
+	Hooks HomesHooks
+
 	mu    sync.Mutex
 	homes map[string]*home
+}
+
+// HomesHooks let tests stop the homes where an interleaving matters.
+// Production code leaves them nil.
+type HomesHooks struct {
+	// PositionJoined runs once a Position call joined the round it will
+	// be answered by (one that has not started yet).
+	PositionJoined func(partition string)
 }
 
 var _ upload.Quotas = (*Homes)(nil)
@@ -87,6 +98,21 @@ type home struct {
 	pending []func()
 	// verifying: a replay check of this home is running (one at a time).
 	verifying atomic.Bool
+
+	// Position rounds (ZBP-5-R107): next gathers the callers waiting for
+	// a catch-up that starts after their call; rounding says a goroutine
+	// runs the rounds.
+	bmu      sync.Mutex
+	next     *round
+	rounding bool
+}
+
+// round is one catch-up that positions wait on: the LSN it applied up
+// to, or why it failed.
+type round struct {
+	done chan struct{}
+	lsn  uint64
+	err  error
 }
 
 // Prepare is the keeper's readiness hook (keeper.Config.Prepare): it
@@ -126,6 +152,9 @@ func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64, bi
 
 // slotsOf is partition's slot bits and ranges in the current map.
 func (hs *Homes) slotsOf(partition string) (int, []authority.SlotRange, bool) {
+	if hs.Map == nil {
+		return 0, nil, false
+	}
 	vm := hs.Map()
 	if vm == nil {
 		return 0, nil, false
@@ -187,7 +216,7 @@ func (hs *Homes) run(h *home) {
 			}
 		case <-tick.C:
 		}
-		hs.catchUp(h)
+		_, _ = hs.catchUp(h)
 		lsn := h.p.LSN()
 		if hs.Archive != nil && lsn > checkpointed &&
 			(lsn-checkpointed >= cmp.Or(hs.CheckpointEvery, 100_000) || time.Since(last) >= cmp.Or(hs.CheckpointInterval, 10*time.Minute)) {
@@ -199,13 +228,14 @@ func (hs *Homes) run(h *home) {
 }
 
 // catchUp applies what committed, then releases the reservations taken
-// before it began: their publications' records, if any, are applied.
-func (hs *Homes) catchUp(h *home) {
+// before it began: their publications' records, if any, are applied. It
+// returns the LSN applied up to.
+func (hs *Homes) catchUp(h *home) (uint64, error) {
 	h.mu.Lock()
 	done := h.pending
 	h.pending = nil
 	h.mu.Unlock()
-	_, err := h.p.CatchUp(h.ctx)
+	lsn, err := h.p.CatchUp(h.ctx)
 	if err != nil {
 		if h.ctx.Err() == nil {
 			hs.logger().Warn("partition state catch-up", "partition", h.p.ID, "epoch", h.p.Epoch, "err", err)
@@ -214,13 +244,78 @@ func (hs *Homes) catchUp(h *home) {
 		h.mu.Lock()
 		h.pending = append(done, h.pending...)
 		h.mu.Unlock()
-		return
+		return lsn, err
 	}
 	for _, release := range done {
 		release()
 	}
 	hs.reportQuotas(h)
 	hs.Metrics.caughtUp(h.p)
+	return lsn, nil
+}
+
+// Position implements upload.Quotas: the position at which everything
+// that committed in at's partition before the call is applied, as its
+// token (ZBP-5-R107: a mutating response carries it). The LSN of a
+// record exists only once the home sequenced it after its commit, so
+// Position waits for a catch-up that starts after the call; every
+// caller that arrives while one runs shares the next (one sequencing
+// commit for them all). "" when the partition carries no state here (no
+// slots in the map). Errors: unavailable (the state is restoring, or the
+// lease moved), the catch-up's, ctx's.
+func (hs *Homes) Position(ctx context.Context, at upload.Home) (string, error) {
+	hs.mu.Lock()
+	h := hs.homes[at.Partition]
+	hs.mu.Unlock()
+	if h == nil {
+		if _, _, ok := hs.slotsOf(at.Partition); !ok {
+			return "", nil
+		}
+		return "", notReady(at.Partition)
+	}
+	if h.p.Epoch != at.Epoch || h.p.Status() != Serving {
+		return "", notReady(at.Partition)
+	}
+	h.bmu.Lock()
+	if h.next == nil {
+		h.next = &round{done: make(chan struct{})}
+	}
+	r := h.next
+	if !h.rounding {
+		h.rounding = true
+		go hs.rounds(h)
+	}
+	h.bmu.Unlock()
+	if hs.Hooks.PositionJoined != nil {
+		hs.Hooks.PositionJoined(at.Partition)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if r.err != nil {
+		return "", r.err
+	}
+	return Position{Partition: at.Partition, Epoch: at.Epoch, LSN: r.lsn}.String(), nil
+}
+
+// rounds runs the position rounds gathered in h.next, one after another,
+// until none waits.
+func (hs *Homes) rounds(h *home) {
+	for {
+		h.bmu.Lock()
+		r := h.next
+		h.next = nil
+		if r == nil {
+			h.rounding = false
+			h.bmu.Unlock()
+			return
+		}
+		h.bmu.Unlock()
+		r.lsn, r.err = hs.catchUp(h)
+		close(r.done)
+	}
 }
 
 // reportQuotas tells the admins waiting on a quota change that h applied
@@ -331,7 +426,7 @@ func (hs *Homes) Admit(ctx context.Context, at upload.Home, repo string, d blobp
 		// A refusal is final only against everything committed: a
 		// delete a moment ago (here, at another node, an obliteration)
 		// may have made room that no catch-up has applied yet.
-		hs.catchUp(h)
+		_, _ = hs.catchUp(h)
 		release, err = h.p.Reserve(repo, size, now())
 	}
 	var rated *quota.RateError

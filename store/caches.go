@@ -124,3 +124,17 @@ func cacheOptions[K comparable](b cacheBounds, ttl time.Duration, entries int, n
 	}
 	return notifycache.Options[K]{TTL: min(ttl, b.maxTTL), MaxEntries: entries, Now: now, BeforePut: afterQuery}
 }
+
+type freshKey struct{}
+
+// Fresh marks ctx's lookups as reads that must see every change committed
+// before them: the in-process caches are not asked (their entries may
+// wait for a notification still in flight), the ledger is. A read that
+// presents a position token (X-Min-Position, ZBP-5-R107) runs under it:
+// the change behind the token committed before the token was issued.
+func Fresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
+
+func isFresh(ctx context.Context) bool {
+	v, _ := ctx.Value(freshKey{}).(bool)
+	return v
+}

@@ -453,3 +453,40 @@ func TestExistenceCacheStop(t *testing.T) {
 	// A new cache may start once the old one stopped.
 	startExistenceCache(t, s, store.ExistenceCacheOptions{})
 }
+
+// A read under store.Fresh (one presenting a position token,
+// X-Min-Position, ZBP-5-R107) asks the ledger, not the cache: a deletion
+// whose notification has not reached this process yet is seen at once.
+// Here the notification never comes (the DBA's DELETE runs with the
+// table's triggers off), the deterministic form of one still in flight;
+// the plain read still answers from the cache, and so shows what Fresh
+// is for.
+func TestAFreshReadSkipsTheExistenceCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := setupUploads(t)
+	conn, err := pgx.Connect(ctx, u.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	startExistenceCache(t, u.s, store.ExistenceCacheOptions{})
+	d, size := publish(t, u, upRepo, "fresh")
+	cachedBlob(t, u.s, upRepo, d, size)
+	if got, err := u.s.ReferencedBlob(store.Fresh(ctx), upRepo, d); err != nil || got != size {
+		t.Fatalf("a fresh read of a published blob: %d, %v", got, err)
+	}
+
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM blob_references WHERE repository = $1 AND digest = $2`, upRepo, string(d)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := u.s.ReferencedBlob(ctx, upRepo, d); err != nil || got != size {
+		t.Fatalf("a plain read before any notification: %d, %v; want the cached %d", got, err, size)
+	}
+	if got, err := u.s.ReferencedBlob(store.Fresh(ctx), upRepo, d); !isCode(err, blobplane.CodeNotFound) {
+		t.Fatalf("a fresh read after the deletion: %d, %v; want not_found", got, err)
+	}
+}

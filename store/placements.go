@@ -535,7 +535,7 @@ func (s *Store) PlacementRoutingFor(ctx context.Context, d blobplane.Digest, dat
 	cache := s.existenceCache.Load()
 	key := scope.cacheKey()
 	_, visible, ticket := cache.lookup(key, d)
-	if visible {
+	if visible && !isFresh(ctx) {
 		return s.PlacementRouting(ctx, d, datacenter)
 	}
 	exact, prefixes := scope.Exact, scope.Prefixes

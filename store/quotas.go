@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ type RepositoryQuota struct {
 	// change (false: it did not apply it within QuotaApplyWait; it will
 	// when it serves again).
 	Applied bool
+	// Position, on a change's answer, is the partition position its home
+	// applied it at (ZBP-5-R107: partition:epoch:lsn); "" when it did
+	// not apply it yet, or no journal held the repository.
+	Position string
 }
 
 // QuotaApplyWait bounds how long a quota change waits for its home to
@@ -67,50 +72,54 @@ func (s *Store) SetRepositoryQuota(ctx context.Context, repository string, limit
 	if err != nil {
 		return RepositoryQuota{}, dbErr("set repository quota", err)
 	}
-	applied, err := s.waitQuotaApplied(ctx, id)
+	applied, pos, err := s.waitQuotaApplied(ctx, id)
 	if err != nil {
 		return RepositoryQuota{}, err
 	}
 	q, err := s.RepositoryQuota(ctx, repository)
-	q.Applied = applied
+	q.Applied, q.Position = applied, pos
 	return q, err
 }
 
 // waitQuotaApplied waits, up to QuotaApplyWait, until the home applied
 // the journal record id (read-your-writes for an admin's quota change:
-// the next upload meets it). id 0 (no journal holds the repository yet:
-// its home will bootstrap it from the table) is applied.
-func (s *Store) waitQuotaApplied(ctx context.Context, id int64) (bool, error) {
+// the next upload meets it), and returns the position the home reported
+// then (ZBP-5-R107). id 0 (no journal holds the repository yet: its home
+// will bootstrap it from the table) is applied, at no position.
+func (s *Store) waitQuotaApplied(ctx context.Context, id int64) (bool, string, error) {
 	if id == 0 {
-		return true, nil
+		return true, "", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, QuotaApplyWait)
 	defer cancel()
 	for {
-		ok, err := s.q.QuotaRecordApplied(ctx, s.pool, id)
-		if err == nil && ok {
-			return true, nil
+		row, err := s.q.QuotaRecordApplied(ctx, s.pool, id)
+		if err == nil && row.Applied {
+			if row.PartitionID == "" { // trimmed: applied, its position gone
+				return true, "", nil
+			}
+			return true, row.PartitionID + ":" + strconv.FormatInt(row.Epoch, 10) + ":" + strconv.FormatInt(row.AppliedLsn, 10), nil
 		}
 		select {
 		case <-ctx.Done():
 			if context.Cause(ctx) == context.DeadlineExceeded {
-				return false, nil
+				return false, "", nil
 			}
-			return false, dbErr("wait for the quota's home", ctx.Err())
+			return false, "", dbErr("wait for the quota's home", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
 // ClearRepositoryQuota removes repository's quota, and says whether its
-// home applied the change (as SetRepositoryQuota); clearing none
-// succeeds. Errors: invalid.
-func (s *Store) ClearRepositoryQuota(ctx context.Context, repository string) (bool, error) {
+// home applied the change and at which position (as SetRepositoryQuota);
+// clearing none succeeds. Errors: invalid.
+func (s *Store) ClearRepositoryQuota(ctx context.Context, repository string) (applied bool, position string, err error) {
 	if err := auth.CheckRepository(repository); err != nil {
-		return false, err
+		return false, "", err
 	}
 	var id int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := s.q.ClearRepositoryQuota(ctx, tx, repository); err != nil {
 			return err
 		}
@@ -119,7 +128,7 @@ func (s *Store) ClearRepositoryQuota(ctx context.Context, repository string) (bo
 		return err
 	})
 	if err != nil {
-		return false, dbErr("clear repository quota", err)
+		return false, "", dbErr("clear repository quota", err)
 	}
 	return s.waitQuotaApplied(ctx, id)
 }

@@ -21,7 +21,7 @@ import (
 func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error) {
 	cache := s.existenceCache.Load()
 	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifycache.Cache
-	if hit {
+	if hit && !isFresh(ctx) {
 		return size, nil
 	}
 	// The query asks the ledger for a copy: it must exist (a no-op

@@ -27,6 +27,9 @@ type Result struct {
 	Digest      blobplane.Digest // AnswerPublished, AnswerKept
 	OperationID string           // AnswerKept, AnswerInProgress
 	Received    int64            // AnswerInProgress
+	// Position is the partition position the publication was applied at
+	// (ZBP-5-R107), when the home could say: AnswerPublished.
+	Position string
 }
 
 // Subject is what a refusal of the flow concerns: the client's protocol

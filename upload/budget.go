@@ -71,9 +71,11 @@ func (f *Flow) atHome(partition string, write func() error) error {
 // publishAtHome runs finalize, the publication of d (size bytes) into
 // repo under home, inside the partition's budget and admitted against
 // repo's quota (ADR 0009 item 5): a refusal by the quota is a Quota
-// refusal (overQuota).
-func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64, finalize func() error) error {
-	return f.atHome(home.Partition, func() error {
+// refusal (overQuota). It returns the position the publication was
+// applied at (ZBP-5-R107), "" when there is none to give.
+func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64, finalize func() error) (string, error) {
+	var pos string
+	err := f.atHome(home.Partition, func() error {
 		if f.quotas == nil {
 			return tenantRefusal(finalize())
 		}
@@ -88,6 +90,25 @@ func (f *Flow) publishAtHome(ctx context.Context, home Home, repo string, d blob
 		done(err == nil)
 		return tenantRefusal(err)
 	})
+	if err == nil {
+		pos = f.position(ctx, home)
+	}
+	return pos, err
+}
+
+// position is the position of home's partition once it applied what this
+// request committed (ZBP-5-R107), for the response to carry. The change
+// committed whatever happens here: when the home cannot say (its lease
+// ended, ctx ended), the answer goes without a position, logged.
+func (f *Flow) position(ctx context.Context, home Home) string {
+	if f.quotas == nil {
+		return ""
+	}
+	pos, err := f.quotas.Position(ctx, home)
+	if err != nil {
+		f.logger.WarnContext(ctx, "a committed change is answered without its partition position", "partition", home.Partition, "epoch", home.Epoch, "err", err)
+	}
+	return pos
 }
 
 // tenantRefusal is finalize's error, a Quota refusal when a tenant's

@@ -157,15 +157,18 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 	if err != nil {
 		return Result{}, false, f.mountRefusal(ctx, d, err)
 	}
+	var pos string
 	if atHome {
-		err = f.publishAtHome(ctx, home, repo, d, size, func() error {
+		pos, err = f.publishAtHome(ctx, home, repo, d, size, func() error {
 			_, err := f.store.Finalize(ctx, f.finalizeRequest(home, in.OperationID, d, size))
 			return err
 		})
 	} else {
 		// Not the home: the home publishes it, or the mount falls back
 		// (no finalize job: the client uploads instead).
-		_, err = f.forward.ForwardFinalize(ctx, repo, in.OperationID)
+		var o Outcome
+		o, err = f.forward.ForwardFinalize(ctx, repo, in.OperationID)
+		pos = o.Position
 	}
 	if err != nil {
 		if _, aerr := f.store.AbandonIntent(context.WithoutCancel(ctx), in.OperationID); aerr != nil {
@@ -182,7 +185,7 @@ func (f *Flow) Mount(ctx context.Context, repo, principal string, d blobplane.Di
 		f.logger.InfoContext(ctx, "mount refused; falling back to an upload session", "digest", d, "from", from, "err", err)
 		return Result{}, false, nil
 	}
-	return Result{Answer: AnswerPublished, Repository: repo, Digest: d}, true, nil
+	return Result{Answer: AnswerPublished, Repository: repo, Digest: d, Position: pos}, true, nil
 }
 
 // mountRefusal is Mount's answer to a mount that did not happen

@@ -136,6 +136,11 @@ type Quotas interface {
 	// Check is Admit without the reservation: an upload of declared size
 	// refused before its bytes are read. Errors: as Admit's.
 	Check(ctx context.Context, home Home, repo string, d blobplane.Digest, size int64) error
+	// Position is the token of home's partition position once everything
+	// committed there before the call is applied (ZBP-5-R107: a mutating
+	// response carries it), "" when the partition holds no state.
+	// Errors: unavailable (restoring, or the lease moved), ctx's.
+	Position(ctx context.Context, home Home) (string, error)
 }
 
 // Forwarder hands the finalization of a closed upload to its
@@ -147,8 +152,9 @@ type Forwarder interface {
 	// when the home could not be reached.
 	ForwardFinalize(ctx context.Context, repo, op string) (Outcome, error)
 	// ForwardDeleteReference asks the home to remove repo's reference to
-	// d; errors as ForwardFinalize's (not_found: no reference).
-	ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) error
+	// d, and returns the position the home applied it at ("" when it did
+	// not say); errors as ForwardFinalize's (not_found: no reference).
+	ForwardDeleteReference(ctx context.Context, repo string, d blobplane.Digest) (string, error)
 }
 
 // Enqueuer durably schedules a finalization for later (jobs.FinalizeQueue:

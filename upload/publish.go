@@ -57,7 +57,8 @@ func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size 
 	}
 	req := f.finalizeRequest(home, in.OperationID, d, size)
 	req.Verify, req.BeforeCommit, req.Proven = verify, durable, proven
-	if err := f.publishAtHome(ctx, home, in.Repository, d, size, func() error { _, err := finalize(fctx, req); return err }); err != nil {
+	pos, err := f.publishAtHome(ctx, home, in.Repository, d, size, func() error { _, err := finalize(fctx, req); return err })
+	if err != nil {
 		release() // the chain's statements hold the intent's row
 		f.abandonOverQuota(ctx, in.OperationID, err)
 		if home.Ctx != nil && home.Ctx.Err() != nil && ctx.Err() == nil {
@@ -68,7 +69,7 @@ func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size 
 		}
 		return Result{}, refuse(Content, err)
 	}
-	return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
+	return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d, Position: pos}, nil
 }
 
 // publishAway is publication at an ingress that is not the home: forward
@@ -78,9 +79,9 @@ func (f *Flow) publish(ctx context.Context, in Intent, d blobplane.Digest, size 
 // content until the home publishes it.
 func (f *Flow) publishAway(ctx context.Context, in Intent, d blobplane.Digest) (Result, error) {
 	if f.forward != nil {
-		_, err := f.forward.ForwardFinalize(ctx, in.Repository, in.OperationID)
+		o, err := f.forward.ForwardFinalize(ctx, in.Repository, in.OperationID)
 		if err == nil {
-			return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
+			return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d, Position: o.Position}, nil
 		}
 		if forwardedRefusalIsFinal(err) {
 			return Result{}, refuse(Content, err)
@@ -143,7 +144,12 @@ func (f *Flow) FinalizeAtHome(ctx context.Context, home Home, repo, op string) (
 		return Outcome{}, false, err
 	}
 	if in.State == IntentAdmitted {
+		// Published before (a forward whose answer was lost, retried):
+		// today's position covers it.
 		o, err := f.store.Outcome(ctx, op)
+		if err == nil {
+			o.Position = f.position(ctx, home)
+		}
 		return o, false, err
 	}
 	if in.State == IntentAbandoned {
@@ -155,10 +161,12 @@ func (f *Flow) FinalizeAtHome(ctx context.Context, home Home, repo, op string) (
 	if in.State == IntentPending && (in.ExpectedDigest == "" || in.ExpectedSize == SizeUnknown) {
 		return Outcome{}, false, blobplane.Errorf(blobplane.CodeUnavailable, "upload %s has not closed yet", op)
 	}
-	err = f.publishAtHome(ctx, home, repo, in.ExpectedDigest, in.ExpectedSize, func() error {
-		o, err = f.store.Finalize(ctx, f.finalizeRequest(home, op, in.ExpectedDigest, in.ExpectedSize))
-		return err
+	pos, err := f.publishAtHome(ctx, home, repo, in.ExpectedDigest, in.ExpectedSize, func() error {
+		var ferr error
+		o, ferr = f.store.Finalize(ctx, f.finalizeRequest(home, op, in.ExpectedDigest, in.ExpectedSize))
+		return ferr
 	})
+	o.Position = pos
 	f.abandonOverQuota(ctx, op, err)
 	return o, err == nil, err
 }

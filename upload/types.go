@@ -203,6 +203,9 @@ type Outcome struct {
 	NewReference       bool             `json:"new_reference"`
 	ReplicationTargets []string         `json:"replication_targets"`
 	PublishedAt        time.Time        `json:"published_at"`
+	// Position is the partition position the publication was applied at
+	// (ZBP-5-R107) when this answer published it; not stored.
+	Position string `json:"position,omitempty"`
 }
 
 // Verification is a backend's confirmation of a placement that Finalize

@@ -25,6 +25,7 @@ import (
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/internal/cli"
 	"github.com/blobplane/blobplane/internal/testnode"
+	"github.com/blobplane/blobplane/partstate"
 )
 
 // The tests run blobctl's real command lines in-process against real api
@@ -112,6 +113,7 @@ type pushResult struct {
 	Resumed    int64  `json:"resumed_bytes"`
 	Sent       int64  `json:"sent_bytes"`
 	Operation  string `json:"operation"`
+	Position   string `json:"position"`
 	Outcome    *struct {
 		Partition string `json:"partition"`
 	} `json:"outcome"`
@@ -137,6 +139,9 @@ func TestPushStatPlacementsPull(t *testing.T) {
 	u.okJSON(&res, "push", path, "team/new-repo", "--chunk-size", "1MiB")
 	if res.Status != "published" || res.Digest != d || res.Size != int64(len(content)) || res.Sent != int64(len(content)) || res.Resumed != 0 {
 		t.Fatalf("push: %+v, want published %s with every byte sent once", res, d)
+	}
+	if _, err := partstate.ParsePosition(res.Position); err != nil {
+		t.Fatalf("push: position %q (ZBP-5 R107): %v", res.Position, err)
 	}
 	// The repository was created by the push (issue 31 point 1).
 	var info struct {

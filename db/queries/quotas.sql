@@ -22,12 +22,20 @@ SELECT coalesce(nullif(current_setting('blobplane.quota_append_id', true), ''), 
 -- name: QuotaRecordApplied :one
 -- Whether the home applied the journal record @append_id: sequenced, and
 -- at or below the LSN its primary reported applied in the same
--- generation; a record trimmed away (sealed after a checkpoint) was.
-SELECT coalesce((
-    SELECT j.lsn IS NOT NULL AND h.generation = j.generation AND h.applied_lsn >= j.lsn
+-- generation; a record trimmed away (sealed after a checkpoint) was. With
+-- the position the home reported (ZBP-5-R107: partition, the reporting
+-- primary's epoch, its applied LSN), empty for a trimmed record.
+SELECT coalesce(a.applied, true)::boolean AS applied,
+       coalesce(a.partition_id, '')::text AS partition_id,
+       coalesce(a.epoch, 0)::bigint AS epoch,
+       coalesce(a.applied_lsn, 0)::bigint AS applied_lsn
+FROM (SELECT 1) one
+LEFT JOIN (
+    SELECT j.lsn IS NOT NULL AND h.generation = j.generation AND h.applied_lsn >= j.lsn AS applied,
+           h.partition_id, h.epoch, h.applied_lsn
     FROM partition_journal j JOIN partition_journal_heads h ON h.partition_id = j.partition_id
     WHERE j.append_id = @append_id
-), true)::boolean AS applied;
+) a ON true;
 
 -- name: RepositoryUsage :many
 -- Repositories (all with a quota, or @repository) with their quota and the

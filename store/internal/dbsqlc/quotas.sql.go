@@ -59,21 +59,41 @@ func (q *Queries) QuotaAppendID(ctx context.Context, db DBTX) (int64, error) {
 }
 
 const quotaRecordApplied = `-- name: QuotaRecordApplied :one
-SELECT coalesce((
-    SELECT j.lsn IS NOT NULL AND h.generation = j.generation AND h.applied_lsn >= j.lsn
+SELECT coalesce(a.applied, true)::boolean AS applied,
+       coalesce(a.partition_id, '')::text AS partition_id,
+       coalesce(a.epoch, 0)::bigint AS epoch,
+       coalesce(a.applied_lsn, 0)::bigint AS applied_lsn
+FROM (SELECT 1) one
+LEFT JOIN (
+    SELECT j.lsn IS NOT NULL AND h.generation = j.generation AND h.applied_lsn >= j.lsn AS applied,
+           h.partition_id, h.epoch, h.applied_lsn
     FROM partition_journal j JOIN partition_journal_heads h ON h.partition_id = j.partition_id
     WHERE j.append_id = $1
-), true)::boolean AS applied
+) a ON true
 `
+
+type QuotaRecordAppliedRow struct {
+	Applied     bool
+	PartitionID string
+	Epoch       int64
+	AppliedLsn  int64
+}
 
 // Whether the home applied the journal record @append_id: sequenced, and
 // at or below the LSN its primary reported applied in the same
-// generation; a record trimmed away (sealed after a checkpoint) was.
-func (q *Queries) QuotaRecordApplied(ctx context.Context, db DBTX, appendID int64) (bool, error) {
+// generation; a record trimmed away (sealed after a checkpoint) was. With
+// the position the home reported (ZBP-5-R107: partition, the reporting
+// primary's epoch, its applied LSN), empty for a trimmed record.
+func (q *Queries) QuotaRecordApplied(ctx context.Context, db DBTX, appendID int64) (QuotaRecordAppliedRow, error) {
 	row := db.QueryRow(ctx, quotaRecordApplied, appendID)
-	var applied bool
-	err := row.Scan(&applied)
-	return applied, err
+	var i QuotaRecordAppliedRow
+	err := row.Scan(
+		&i.Applied,
+		&i.PartitionID,
+		&i.Epoch,
+		&i.AppliedLsn,
+	)
+	return i, err
 }
 
 const repositoryUsage = `-- name: RepositoryUsage :many
