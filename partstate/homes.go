@@ -74,9 +74,10 @@ type Homes struct {
 // HomesHooks let tests stop the homes where an interleaving matters.
 // Production code leaves them nil.
 type HomesHooks struct {
-	// PositionJoined runs once a Position call joined the round it will
-	// be answered by (one that has not started yet).
-	PositionJoined func(partition string)
+	// RoundJoined runs once a caller (a Position call, the upkeep loop,
+	// a refused admission) joined the catch-up round it will be answered
+	// by (one that has not started yet).
+	RoundJoined func(partition string)
 }
 
 var _ upload.Quotas = (*Homes)(nil)
@@ -227,10 +228,23 @@ func (hs *Homes) run(h *home) {
 	}
 }
 
-// catchUp applies what committed, then releases the reservations taken
-// before it began: their publications' records, if any, are applied. It
-// returns the LSN applied up to.
+// catchUp waits for a catch-up round that starts after the call (round)
+// and sets the gauges.
 func (hs *Homes) catchUp(h *home) (uint64, error) {
+	lsn, err := hs.round(h.ctx, h)
+	if err == nil {
+		hs.Metrics.caughtUp(h.p)
+	}
+	return lsn, err
+}
+
+// apply applies what committed, then releases the reservations taken
+// before it began: their publications' records, if any, are applied. It
+// returns the LSN applied up to. Only the rounds goroutine calls it, so a
+// home never runs two sequencings at once; it sets no gauges, which walk
+// every repository with a quota: a round per publication (with one
+// client) does not pay for them.
+func (hs *Homes) apply(h *home) (uint64, error) {
 	h.mu.Lock()
 	done := h.pending
 	h.pending = nil
@@ -250,7 +264,6 @@ func (hs *Homes) catchUp(h *home) (uint64, error) {
 		release()
 	}
 	hs.reportQuotas(h)
-	hs.Metrics.caughtUp(h.p)
 	return lsn, nil
 }
 
@@ -276,6 +289,18 @@ func (hs *Homes) Position(ctx context.Context, at upload.Home) (string, error) {
 	if h.p.Epoch != at.Epoch || h.p.Status() != Serving {
 		return "", notReady(at.Partition)
 	}
+	lsn, err := hs.round(ctx, h)
+	if err != nil {
+		return "", err
+	}
+	return Position{Partition: at.Partition, Epoch: at.Epoch, LSN: lsn}.String(), nil
+}
+
+// round waits for a catch-up of h that starts after the call: the next
+// round, which every caller arriving meanwhile (positions, the upkeep
+// loop, a refused admission) shares. It returns the LSN the round applied
+// up to.
+func (hs *Homes) round(ctx context.Context, h *home) (uint64, error) {
 	h.bmu.Lock()
 	if h.next == nil {
 		h.next = &round{done: make(chan struct{})}
@@ -286,18 +311,15 @@ func (hs *Homes) Position(ctx context.Context, at upload.Home) (string, error) {
 		go hs.rounds(h)
 	}
 	h.bmu.Unlock()
-	if hs.Hooks.PositionJoined != nil {
-		hs.Hooks.PositionJoined(at.Partition)
+	if hs.Hooks.RoundJoined != nil {
+		hs.Hooks.RoundJoined(h.p.ID)
 	}
 	select {
 	case <-r.done:
+		return r.lsn, r.err
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return 0, ctx.Err()
 	}
-	if r.err != nil {
-		return "", r.err
-	}
-	return Position{Partition: at.Partition, Epoch: at.Epoch, LSN: r.lsn}.String(), nil
 }
 
 // rounds runs the position rounds gathered in h.next, one after another,
@@ -313,7 +335,7 @@ func (hs *Homes) rounds(h *home) {
 			return
 		}
 		h.bmu.Unlock()
-		r.lsn, r.err = hs.catchUp(h)
+		r.lsn, r.err = hs.apply(h)
 		close(r.done)
 	}
 }

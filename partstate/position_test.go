@@ -18,7 +18,9 @@ import (
 // one partition id.
 func TestPositionsCompareWithinOnePartition(t *testing.T) {
 	t.Parallel()
-	at := func(p string, e, l uint64) partstate.Position { return partstate.Position{Partition: p, Epoch: e, LSN: l} }
+	at := func(p string, e, l uint64) partstate.Position {
+		return partstate.Position{Partition: p, Epoch: e, LSN: l}
+	}
 	for _, c := range []struct {
 		p, q partstate.Position
 		want bool
@@ -105,7 +107,7 @@ func TestAPositionCoversWhatCommittedBeforeIt(t *testing.T) {
 	ledger := &heldSequencer{Ledger: f.st, holding: make(chan struct{}), release: make(chan struct{})}
 	joined := make(chan struct{}, 4)
 	hs := &partstate.Homes{Ledger: ledger, Node: "api-a", Tick: time.Hour,
-		Hooks: partstate.HomesHooks{PositionJoined: func(string) { joined <- struct{}{} }}}
+		Hooks: partstate.HomesHooks{RoundJoined: func(string) { joined <- struct{}{} }}}
 	home := upload.Home{Partition: f.p, Node: "api-a", Epoch: f.epo}
 	waitUntil(t, func() bool { return hs.Prepare(ctx, f.p, f.epo, 12, all) })
 

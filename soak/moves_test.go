@@ -285,19 +285,26 @@ func (l *moveLoad) run(ctx context.Context, workers int) (wait func()) {
 // send sends method path (with body, as the cluster's token) to node and
 // returns the status (0: no answer) and the first KiB of the answer.
 func (c *moveCluster) send(ctx context.Context, node, method, path string, body []byte) (int, []byte) {
+	status, msg, _ := c.sendH(ctx, node, method, path, body)
+	return status, msg
+}
+
+// sendH is send that also returns the answer's headers (nil when there
+// was no answer).
+func (c *moveCluster) sendH(ctx context.Context, node, method, path string, body []byte) (int, []byte, http.Header) {
 	req, err := http.NewRequestWithContext(ctx, method, c.urls[node]+path, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil
+		return 0, nil, nil
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, nil
+		return 0, nil, nil
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	return resp.StatusCode, msg
+	return resp.StatusCode, msg, resp.Header
 }
 
 func (l *moveLoad) upload(ctx context.Context, repo string, body []byte) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/quota"
 )
 
@@ -62,6 +63,10 @@ type quotaLoad struct {
 	mu      sync.Mutex
 	answers map[string]int // "POST 201", "DELETE 202", ...
 	bad     []string
+	// positions counts the answers that carried a position token,
+	// unpositioned the changes answered without one (a home whose lease
+	// ended between the commit and its catch-up).
+	positions, unpositioned int
 }
 
 func (l *quotaLoad) run(ctx context.Context, workers int) (wait func()) {
@@ -71,13 +76,14 @@ func (l *quotaLoad) run(ctx context.Context, workers int) (wait func()) {
 		go func() {
 			defer wg.Done()
 			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			seen := map[string]partstate.Position{} // this client's newest position per partition
 			for ctx.Err() == nil {
 				repo := l.repos[rng.IntN(len(l.repos))]
 				body := l.pool[rng.IntN(len(l.pool))]
 				if rng.IntN(4) == 0 {
-					l.send(ctx, http.MethodDelete, "/v2/"+repo+"/blobs/"+digestHex(body), nil)
+					l.send(ctx, seen, http.MethodDelete, "/v2/"+repo+"/blobs/"+digestHex(body), nil)
 				} else {
-					l.send(ctx, http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+digestHex(body), body)
+					l.send(ctx, seen, http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+digestHex(body), body)
 				}
 				select {
 				case <-ctx.Done():
@@ -91,12 +97,27 @@ func (l *quotaLoad) run(ctx context.Context, workers int) (wait func()) {
 
 // send sends one request and records its answer: a refusal by the quota
 // must be DENIED naming it; anything a client would not retry, or that
-// is not a quota's, a delete's or a publication's answer, is bad.
-func (l *quotaLoad) send(ctx context.Context, method, path string, body []byte) {
-	status, msg := l.c.send(ctx, l.entry, method, path, body)
+// is not a quota's, a delete's or a publication's answer, is bad. A
+// change's position (ZBP-5 R107) must cover every position this client
+// (seen) was given before in its partition, across kills and handoffs.
+func (l *quotaLoad) send(ctx context.Context, seen map[string]partstate.Position, method, path string, body []byte) {
+	status, msg, hdr := l.c.sendH(ctx, l.entry, method, path, body)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answers[fmt.Sprintf("%s %d", method, status)]++
+	if status == http.StatusCreated || (method == http.MethodDelete && status == http.StatusAccepted) {
+		switch p, err := partstate.ParsePosition(hdr.Get(partstate.PositionHeader)); {
+		case hdr.Get(partstate.PositionHeader) == "":
+			l.unpositioned++
+		case err != nil:
+			l.bad = append(l.bad, fmt.Sprintf("%s %s: %d with position %q: %v", method, path, status, hdr.Get(partstate.PositionHeader), err))
+		case seen[p.Partition].Partition != "" && !p.Covers(seen[p.Partition]):
+			l.bad = append(l.bad, fmt.Sprintf("%s %s: position %s does not cover this client's earlier %s", method, path, p, seen[p.Partition]))
+		default:
+			l.positions++
+			seen[p.Partition] = p
+		}
+	}
 	switch {
 	case status == 0 || status == http.StatusServiceUnavailable || status == http.StatusMisdirectedRequest || status == http.StatusTooManyRequests:
 	case method == http.MethodPost && (status == http.StatusCreated || status == http.StatusAccepted):
@@ -264,7 +285,11 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	<-sampled
 
 	l.mu.Lock()
-	t.Logf("quotas: answers %v; %d ledger samples; peaks %v (quota %d bytes each)", l.answers, samples, peak, quotaBytes)
+	t.Logf("quotas: answers %v; %d ledger samples; peaks %v (quota %d bytes each); %d changes answered with a position, %d without",
+		l.answers, samples, peak, quotaBytes, l.positions, l.unpositioned)
+	if l.positions == 0 {
+		t.Errorf("no change was answered with its position (ZBP-5 R107)")
+	}
 	if len(l.bad) > 0 {
 		t.Errorf("answers a client would not expect: %d, e.g. %q", len(l.bad), l.bad[:min(3, len(l.bad))])
 	}

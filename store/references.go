@@ -17,7 +17,7 @@ import (
 // answer is cached and served without a query until a committed reference
 // deletion or blob state change anywhere notifies RefsChannel (at once
 // after DeleteReference through this Store), or the TTL passes. Not found
-// and errors are never cached.
+// and errors are never cached. Under Fresh, the cache is not asked.
 func (s *Store) ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error) {
 	cache := s.existenceCache.Load()
 	size, hit, ticket := cache.lookup(repository, d) // the ticket is taken before the query: see notifycache.Cache
