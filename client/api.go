@@ -34,6 +34,12 @@ type API struct {
 	OnRetry func(status int, after time.Duration)
 	// UserAgent is sent with every request; empty means "blobplane-client".
 	UserAgent string
+	// MinPosition, when set, is sent with every request as
+	// X-Min-Position: a position token a change was answered with
+	// (PushResult.Position), so that the request sees that change at any
+	// node (ZBP-5 R107). A token of a partition that no longer exists is
+	// refused (410 POSITION_GONE).
+	MinPosition string
 }
 
 // APIError is a refusal from the server: its status and the stable code
@@ -150,6 +156,9 @@ func (a *API) send(ctx context.Context, r request) (*http.Response, error) {
 			ua = "blobplane-client"
 		}
 		req.Header.Set("User-Agent", ua)
+		if a.MinPosition != "" {
+			req.Header.Set("X-Min-Position", a.MinPosition)
+		}
 		resp, err := a.httpClient().Do(req)
 		if d, ok := body.(detacher); ok {
 			d.detach()

@@ -61,6 +61,7 @@ Flags for every command (before or after it):
   --json          print one JSON document, no progress
   --progress M    auto (a bar on a terminal, plain lines otherwise), bar, plain or none
   --retry-for D   how long to wait out 429/503 answers with Retry-After (default 2m)
+  --min-position P see the change a push answered with position P (its "position")
 
 Exit codes: 0 done, 1 failed, 2 usage.
 `

@@ -143,6 +143,15 @@ func TestPushStatPlacementsPull(t *testing.T) {
 	if _, err := partstate.ParsePosition(res.Position); err != nil {
 		t.Fatalf("push: position %q (ZBP-5 R107): %v", res.Position, err)
 	}
+	// The token read back: the change is seen; a vanished partition's and
+	// a malformed token are refused, saying so.
+	u.ok("stat", "team/new-repo@"+d, "--min-position", res.Position)
+	if e := u.fails(cli.ExitError, "stat", "team/new-repo@"+d, "--min-position", "p_9999:1:1"); !strings.Contains(e, "410") {
+		t.Fatalf("stat at a vanished partition's position: %s", e)
+	}
+	if e := u.fails(cli.ExitError, "stat", "team/new-repo@"+d, "--min-position", "garbage"); !strings.Contains(e, "400") {
+		t.Fatalf("stat at a malformed position: %s", e)
+	}
 	// The repository was created by the push (issue 31 point 1).
 	var info struct {
 		Size int64 `json:"size"`

@@ -30,6 +30,7 @@ type globals struct {
 	json     bool
 	progress string
 	retryFor time.Duration
+	minPos   string
 }
 
 // flagSet is a flag set named name holding the global flags.
@@ -41,6 +42,7 @@ func (g *globals) flagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&g.json, "json", g.json, "print one JSON document, no progress")
 	fs.StringVar(&g.progress, "progress", g.progress, "auto, bar, plain or none")
 	fs.DurationVar(&g.retryFor, "retry-for", g.retryFor, "how long to wait out Retry-After answers")
+	fs.StringVar(&g.minPos, "min-position", g.minPos, "a position token a push printed: see that change")
 	return fs
 }
 
@@ -176,7 +178,7 @@ func (s *session) api() (*client.API, error) {
 	if _, err := checkServer(server); err != nil {
 		return nil, cli.UsageError{Err: err}
 	}
-	return &client.API{Base: strings.TrimRight(server, "/"), Token: token, RetryFor: s.retryFor,
+	return &client.API{Base: strings.TrimRight(server, "/"), Token: token, RetryFor: s.retryFor, MinPosition: s.minPos,
 		HTTP: &http.Client{}, UserAgent: "blobctl/" + buildinfo.Read().Version,
 		OnRetry: func(status int, after time.Duration) {
 			if !s.json {
