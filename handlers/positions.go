@@ -50,13 +50,5 @@ func holdsPartition(current func() *authority.VerifiedMap, id string) bool {
 		return false
 	}
 	vm := current()
-	if vm == nil {
-		return false
-	}
-	for _, p := range vm.Map().Partitions {
-		if p.ID == id {
-			return true
-		}
-	}
-	return false
+	return vm != nil && vm.Map().Partition(id) != nil
 }

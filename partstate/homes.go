@@ -100,16 +100,17 @@ type home struct {
 	// verifying: a replay check of this home is running (one at a time).
 	verifying atomic.Bool
 
-	// Position rounds (ZBP-5-R107): next gathers the callers waiting for
-	// a catch-up that starts after their call; rounding says a goroutine
+	// Catch-up rounds (Homes.round): next gathers the callers waiting
+	// for a catch-up that starts after their call (positions, ZBP-5-R107;
+	// the upkeep loop; a refused admission); rounding says a goroutine
 	// runs the rounds.
 	bmu      sync.Mutex
 	next     *round
 	rounding bool
 }
 
-// round is one catch-up that positions wait on: the LSN it applied up
-// to, or why it failed.
+// round is one catch-up its callers wait on: the LSN it applied up to,
+// or why it failed.
 type round struct {
 	done chan struct{}
 	lsn  uint64
@@ -160,12 +161,11 @@ func (hs *Homes) slotsOf(partition string) (int, []authority.SlotRange, bool) {
 	if vm == nil {
 		return 0, nil, false
 	}
-	for _, p := range vm.Map().Partitions {
-		if p.ID == partition {
-			return vm.Map().SlotBits, p.Slots, len(p.Slots) > 0
-		}
+	p := vm.Map().Partition(partition)
+	if p == nil {
+		return 0, nil, false
 	}
-	return 0, nil, false
+	return vm.Map().SlotBits, p.Slots, len(p.Slots) > 0
 }
 
 // drop discards h once its lease ended (R24: never flushed); its
@@ -322,8 +322,8 @@ func (hs *Homes) round(ctx context.Context, h *home) (uint64, error) {
 	}
 }
 
-// rounds runs the position rounds gathered in h.next, one after another,
-// until none waits.
+// rounds runs the rounds gathered in h.next, one after another, until
+// none waits.
 func (hs *Homes) rounds(h *home) {
 	for {
 		h.bmu.Lock()
