@@ -106,7 +106,7 @@ func newMoveCluster(t *testing.T, apiEnv ...string) *moveCluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range append(c.procs(), c.ctl) {
-				t.Logf("--- %s (last 4 KiB of its log) ---\n%s", p.name, p.tail(4<<10))
+				t.Logf("--- %s (last 8 KiB of its log, answered requests left out) ---\n%s", p.name, p.tail(8<<10))
 			}
 		}
 	})

@@ -80,10 +80,15 @@ func (l *quotaLoad) run(ctx context.Context, workers int) (wait func()) {
 			for ctx.Err() == nil {
 				repo := l.repos[rng.IntN(len(l.repos))]
 				body := l.pool[rng.IntN(len(l.pool))]
+				// A request sent is answered, never cancelled by the
+				// load's end: a client that hangs up mid-publication
+				// leaves the ingress to keep its upload (a finalize job
+				// inserted after the hang-up), and the checks after the
+				// load need every change in the ledger.
 				if rng.IntN(4) == 0 {
-					l.send(ctx, seen, http.MethodDelete, "/v2/"+repo+"/blobs/"+digestHex(body), nil)
+					l.send(context.Background(), seen, http.MethodDelete, "/v2/"+repo+"/blobs/"+digestHex(body), nil)
 				} else {
-					l.send(ctx, seen, http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+digestHex(body), body)
+					l.send(context.Background(), seen, http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+digestHex(body), body)
 				}
 				select {
 				case <-ctx.Done():
@@ -136,9 +141,15 @@ func digestHex(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // sqlUsage is each repository's usage as the ledger holds it.
-func sqlUsage(ctx context.Context, c *moveCluster, repos []string) (map[string]quota.Usage, error) {
-	rows, err := c.db.Query(ctx, `SELECT r.repository, coalesce(sum(b.size_bytes), 0)::bigint, count(*)
+func sqlUsage(ctx context.Context, q querier, repos []string) (map[string]quota.Usage, error) {
+	rows, err := q.Query(ctx, `SELECT r.repository, coalesce(sum(b.size_bytes), 0)::bigint, count(*)
 		FROM blob_references r JOIN blobs b ON b.digest = r.digest WHERE r.repository = ANY($1) GROUP BY r.repository`, repos)
 	if err != nil {
 		return nil, err
@@ -237,7 +248,7 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for sampleCtx.Err() == nil {
-			if u, err := sqlUsage(sampleCtx, c, repos); err == nil {
+			if u, err := sqlUsage(sampleCtx, c.db, repos); err == nil {
 				samples++
 				var tenant int64
 				for r, v := range u {
@@ -306,21 +317,17 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	if tenantPeak > tenantBytes {
 		t.Errorf("the tenant quota/ held %d bytes at a sample: over its quota of %d", tenantPeak, tenantBytes)
 	}
-	final, err := sqlUsage(ctx, c, repos)
-	if err != nil {
-		t.Fatal(err)
-	}
+	final, tenantRow, journalRows := settled(t, c, repos)
 	var sum quota.Usage
 	for _, u := range final {
 		sum = sum.Add(u)
 	}
-	var row quota.Usage
-	if err := c.db.QueryRow(ctx, `SELECT used_bytes, used_blobs FROM tenant_quotas WHERE prefix = 'quota/'`).Scan(&row.Bytes, &row.Blobs); err != nil || row != sum {
-		t.Errorf("the tenant's usage row %+v (%v), the ledger's sum %+v", row, err, sum)
+	if tenantRow != sum {
+		t.Errorf("the tenant's usage row %+v, the ledger's sum %+v", tenantRow, sum)
 	}
 	t.Logf("quotas: the tenant quota/ peaked at %d bytes of %d, ends at %+v", tenantPeak, tenantBytes, sum)
-	checkJournal(t, c, repos, final)
-	checkHomesState(t, c, repos, final)
+	checkJournal(t, journalRows, repos, final)
+	checkHomesState(t, c, repos)
 	checkRate(t, c, perNode["api-1"][0])
 }
 
@@ -402,67 +409,103 @@ func waitFinalizations(t *testing.T, c *moveCluster) {
 	}
 }
 
-// checkJournal replays every partition's journal (all records are still
-// in the table: no checkpoint is due in a run this short), once every
-// record is sequenced: no state it records holds a repository over its
-// quota by more than one blob, and its last equals the ledger's.
-func checkJournal(t *testing.T, c *moveCluster, repos []string, final map[string]quota.Usage) {
+// journalRow is one sequenced journal record.
+type journalRow struct {
+	partition  string
+	generation int64
+	lsn        int64
+	payload    []byte
+}
+
+// settled reads, in one snapshot in which every journal record is
+// sequenced (the homes sequence once a second), each repository's usage
+// in the ledger, the tenant quota/'s usage row and every journal record:
+// a record commits with the change it records, so in such a snapshot the
+// journal and the ledger must agree exactly, whatever commits later.
+func settled(t *testing.T, c *moveCluster, repos []string) (map[string]quota.Usage, quota.Usage, []journalRow) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var pending int
-		if err := c.db.QueryRow(ctx, `SELECT count(*) FROM partition_journal WHERE lsn IS NULL`).Scan(&pending); err != nil {
+		var (
+			usage   map[string]quota.Usage
+			tenant  quota.Usage
+			records []journalRow
+			pending int
+		)
+		err := pgx.BeginTxFunc(ctx, c.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM partition_journal WHERE lsn IS NULL`).Scan(&pending); err != nil || pending > 0 {
+				return err
+			}
+			var err error
+			if usage, err = sqlUsage(ctx, tx, repos); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `SELECT used_bytes, used_blobs FROM tenant_quotas WHERE prefix = 'quota/'`).Scan(&tenant.Bytes, &tenant.Blobs); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `SELECT partition_id, generation, lsn, payload FROM partition_journal ORDER BY partition_id, generation, lsn`)
+			if err != nil {
+				return err
+			}
+			records, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (journalRow, error) {
+				var r journalRow
+				err := row.Scan(&r.partition, &r.generation, &r.lsn, &r.payload)
+				return r, err
+			})
+			return err
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if pending == 0 {
-			break
+			return usage, tenant, records
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d journal records never sequenced", pending)
 		}
 		time.Sleep(100 * time.Millisecond) // the homes sequence once a second
 	}
-	rows, err := c.db.Query(ctx, `SELECT partition_id, generation, lsn, payload FROM partition_journal ORDER BY partition_id, generation, lsn`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
+}
+
+// checkJournal replays every partition's journal (all records are still
+// in the table: no checkpoint is due in a run this short): no state it
+// records holds a repository over its quota by more than one blob, each
+// repository's records are in one partition's journal, and the last
+// state equals the ledger's of the same snapshot (settled).
+func checkJournal(t *testing.T, records []journalRow, repos []string, final map[string]quota.Usage) {
+	t.Helper()
 	states := map[string]*quota.State{} // by partition and generation
+	journalled := map[string]string{}   // a repository's partition
 	watched := map[string]bool{}
 	for _, r := range repos {
 		watched[r] = true
 	}
-	records := 0
-	for rows.Next() {
-		var part string
-		var gen, lsn int64
-		var payload []byte
-		if err := rows.Scan(&part, &gen, &lsn, &payload); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := quota.Decode(payload)
+	n := 0
+	for _, jr := range records {
+		rec, err := quota.Decode(jr.payload)
 		if err != nil {
-			t.Fatalf("%s g%d lsn %d: %v", part, gen, lsn, err)
+			t.Fatalf("%s g%d lsn %d: %v", jr.partition, jr.generation, jr.lsn, err)
 		}
-		key := fmt.Sprintf("%s/g%d", part, gen)
+		key := fmt.Sprintf("%s/g%d", jr.partition, jr.generation)
 		if states[key] == nil {
 			states[key] = &quota.State{}
 		}
 		st := states[key]
 		if err := st.Apply(rec); err != nil {
-			t.Fatalf("%s lsn %d: %v", key, lsn, err)
+			t.Fatalf("%s lsn %d: %v", key, jr.lsn, err)
 		}
 		if !watched[rec.Repository] {
 			continue
 		}
-		records++
-		if u := st.Usage(rec.Repository); u.Bytes > quotaBytes+quotaBlobMax {
-			t.Errorf("%s at %s lsn %d holds %d bytes: over its quota of %d by more than one blob", rec.Repository, key, lsn, u.Bytes, quotaBytes)
+		n++
+		if p, ok := journalled[rec.Repository]; ok && p != jr.partition {
+			t.Errorf("%s has records in the journals of %s and %s: its home would miss some", rec.Repository, p, jr.partition)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		journalled[rec.Repository] = jr.partition
+		if u := st.Usage(rec.Repository); u.Bytes > quotaBytes+quotaBlobMax {
+			t.Errorf("%s at %s lsn %d holds %d bytes: over its quota of %d by more than one blob", rec.Repository, key, jr.lsn, u.Bytes, quotaBytes)
+		}
 	}
 	for _, r := range repos {
 		var got quota.Usage
@@ -473,13 +516,15 @@ func checkJournal(t *testing.T, c *moveCluster, repos []string, final map[string
 			t.Errorf("%s: the journal's usage %+v, the ledger's %+v", r, got, final[r])
 		}
 	}
-	t.Logf("quotas: %d journal records of the soak's repositories replayed; final usage %v", records, final)
+	t.Logf("quotas: %d journal records of the soak's repositories replayed; final usage %v", n, final)
 }
 
 // checkHomesState compares what each repository's home holds (its
 // blobplane_repository_quota_used gauges, exported by the home only)
-// with the ledger, once the homes caught up.
-func checkHomesState(t *testing.T, c *moveCluster, repos []string, final map[string]quota.Usage) {
+// with the ledger as it stands, until they agree: the homes catch up
+// once a second, and a change may still commit after the load (a
+// forward the ingress gave up on, which its home went on to commit).
+func checkHomesState(t *testing.T, c *moveCluster, repos []string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -491,10 +536,14 @@ func checkHomesState(t *testing.T, c *moveCluster, repos []string, final map[str
 				homes[r] = append(homes[r], node)
 			}
 		}
+		now, err := sqlUsage(context.Background(), c.db, repos)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var diff []string
 		for _, r := range repos {
-			if len(homes[r]) != 1 || held[r] != final[r] {
-				diff = append(diff, fmt.Sprintf("%s: homes %v hold %+v, the ledger %+v", r, homes[r], held[r], final[r]))
+			if len(homes[r]) != 1 || held[r] != now[r] {
+				diff = append(diff, fmt.Sprintf("%s: homes %v hold %+v, the ledger %+v", r, homes[r], held[r], now[r]))
 			}
 		}
 		if len(diff) == 0 {
@@ -502,10 +551,47 @@ func checkHomesState(t *testing.T, c *moveCluster, repos []string, final map[str
 			return
 		}
 		if time.Now().After(deadline) {
+			for _, r := range repos {
+				if held[r] != now[r] {
+					t.Logf("%s: its journal records and references:\n%s", r, journalOf(c, r))
+				}
+			}
 			t.Fatalf("the homes' state after 30s: %s", strings.Join(diff, "; "))
 		}
 		time.Sleep(200 * time.Millisecond) // the homes catch up once a second
 	}
+}
+
+// journalOf renders repo's journal records, in every partition, and the
+// digests it references: what a failure needs to find the record a home
+// applied differently.
+func journalOf(c *moveCluster, repo string) string {
+	var b strings.Builder
+	rows, err := c.db.Query(context.Background(), `SELECT j.partition_id, coalesce(j.generation, 0), coalesce(j.lsn, 0), j.epoch, j.append_id,
+		coalesce(p->>'op', ''), coalesce(p->>'size', ''), coalesce(left(p->>'digest', 19), ''), coalesce(p->>'usage', '')
+		FROM (SELECT *, convert_from(payload, 'UTF8')::jsonb AS p FROM partition_journal WHERE length(payload) > 0) j
+		WHERE p->>'repository' = $1 ORDER BY j.partition_id, j.generation, j.lsn`, repo)
+	if err != nil {
+		return err.Error()
+	}
+	for rows.Next() {
+		var part, op, size, digest, usage string
+		var gen, lsn, epoch, id int64
+		if err := rows.Scan(&part, &gen, &lsn, &epoch, &id, &op, &size, &digest, &usage); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  %s g%d lsn %d epoch %d append %d: %s %s %s %s\n", part, gen, lsn, epoch, id, op, digest, size, usage)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	var refs []string
+	if err := c.db.QueryRow(context.Background(), `SELECT coalesce(array_agg(left(r.digest, 19) || ' ' || b.size_bytes ORDER BY r.digest), '{}')
+		FROM blob_references r JOIN blobs b ON b.digest = r.digest WHERE r.repository = $1`, repo).Scan(&refs); err != nil {
+		return err.Error()
+	}
+	fmt.Fprintf(&b, "  references: %s\n", strings.Join(refs, ", "))
+	return b.String()
 }
 
 // scrapeQuotaUsed reads node's blobplane_repository_quota_used gauges.
