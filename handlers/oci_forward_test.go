@@ -32,12 +32,21 @@ type fakeHome struct {
 	// lost: the home publishes, then its answer is lost (a timeout, a
 	// home that died after its commit).
 	lost bool
+	// abandon: the home abandons the upload (over a quota), then its
+	// answer is lost.
+	abandon bool
 
 	mu     sync.Mutex
 	queued []string // repo/op of each EnqueueFinalize
 }
 
 func (f *fakeHome) ForwardFinalize(ctx context.Context, repo, op string) (upload.Outcome, error) {
+	if f.abandon {
+		if _, err := f.st.AbandonIntent(ctx, op); err != nil {
+			return upload.Outcome{}, err
+		}
+		return upload.Outcome{}, blobplane.Errorf(blobplane.CodeUnavailable, "the home's answer was lost")
+	}
 	if f.err != nil {
 		return upload.Outcome{}, f.err
 	}
@@ -73,10 +82,11 @@ func (f *fakeHome) EnqueueFinalizeTx(_ context.Context, _ pgx.Tx, repo, op strin
 func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
-		err    error
-		lost   bool
-		status int
-		queued bool
+		err     error
+		lost    bool
+		abandon bool
+		status  int
+		queued  bool
 	}{
 		"published by the home":       {status: 201},
 		"published, the answer lost":  {lost: true, status: 201},
@@ -85,6 +95,8 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 		"secret rejected by the home": {err: blobplane.Errorf(blobplane.CodeUnauthorized, "cluster secret"), status: 202, queued: true},
 		"grant revoked":               {err: blobplane.Errorf(blobplane.CodeForbidden, "revoked"), status: 403},
 		"abandoned":                   {err: blobplane.Errorf(blobplane.CodeConflict, "abandoned"), status: 409},
+		// The client learns why by pushing again: retryable.
+		"abandoned, the answer lost": {abandon: true, status: 503},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -102,7 +114,7 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { raw.Close() })
-			home := &fakeHome{st: st, epoch: lease.Epoch, err: tc.err, lost: tc.lost}
+			home := &fakeHome{st: st, epoch: lease.Epoch, err: tc.err, lost: tc.lost, abandon: tc.abandon}
 			away := &staticHome{} // never the home
 			srv := httptest.NewServer(handlers.NewRouter(handlers.Deps{Auth: st, OCI: &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": raw}, Backend: "fs", Datacenter: "eu-1", Home: away, Forward: home, Later: home}}}))
 			t.Cleanup(srv.Close)
@@ -118,6 +130,10 @@ func TestOCIAwayFromTheHomeForwardsOrQueues(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch a.status {
+			case 503:
+				if a.header.Get("Retry-After") == "" || ociCode(t, a) != "UNAVAILABLE" || !strings.Contains(string(a.body), "push the blob again") {
+					t.Fatalf("abandoned, the answer lost: %v %s", a.header, a.body)
+				}
 			case 201:
 				if a.header.Get("Location") != "/v2/team/app/blobs/"+d || a.header.Get("Docker-Content-Digest") != d {
 					t.Fatalf("published answer: %v", a.header)

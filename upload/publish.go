@@ -103,8 +103,16 @@ func (f *Flow) publishAway(ctx context.Context, in Intent, d blobplane.Digest) (
 		// answer, not a conflict (issue 30: seen when a paused home's
 		// partitions moved mid-forward).
 		if errors.Is(err, ErrIntentClosed) {
-			if now, gerr := f.store.GetIntent(context.WithoutCancel(ctx), in.OperationID); gerr == nil && now.State == IntentAdmitted {
+			now, gerr := f.store.GetIntent(context.WithoutCancel(ctx), in.OperationID)
+			if gerr == nil && now.State == IntentAdmitted {
 				return Result{Answer: AnswerPublished, Repository: in.Repository, Digest: d}, nil
+			}
+			if gerr == nil && now.State == IntentAbandoned {
+				// The home refused it (a quota or an upload rate abandons
+				// the upload) and its answer was lost: the reason is the
+				// home's to give, to a push that tries again.
+				return Result{}, refuse(Storage, &blobplane.Error{Code: blobplane.CodeUnavailable, Retryable: true, Err: err,
+					Message: "the repository's home abandoned upload " + in.OperationID + " and its answer was lost (a quota or an upload rate refuses it, or the home failed): push the blob again to learn why"})
 			}
 		}
 		return Result{}, refuse(Storage, err)
