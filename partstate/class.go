@@ -44,6 +44,40 @@ type Class struct {
 	// a chain holds fewer deltas, the next checkpoint being a new base.
 	Checkpoint    CheckpointKind
 	MaxDeltaChain int
+	// Standbys is how many synced standbys each partition of the class
+	// must have to be reported healthy (R60); the controller places that
+	// many. Diversity is what each must not share with its primary (R61).
+	Standbys  int
+	Diversity Diversity
+}
+
+// Diversity is the failure-domain diversity a class requires between a
+// partition's primary and each of its synced standbys (ZBP-5 R61): a
+// standby in its primary's failure domain satisfies every count and
+// survives nothing. There is no default; a class that requires none says
+// DiversityNone.
+type Diversity string
+
+const (
+	// DiversityNone: the class requires none, and says so.
+	DiversityNone Diversity = "none"
+	// DiversityNode: a standby on another node than its primary.
+	DiversityNode Diversity = "node"
+	// DiversityDatacenter: a standby in another datacenter than its
+	// primary's (BLOBPLANE_DATACENTER).
+	DiversityDatacenter Diversity = "datacenter"
+)
+
+// Domain is the failure domain of a node in datacenter under d: what a
+// primary and its standby must not share. "" under DiversityNone.
+func (d Diversity) Domain(node, datacenter string) string {
+	switch d {
+	case DiversityNode:
+		return node
+	case DiversityDatacenter:
+		return datacenter
+	}
+	return ""
 }
 
 // QuotaClass is Blobplane's one partition class (the map's "standard"):
@@ -59,8 +93,17 @@ type Class struct {
 // and the chain's bound comes from the default shutdown budget
 // (MaxDeltaChainFor, R41); the api derives it again from the budget it
 // is configured with (ForShutdownBudget).
+// Each partition has one standby on another node (R60, R61): its
+// records are durable in Postgres either way, so a standby buys a
+// failover whose catch-up is the standby's lag instead of a restore from
+// the last checkpoint (R73); a node is the failure domain a home's
+// process dies with, and a standby in another datacenter would move the
+// home away from its writers at each failover. A partition without a
+// synced standby on another node is reported unhealthy, a one-node
+// cluster's included.
 var QuotaClass = Class{Name: "standard", Mode: authority.ModeMixed, CommitTier: Durable,
-	Checkpoint: IncrementalCheckpoints, MaxDeltaChain: MaxDeltaChainFor(DefaultShutdownBudget)}
+	Checkpoint: IncrementalCheckpoints, MaxDeltaChain: MaxDeltaChainFor(DefaultShutdownBudget),
+	Standbys: 1, Diversity: DiversityNode}
 
 // DefaultShutdownBudget is BLOBPLANE_SHUTDOWN_BUDGET's default (config).
 const DefaultShutdownBudget = 60 * time.Second
@@ -131,7 +174,27 @@ func (c Class) Validate() error {
 	if c.Mode != authority.ModeJournaled && c.Mode != authority.ModeMixed {
 		return fmt.Errorf("partition class %q: mode %q; quota state is journalled (JOURNALED, or MIXED beside derived state: ZBP-5 R29)", c.Name, c.Mode)
 	}
-	return c.validateCheckpoint()
+	if err := c.validateCheckpoint(); err != nil {
+		return err
+	}
+	return c.validateStandbys()
+}
+
+// validateStandbys refuses a class that declares no failure-domain
+// diversity (R61: "none" is said, never assumed), one that is not none,
+// node or datacenter, and a negative standby count.
+func (c Class) validateStandbys() error {
+	switch c.Diversity {
+	case "":
+		return fmt.Errorf("partition class %q declares no standby diversity (none, node or datacenter; a class that requires none says so: ZBP-5 R61)", c.Name)
+	case DiversityNone, DiversityNode, DiversityDatacenter:
+	default:
+		return fmt.Errorf("partition class %q: standby diversity %q is not none, node or datacenter (ZBP-5 R61)", c.Name, c.Diversity)
+	}
+	if c.Standbys < 0 {
+		return fmt.Errorf("partition class %q: %d standbys (ZBP-5 R60)", c.Name, c.Standbys)
+	}
+	return nil
 }
 
 // validateCheckpoint refuses a class that declares no checkpoint kind

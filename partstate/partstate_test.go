@@ -30,7 +30,7 @@ import (
 var all = []authority.SlotRange{{Low: 0, High: 4095}}
 
 // fullClass is QuotaClass checkpointing in full (ZBP-5-R39).
-var fullClass = partstate.Class{Name: "full", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.FullCheckpoints}
+var fullClass = partstate.Class{Name: "full", Mode: authority.ModeMixed, CommitTier: partstate.Durable, Checkpoint: partstate.FullCheckpoints, Diversity: partstate.DiversityNone}
 
 type fixture struct {
 	st  *store.Store
@@ -715,6 +715,38 @@ func TestClassDeclaresItsCommitTier(t *testing.T) {
 	} {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), c.Name) {
 			t.Errorf("class %+v: %v, want a refusal naming it", c, err)
+		}
+	}
+}
+
+// A class declares its standby count and the failure-domain diversity
+// between a primary and each standby, "none" said out loud (ZBP-5 R60,
+// R61): a class without a diversity does not start.
+func TestClassDeclaresItsStandbys(t *testing.T) {
+	t.Parallel()
+	q := partstate.QuotaClass
+	if q.Standbys != 1 || q.Diversity != partstate.DiversityNode {
+		t.Fatalf("QuotaClass: %d standbys, diversity %q", q.Standbys, q.Diversity)
+	}
+	silent := q
+	silent.Name, silent.Diversity = "silent", ""
+	madeUp := q
+	madeUp.Name, madeUp.Diversity = "rack", "rack"
+	negative := q
+	negative.Name, negative.Standbys = "negative", -1
+	for _, c := range []partstate.Class{silent, madeUp, negative} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), c.Name) || !strings.Contains(err.Error(), "R6") {
+			t.Errorf("class %+v: %v, want a refusal naming it and the requirement", c, err)
+		}
+	}
+	none := q
+	none.Diversity, none.Standbys = partstate.DiversityNone, 0
+	if err := none.Validate(); err != nil {
+		t.Fatalf("a class that says none: %v", err)
+	}
+	for d, want := range map[partstate.Diversity]string{partstate.DiversityNone: "", partstate.DiversityNode: "api-1", partstate.DiversityDatacenter: "dc-a"} {
+		if got := d.Domain("api-1", "dc-a"); got != want {
+			t.Errorf("%s: the domain of api-1 in dc-a is %q, want %q", d, got, want)
 		}
 	}
 }

@@ -160,3 +160,28 @@ WHERE partition_id = @partition_id AND generation = @generation::bigint AND lsn 
 UPDATE partition_journal_heads
 SET applied_lsn = GREATEST(applied_lsn, @applied_lsn::bigint)
 WHERE partition_id = @partition_id AND generation = @generation::bigint AND epoch = @epoch;
+
+-- name: ReportStandby :exec
+-- A standby's report of how far it applied a partition's journal (ZBP-5
+-- R64); caught_up_at moves only when it applied everything sequenced.
+INSERT INTO partition_standbys (partition_id, node_id, generation, epoch, applied_lsn, head_lsn, caught_up_at, reported_at)
+VALUES (@partition_id, @node_id, @generation, @epoch, @applied_lsn, @head_lsn,
+        CASE WHEN sqlc.arg(caught_up)::boolean THEN now() END, now())
+ON CONFLICT (partition_id, node_id) DO UPDATE
+SET generation = EXCLUDED.generation, epoch = EXCLUDED.epoch, applied_lsn = EXCLUDED.applied_lsn, head_lsn = EXCLUDED.head_lsn,
+    caught_up_at = CASE WHEN sqlc.arg(caught_up)::boolean THEN now()
+                        WHEN partition_standbys.generation = EXCLUDED.generation THEN partition_standbys.caught_up_at END,
+    reported_at = now();
+
+-- name: ForgetStandby :exec
+-- A node stopped following a partition (no map names it its standby).
+DELETE FROM partition_standbys WHERE partition_id = @partition_id AND node_id = @node_id;
+
+-- name: StandbyReports :many
+-- Every standby's last report, with how old it is and how long since it
+-- was caught up (database clock), by partition and node.
+SELECT s.partition_id, s.node_id, s.generation, s.epoch, s.applied_lsn, s.head_lsn,
+       EXTRACT(EPOCH FROM now() - s.reported_at)::float8 AS reported_ago,
+       COALESCE(EXTRACT(EPOCH FROM now() - s.caught_up_at), -1)::float8 AS caught_up_ago
+FROM partition_standbys s
+ORDER BY s.partition_id, s.node_id;

@@ -111,6 +111,21 @@ func (q *Queries) DropJournalRecords(ctx context.Context, db DBTX, arg DropJourn
 	return result.RowsAffected(), nil
 }
 
+const forgetStandby = `-- name: ForgetStandby :exec
+DELETE FROM partition_standbys WHERE partition_id = $1 AND node_id = $2
+`
+
+type ForgetStandbyParams struct {
+	PartitionID string
+	NodeID      string
+}
+
+// A node stopped following a partition (no map names it its standby).
+func (q *Queries) ForgetStandby(ctx context.Context, db DBTX, arg ForgetStandbyParams) error {
+	_, err := db.Exec(ctx, forgetStandby, arg.PartitionID, arg.NodeID)
+	return err
+}
+
 const journalBootstrap = `-- name: JournalBootstrap :execrows
 INSERT INTO partition_journal (partition_id, epoch, record_type, slot, payload)
 SELECT $1, $2, 1, u.slot,
@@ -400,6 +415,42 @@ func (q *Queries) ReportJournalApplied(ctx context.Context, db DBTX, arg ReportJ
 	return err
 }
 
+const reportStandby = `-- name: ReportStandby :exec
+INSERT INTO partition_standbys (partition_id, node_id, generation, epoch, applied_lsn, head_lsn, caught_up_at, reported_at)
+VALUES ($1, $2, $3, $4, $5, $6,
+        CASE WHEN $7::boolean THEN now() END, now())
+ON CONFLICT (partition_id, node_id) DO UPDATE
+SET generation = EXCLUDED.generation, epoch = EXCLUDED.epoch, applied_lsn = EXCLUDED.applied_lsn, head_lsn = EXCLUDED.head_lsn,
+    caught_up_at = CASE WHEN $7::boolean THEN now()
+                        WHEN partition_standbys.generation = EXCLUDED.generation THEN partition_standbys.caught_up_at END,
+    reported_at = now()
+`
+
+type ReportStandbyParams struct {
+	PartitionID string
+	NodeID      string
+	Generation  int64
+	Epoch       int64
+	AppliedLsn  int64
+	HeadLsn     int64
+	CaughtUp    bool
+}
+
+// A standby's report of how far it applied a partition's journal (ZBP-5
+// R64); caught_up_at moves only when it applied everything sequenced.
+func (q *Queries) ReportStandby(ctx context.Context, db DBTX, arg ReportStandbyParams) error {
+	_, err := db.Exec(ctx, reportStandby,
+		arg.PartitionID,
+		arg.NodeID,
+		arg.Generation,
+		arg.Epoch,
+		arg.AppliedLsn,
+		arg.HeadLsn,
+		arg.CaughtUp,
+	)
+	return err
+}
+
 const restartJournalHead = `-- name: RestartJournalHead :one
 UPDATE partition_journal_heads h
 SET generation = h.generation + 1, next_lsn = 1, applied_lsn = 0, epoch = $1, slot_bits = $2,
@@ -513,6 +564,56 @@ func (q *Queries) SequenceJournal(ctx context.Context, db DBTX, arg SequenceJour
 	for rows.Next() {
 		var i SequenceJournalRow
 		if err := rows.Scan(&i.AppendID, &i.Lsn); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const standbyReports = `-- name: StandbyReports :many
+SELECT s.partition_id, s.node_id, s.generation, s.epoch, s.applied_lsn, s.head_lsn,
+       EXTRACT(EPOCH FROM now() - s.reported_at)::float8 AS reported_ago,
+       COALESCE(EXTRACT(EPOCH FROM now() - s.caught_up_at), -1)::float8 AS caught_up_ago
+FROM partition_standbys s
+ORDER BY s.partition_id, s.node_id
+`
+
+type StandbyReportsRow struct {
+	PartitionID string
+	NodeID      string
+	Generation  int64
+	Epoch       int64
+	AppliedLsn  int64
+	HeadLsn     int64
+	ReportedAgo float64
+	CaughtUpAgo float64
+}
+
+// Every standby's last report, with how old it is and how long since it
+// was caught up (database clock), by partition and node.
+func (q *Queries) StandbyReports(ctx context.Context, db DBTX) ([]StandbyReportsRow, error) {
+	rows, err := db.Query(ctx, standbyReports)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StandbyReportsRow{}
+	for rows.Next() {
+		var i StandbyReportsRow
+		if err := rows.Scan(
+			&i.PartitionID,
+			&i.NodeID,
+			&i.Generation,
+			&i.Epoch,
+			&i.AppliedLsn,
+			&i.HeadLsn,
+			&i.ReportedAgo,
+			&i.CaughtUpAgo,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -492,6 +492,26 @@ type PartitionMap struct {
 	PublishedAt pgtype.Timestamptz
 }
 
+// What each standby of a partition last reported of its journal-following state (ZBP-5 R64): one row per (partition, node), replaced at each report; rows of standbys no map names any more are deleted by the node that stops following.
+type PartitionStandby struct {
+	// The partition followed.
+	PartitionID string
+	// The standby node (nodes.node_id).
+	NodeID string
+	// The journal generation the standby follows (a restarted journal is followed from its start).
+	Generation int64
+	// The epoch the standby verified the journal is sequenced under (R72): the map's epoch of the partition.
+	Epoch int64
+	// The last LSN the standby's state applied (R64).
+	AppliedLsn int64
+	// The last LSN the journal had sequenced when the standby read it: head_lsn - applied_lsn is its lag in records.
+	HeadLsn int64
+	// When the standby last applied everything sequenced (database clock); NULL: never since it started following.
+	CaughtUpAt pgtype.Timestamptz
+	// When the standby last reported (database clock): a silent standby is not synced, whatever it said before.
+	ReportedAt pgtype.Timestamptz
+}
+
 // Placement ledger: one row per (digest, backend, datacenter, location) that holds or is receiving a blob's bytes. Only verified rows serve. Created on the first placement write (db/schema/placements.sql), not by migrations. See docs/placements.md.
 type Placement struct {
 	// Content digest, canonical sha256:<64 lowercase hex> of the uncompressed bytes.
