@@ -64,6 +64,10 @@ type Homes struct {
 	// the windows themselves hold the database's times of the records.
 	Now func() time.Time
 
+	// Standbys are this node's standbys: a partition failing over to
+	// this node starts from its standby's state (R73); nil: none.
+	Standbys *Standbys
+
 	// Hooks are interleaving points for tests; leave them nil.
 	Hooks HomesHooks
 
@@ -152,6 +156,38 @@ func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64, bi
 	return false
 }
 
+// Holds reports whether this node holds partition as its home (restoring
+// or serving) under a lease that has not ended.
+func (hs *Homes) Holds(partition string) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	h := hs.homes[partition]
+	return h != nil && h.ctx.Err() == nil
+}
+
+// Restored says how partition's restore here went, once it ended: the
+// records it applied after its starting point, and whether it started
+// from this node's standby (R73). ok is false while it restores or when
+// this node is not its home.
+func (hs *Homes) Restored(partition string) (fed int, promoted, ok bool) {
+	hs.mu.Lock()
+	h := hs.homes[partition]
+	hs.mu.Unlock()
+	if h == nil {
+		return 0, false, false
+	}
+	select {
+	case <-h.ready:
+	default:
+		return 0, false, false
+	}
+	if h.err != nil {
+		return 0, false, false
+	}
+	fed, _ = h.p.Restored()
+	return fed, h.p.Promoted(), true
+}
+
 // slotsOf is partition's slot bits and ranges in the current map.
 func (hs *Homes) slotsOf(partition string) (int, []authority.SlotRange, bool) {
 	if hs.Map == nil {
@@ -184,6 +220,9 @@ func (hs *Homes) drop(partition string, h *home) {
 // until the lease ends.
 func (hs *Homes) run(h *home) {
 	start := time.Now()
+	if sp := hs.Standbys.Promote(h.ctx, h.p.ID); sp != nil {
+		h.p.Adopt(sp) // R73: the keeper claimed the new epoch before Prepare
+	}
 	h.err = h.p.Restore(h.ctx)
 	close(h.ready)
 	if h.err != nil {
@@ -548,6 +587,9 @@ type Metrics struct {
 	used, limit *prometheus.GaugeVec
 	mu          sync.Mutex
 	shown       map[string]map[string]bool
+	// Standbys' (R64, R72) and promotions (R73).
+	standbyLSN, standbyLag, standbyStop *prometheus.GaugeVec
+	promotions                          prometheus.Counter
 }
 
 // NewMetrics registers the homes' metrics with reg.
@@ -574,9 +616,43 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_repository_quota_limit",
 			Help: "A repository's quota by measure (bytes, blobs, and its upload rate bytes_per_minute, blobs_per_minute; 0: no limit on it), exported by its home only."}, []string{"repository", "measure"}),
 		shown: map[string]map[string]bool{},
+		standbyLSN: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_partition_standby_applied_lsn",
+			Help: "The last journal LSN this node's standby of a partition applied (ZBP-5 R64), by partition."}, []string{"partition"}),
+		standbyLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_partition_standby_lag_records",
+			Help: "Records of a partition's journal sequenced and not yet applied by this node's standby of it (ZBP-5 R64): what a failover to it would replay."}, []string{"partition"}),
+		standbyStop: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "blobplane_partition_standby_stopped",
+			Help: "1 while this node's standby of a partition stopped consuming because its journal is sequenced under another epoch than the map's primary holds (ZBP-5 R72), until the map agrees."}, []string{"partition"}),
+		promotions: prometheus.NewCounter(prometheus.CounterOpts{Name: "blobplane_partition_state_promotions_total",
+			Help: "Restores that started from this node's standby of the partition (ZBP-5 R73) instead of its last checkpoint."}),
 	}
-	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.replays, m.stray, m.denials, m.used, m.limit)
+	reg.MustRegister(m.lsn, m.quarantined, m.restore, m.restarts, m.checkpoints, m.replays, m.stray, m.denials, m.used, m.limit,
+		m.standbyLSN, m.standbyLag, m.standbyStop, m.promotions)
 	return m
+}
+
+func (m *Metrics) followed(partition string, applied, last uint64) {
+	if m != nil {
+		m.standbyLSN.WithLabelValues(partition).Set(float64(applied))
+		m.standbyLag.WithLabelValues(partition).Set(float64(last - min(applied, last)))
+	}
+}
+
+func (m *Metrics) standbyStopped(partition string, stopped bool) {
+	if m != nil {
+		v := 0.0
+		if stopped {
+			v = 1
+		}
+		m.standbyStop.WithLabelValues(partition).Set(v)
+	}
+}
+
+func (m *Metrics) unfollowed(partition string) {
+	if m != nil {
+		m.standbyLSN.DeleteLabelValues(partition)
+		m.standbyLag.DeleteLabelValues(partition)
+		m.standbyStop.DeleteLabelValues(partition)
+	}
 }
 
 func (m *Metrics) restored(p *Partition, took time.Duration) {
@@ -586,6 +662,9 @@ func (m *Metrics) restored(p *Partition, took time.Duration) {
 	m.restore.Observe(took.Seconds())
 	if p.Restarted() {
 		m.restarts.Inc()
+	}
+	if p.Promoted() {
+		m.promotions.Inc()
 	}
 	m.caughtUp(p)
 }

@@ -82,6 +82,8 @@ type Partition struct {
 	fed         int           // records fed since the restore began
 	fellBack    bool          // the named checkpoint could not be restored
 	restarted   bool          // the journal was restarted from the ledger
+	promoted    bool          // the restore started from a standby's state
+	adoptedFrom *adoption     // a standby's state the restore starts from
 	quotaSeen   bool          // a quota record was applied since the last report
 	caught      chan struct{} // closed and replaced after each catch-up
 	chain       *chain        // this epoch's last checkpoint (nil: none yet)
@@ -143,7 +145,7 @@ func (p *Partition) Restore(ctx context.Context) error {
 	p.mu.Lock()
 	p.status = Serving
 	p.mu.Unlock()
-	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined())
+	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined(), "from_standby", p.Promoted(), "records_applied", p.fedNow())
 	return nil
 }
 
@@ -152,6 +154,19 @@ func (p *Partition) restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !p.adopted(head.Generation) {
+		if err := p.load(ctx, head); err != nil {
+			return err
+		}
+	}
+	_, err = p.CatchUp(ctx)
+	return err
+}
+
+// load restores the checkpoint the lease record names (or none) and the
+// segments after it, up to the journal table's floor: everything a
+// restore needs before the table's records (ReadTable).
+func (p *Partition) load(ctx context.Context, head store.JournalHead) error {
 	st, from := p.fromCheckpoint(ctx, head.Generation)
 	p.mu.Lock()
 	p.generation, p.replay = head.Generation, journal.NewReplay(from, nil)
@@ -162,12 +177,57 @@ func (p *Partition) restore(ctx context.Context) error {
 	if t, ok := p.j.(Trimmer); ok && p.Archive != nil {
 		// The records between the checkpoint (or the start) and the
 		// table's floor were sealed into segments.
-		if err := p.replaySegments(ctx, p.Archive, t, head.Generation, from, head.NextLSN-1); err != nil {
-			return err
-		}
+		return p.replaySegments(ctx, p.Archive, t, head.Generation, from, head.NextLSN-1)
 	}
-	_, err = p.CatchUp(ctx)
-	return err
+	return nil
+}
+
+// Adopt makes a standby's state (ZBP-5 R73) the starting point of p, a
+// new primary's partition not restored yet: Restore then fences the
+// journal at p's epoch and, when the journal's generation is still the
+// standby's, applies only the records after the standby's position (its
+// lag) instead of restoring a checkpoint. from must no longer be
+// followed: nothing else may touch it.
+func (p *Partition) Adopt(from *Partition) {
+	from.mu.Lock()
+	gen, replay, st, quarantined := from.generation, from.replay, from.state, from.quarantined
+	from.mu.Unlock()
+	if replay == nil {
+		return // never restored: nothing to adopt
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.adoptedFrom = &adoption{generation: gen, replay: replay, state: st, quarantined: quarantined}
+}
+
+// adoption is a standby's state a promoted primary starts from.
+type adoption struct {
+	generation  int64
+	replay      *journal.Replay
+	state       quota.State
+	quarantined int
+}
+
+// adopted installs the adopted standby state when the journal's
+// generation is still its own, and reports whether it did.
+func (p *Partition) adopted(generation int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.adoptedFrom
+	p.adoptedFrom = nil
+	if a == nil || a.generation != generation {
+		return false
+	}
+	p.generation, p.replay, p.state, p.quarantined, p.promoted = a.generation, a.replay, a.state, a.quarantined, true
+	return true
+}
+
+// Promoted says whether the last restore started from a standby's
+// state (Adopt) rather than a checkpoint.
+func (p *Partition) Promoted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.promoted
 }
 
 // fromCheckpoint restores the checkpoint the lease record names, when the
@@ -222,6 +282,19 @@ func (p *Partition) QuotaApplied() (generation int64, lsn uint64, ok bool) {
 	return p.generation, p.replay.LSN(), true
 }
 
+func (p *Partition) fedNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fed
+}
+
+// Generation is the journal generation the state follows.
+func (p *Partition) Generation() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.generation
+}
+
 // Restarted says whether the last restore restarted the journal from the
 // ledger.
 func (p *Partition) Restarted() bool {
@@ -246,6 +319,13 @@ func (p *Partition) CatchUp(ctx context.Context) (uint64, error) {
 		}
 		break
 	}
+	return p.readTable(ctx)
+}
+
+// readTable applies every sequenced record of the journal table after
+// the last one applied and returns the LSN applied up to: the part of a
+// catch-up a standby does too, which never sequences (ZBP-5 R65).
+func (p *Partition) readTable(ctx context.Context) (uint64, error) {
 	for {
 		p.mu.Lock()
 		if p.replay == nil {
