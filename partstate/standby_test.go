@@ -110,7 +110,7 @@ func TestAStandbyFollowsTheJournalAndNeverWrites(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := &partstate.Standbys{Ledger: f.st, Node: "api-b", Map: maps.current, Tick: 5 * time.Millisecond, Rounded: r.hook,
 		Metrics: partstate.NewMetrics(reg),
-		Now: func() time.Time { clock.Lock(); defer clock.Unlock(); return time.Now().Add(clock.skew) }}
+		Now:     func() time.Time { clock.Lock(); defer clock.Unlock(); return time.Now().Add(clock.skew) }}
 	go s.Run(ctx)
 
 	if _, err := f.append(t, f.epo,
