@@ -69,6 +69,7 @@ type API struct {
 	backends *Backends
 	keeper   *keeper.Keeper
 	homes    *partstate.Homes // nil without a backend
+	standbys *partstate.Standbys
 	guard    *store.Guard     // the database's synchronous replication (issue 32)
 	// tls, when set, serves listener over HTTPS; internal, when set, is
 	// the only listener of the node-to-node endpoints (issue 26 point 8).
@@ -271,6 +272,12 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 	if a.homes != nil {
 		a.homes.Map, a.homes.Wake, a.homes.Metrics = a.keeper.Map, a.keeper.Notify, partstate.NewMetrics(metrics.Registry)
 		quotas = a.homes
+		// ZBP-5 R63-R65, R72, R73: the partitions the map names this
+		// node a standby of are followed here, and a failover to this
+		// node starts from them.
+		a.standbys = &partstate.Standbys{Ledger: st, Archive: a.homes.Archive, Node: cfg.NodeID, Map: a.keeper.Map, Primary: a.homes.Holds,
+			Logger: logger.With("service", "partition_standby"), Metrics: a.homes.Metrics}
+		a.homes.Standbys = a.standbys
 	}
 	oci := ociDeps(cfg, st, a.backends, a.keeper, quotas, riverClient, a.internalPort(), read.NewMetrics(metrics.Registry), shed, logger)
 	router := handlers.NewRouter(handlers.Deps{
@@ -291,6 +298,9 @@ func NewAPI(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*API,
 		Cluster:   &controller.Admin{Store: st, Settings: controller.SettingsFrom(cfg)},
 		Authority: routing,
 		OCI:       oci,
+		// A repository's partition state, at its home or a standby
+		// (ZBP-5 R65).
+		State: a.partitionState(),
 		// The admins' status page at / (issue 31).
 		Status: &handlers.StatusPage{Store: st, Replication: jobs.ReplicationBacklog(st.Pool())},
 		// Node-to-node endpoints only on their own listener when there
@@ -465,6 +475,14 @@ func (a *API) InternalURL() string {
 	return "http://" + a.internal.Addr().String()
 }
 
+// partitionState is what serves state reads here: nil without homes.
+func (a *API) partitionState() *handlers.PartitionState {
+	if a.homes == nil {
+		return nil
+	}
+	return &handlers.PartitionState{Homes: a.homes, Standbys: a.standbys}
+}
+
 // Serve runs until ctx ends, then stops accepting, drains in-flight requests
 // for up to the shutdown timeout, closes what is left, and returns.
 func (a *API) Serve(ctx context.Context) error {
@@ -485,6 +503,11 @@ func (a *API) Serve(ctx context.Context) error {
 	guardDone := make(chan struct{})
 	go func() { defer close(guardDone); a.guard.Run(bg) }()
 	defer func() { stopBG(); <-guardDone }()
+	if a.standbys != nil {
+		standbysDone := make(chan struct{})
+		go func() { defer close(standbysDone); a.standbys.Run(bg) }()
+		defer func() { stopBG(); <-standbysDone }()
+	}
 	// One LISTEN connection wakes the keeper on every map publication and
 	// keeps the caches exact: authentications and found blobs are served
 	// from memory while it proves that no token, grant or principal

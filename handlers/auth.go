@@ -299,6 +299,8 @@ func adminRoutes(r chi.Router, d Deps) {
 		identityRoutes(r, d)
 		// Repository quotas (quotas.go, docs/quotas.md).
 		quotaRoutes(r, d)
+		// Partition state at the home or a standby (state.go).
+		stateRoutes(r, d)
 		// Takeover, plan and apply (cluster.go, docs/auth.md).
 		clusterRoutes(r, d)
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -58,6 +59,10 @@ type MapStore interface {
 	// PendingPublications returns the repositories with uploads accepted
 	// and not yet published (R138).
 	PendingPublications(ctx context.Context) ([]store.PendingPublication, error)
+	// StandbyReports and ListNodes measure each partition's standbys
+	// against its class (R60, R62).
+	StandbyReports(ctx context.Context) ([]store.StandbyReport, error)
+	ListNodes(ctx context.Context) ([]store.Node, error)
 }
 
 // Authority bundles what the routing middleware and map endpoints need.
@@ -347,6 +352,79 @@ type PartitionStatus struct {
 	// LiveAt is the home's last lease renewal (database clock): its
 	// statement that it is alive, idle or not.
 	LiveAt *time.Time `json:"live_at"`
+	// Standbys are the map's standbys with what each last reported
+	// (R64); Health measures them against the partition's class (R60,
+	// R62): Healthy is false below its count of synced standbys or with
+	// one in its primary's failure domain.
+	Standbys []StandbyStatus         `json:"standbys"`
+	Health   partstate.StandbyHealth `json:"health"`
+	Healthy  bool                    `json:"healthy"`
+}
+
+// StandbyStatus is one standby of a GET /v1/partitions row: its last
+// report (none: Reported false).
+type StandbyStatus struct {
+	Node       string `json:"node"`
+	Reported   bool   `json:"reported"`
+	Synced     bool   `json:"synced"`
+	Epoch      uint64 `json:"epoch,omitempty"`
+	AppliedLSN uint64 `json:"applied_lsn"`
+	LagRecords uint64 `json:"lag_records"`
+	// ReportedSecondsAgo and CaughtUpSecondsAgo (-1: never) by the
+	// database's clock.
+	ReportedSecondsAgo float64 `json:"reported_seconds_ago"`
+	CaughtUpSecondsAgo float64 `json:"caught_up_seconds_ago"`
+}
+
+// standbyView is what measuring standbys reads: every standby's last
+// report and each node's datacenter.
+type standbyView struct {
+	reports    []store.StandbyReport
+	datacenter map[string]string
+}
+
+func (a *Authority) standbyView(ctx context.Context) (standbyView, error) {
+	reports, err := a.Maps.StandbyReports(ctx)
+	if err != nil {
+		return standbyView{}, err
+	}
+	nodes, err := a.Maps.ListNodes(ctx)
+	if err != nil {
+		return standbyView{}, err
+	}
+	v := standbyView{reports: reports, datacenter: map[string]string{}}
+	for _, n := range nodes {
+		v.datacenter[n.ID] = n.Datacenter
+	}
+	return v, nil
+}
+
+// health measures p (R60, R62); a class this release does not know is
+// reported as such, never healthy.
+func (v standbyView) health(p *authority.Partition) partstate.StandbyHealth {
+	c, ok := partstate.ClassNamed(p.Class)
+	if !ok {
+		return partstate.StandbyHealth{Problem: "class " + p.Class + " is not one this release knows"}
+	}
+	return partstate.CheckStandbys(c, p, v.reports, func(n string) string { return v.datacenter[n] })
+}
+
+func (v standbyView) statuses(p *authority.Partition) []StandbyStatus {
+	out := make([]StandbyStatus, 0, len(p.Standbys))
+	for _, s := range p.Standbys {
+		st := StandbyStatus{Node: s.Node, CaughtUpSecondsAgo: -1}
+		for _, r := range v.reports {
+			if r.Partition == p.ID && r.Node == s.Node {
+				st = StandbyStatus{Node: s.Node, Reported: true, Synced: r.Synced(p.Epoch), Epoch: r.Epoch, AppliedLSN: r.AppliedLSN, LagRecords: r.Lag(),
+					ReportedSecondsAgo: r.ReportedAgo.Seconds(), CaughtUpSecondsAgo: r.CaughtUpAgo.Seconds()}
+				if r.CaughtUpAgo < 0 {
+					st.CaughtUpSecondsAgo = -1
+				}
+			}
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // StallAfter is how long an accepted upload may wait for its publication
@@ -411,8 +489,13 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	sv, err := a.standbyView(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows := make([]PartitionStatus, 0, len(m.Partitions))
-	for _, p := range m.Partitions {
+	for i := range m.Partitions {
+		p := &m.Partitions[i]
 		ps := PartitionStatus{ID: p.ID, Generation: p.Generation, Class: string(p.Class), MapEpoch: p.Epoch, MapNode: p.Primary.Node, State: "UNOWNED"}
 		for _, s := range p.Slots {
 			ps.Slots = append(ps.Slots, [2]uint64{uint64(s.Low), uint64(s.High)})
@@ -433,6 +516,8 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 		w := work[p.ID]
 		ps.PendingPublications, ps.OldestPendingSeconds = w.Count, w.OldestAge.Seconds()
 		ps.Activity = activity(ps.Owned && ps.State == string(authority.PrimaryServing), w)
+		ps.Standbys, ps.Health = sv.statuses(p), sv.health(p)
+		ps.Healthy = ps.Health.Healthy()
 		rows = append(rows, ps)
 	}
 	return map[string]any{"map_version": m.Version, "partitions": rows}, nil

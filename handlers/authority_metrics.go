@@ -35,6 +35,7 @@ type authorityCollector struct {
 
 	unownedSlots, unownedParts, duplicates, oldest, oldestAge, scrapeErrors *prometheus.Desc
 	stalled, pending                                                        *prometheus.Desc
+	unhealthy                                                               *prometheus.Desc
 	failures                                                                atomic.Uint64
 }
 
@@ -49,11 +50,14 @@ func newAuthorityCollector(a *Authority, reports NodeReports) *authorityCollecto
 		scrapeErrors: prometheus.NewDesc("blobplane_authority_metrics_errors_total", "Scrapes whose authority metrics could not be computed.", nil, nil),
 		stalled:      prometheus.NewDesc("blobplane_stalled_partitions", "Owned partitions whose oldest accepted upload has waited over a minute for its publication: the home stopped consuming (ZBP-5 R138; an idle partition has none waiting).", nil, nil),
 		pending:      prometheus.NewDesc("blobplane_pending_publications", "Uploads accepted (202) and not yet published, all partitions.", nil, nil),
+		unhealthy: prometheus.NewDesc("blobplane_unhealthy_partitions",
+			"Partitions of the latest map not meeting their class's standby requirements, by reason: standbys (fewer synced standbys than the class requires, ZBP-5 R60), diversity (a standby in its primary's failure domain, R62).",
+			[]string{"reason"}, nil),
 	}
 }
 
 func (c *authorityCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.unownedSlots, c.unownedParts, c.duplicates, c.oldest, c.oldestAge, c.scrapeErrors, c.stalled, c.pending} {
+	for _, d := range []*prometheus.Desc{c.unownedSlots, c.unownedParts, c.duplicates, c.oldest, c.oldestAge, c.scrapeErrors, c.stalled, c.pending, c.unhealthy} {
 		ch <- d
 	}
 }
@@ -113,6 +117,9 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 	}
 	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(stalled))
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(total))
+	if err := c.collectHealth(ctx, ch, m); err != nil {
+		return err
+	}
 
 	versions, claims, err := c.reports.AuthorityReports(ctx)
 	if err != nil {
@@ -131,6 +138,25 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, age)
+	}
+	return nil
+}
+
+// collectHealth exports how many partitions of m miss their class's
+// standby requirements, by reason (R60, R62); both reasons always appear.
+func (c *authorityCollector) collectHealth(ctx context.Context, ch chan<- prometheus.Metric, m *authority.Map) error {
+	sv, err := c.a.standbyView(ctx)
+	if err != nil {
+		return err
+	}
+	counts := map[string]int{"standbys": 0, "diversity": 0}
+	for i := range m.Partitions {
+		if h := sv.health(&m.Partitions[i]); !h.Healthy() {
+			counts[h.Reason()]++
+		}
+	}
+	for reason, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.unhealthy, prometheus.GaugeValue, float64(n), reason)
 	}
 	return nil
 }

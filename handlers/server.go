@@ -62,6 +62,11 @@ type Deps struct {
 	// OCI enables the /v2/ blob API and GET /v1/operations/{id} (with
 	// Auth); nil leaves them unmounted.
 	OCI *OCI
+	// State serves GET /v1/admin/state/<repository> (with Auth and
+	// Authority): a repository's partition state at its home, or at a
+	// standby under a stated staleness bound (state.go); nil leaves it
+	// unmounted.
+	State *PartitionState
 	// MaxRequests is the node's capacity budget: requests in flight past
 	// it are answered 503 with Retry-After (capacity.go). 0 means
 	// DefaultMaxRequests; negative, no bound.

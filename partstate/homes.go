@@ -156,6 +156,13 @@ func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64, bi
 	return false
 }
 
+func (hs *Homes) now() time.Time {
+	if hs.Now != nil {
+		return hs.Now()
+	}
+	return time.Now()
+}
+
 // Holds reports whether this node holds partition as its home (restoring
 // or serving) under a lease that has not ended.
 func (hs *Homes) Holds(partition string) bool {
@@ -335,6 +342,25 @@ func (hs *Homes) Position(ctx context.Context, at upload.Home) (string, error) {
 	return Position{Partition: at.Partition, Epoch: at.Epoch, LSN: lsn}.String(), nil
 }
 
+// View reads repo's state at its home at, once a catch-up that started
+// after the call applied everything committed before it (a read sees the
+// caller's own writes), and the position it was read at. Errors:
+// unavailable (restoring, or the lease moved; not the home), the
+// catch-up's, ctx's.
+func (hs *Homes) View(ctx context.Context, at upload.Home, repo string) (View, Position, error) {
+	hs.mu.Lock()
+	h := hs.homes[at.Partition]
+	hs.mu.Unlock()
+	if h == nil || h.p.Epoch != at.Epoch || h.p.Status() != Serving {
+		return View{}, Position{}, notReady(at.Partition)
+	}
+	if _, err := hs.round(ctx, h); err != nil {
+		return View{}, Position{}, err
+	}
+	v := h.p.View(repo, hs.now())
+	return v, Position{Partition: at.Partition, Epoch: at.Epoch, LSN: v.LSN}, nil
+}
+
 // round waits for a catch-up of h that starts after the call: the next
 // round, which every caller arriving meanwhile (positions, the upkeep
 // loop, a refused admission) shares. It returns the LSN the round applied
@@ -477,10 +503,7 @@ func (hs *Homes) Admit(ctx context.Context, at upload.Home, repo string, d blobp
 	if h.p.Epoch != at.Epoch {
 		return nil, notReady(at.Partition)
 	}
-	now := time.Now
-	if hs.Now != nil {
-		now = hs.Now
-	}
+	now := hs.now
 	release, err := h.p.Reserve(repo, size, now())
 	var exceeded *quota.ExceededError
 	if errors.As(err, &exceeded) {

@@ -482,6 +482,29 @@ func (p *Partition) WaitFor(ctx context.Context, lsn uint64) error {
 	}
 }
 
+// View is what a partition's state holds of a repository, read at once
+// with the LSN it had applied.
+type View struct {
+	Usage quota.Usage
+	Limit quota.Limit
+	// Published is what the repository published in the upload-rate
+	// window ending at the read (zero without a rate).
+	Published quota.Usage
+	LSN       uint64
+}
+
+// View reads repo's usage, quota and rate window at now, and the LSN
+// they are at.
+func (p *Partition) View(repo string, now time.Time) View {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := View{Usage: p.state.Usage(repo), Limit: p.state.Limit(repo), Published: p.state.Published(repo, now.UnixMilli())}
+	if p.replay != nil {
+		v.LSN = p.replay.LSN()
+	}
+	return v
+}
+
 // Usage is repo's committed usage and quota.
 func (p *Partition) Usage(repo string) (quota.Usage, quota.Limit) {
 	p.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/journal"
-	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -205,10 +204,10 @@ func (s *Standbys) stopAll() {
 	all := s.followers
 	s.followers = nil
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for _, f := range all {
-		f.cancel()
-		<-f.done
-		s.Metrics.unfollowed(f.id)
+		s.stop(ctx, f) // a node shutting down withdraws its reports
 	}
 }
 
@@ -341,8 +340,7 @@ var ErrNotStandby = errors.New("partstate: not a standby of the partition")
 // StandbyRead is what a standby serves of a repository: its state and the
 // position it was served at (R65).
 type StandbyRead struct {
-	Usage    quota.Usage
-	Limit    quota.Limit
+	View
 	Position Position
 	// Age is how long ago the standby last applied everything its
 	// journal had sequenced.
@@ -373,6 +371,6 @@ func (s *Standbys) Read(partition, repo string, maxStaleness time.Duration) (Sta
 	if age > maxStaleness {
 		return StandbyRead{}, blobplane.Errorf(blobplane.CodeUnavailable, "the standby of %s was last caught up %s ago, over the %s asked for", partition, age.Round(time.Millisecond), maxStaleness)
 	}
-	u, l := p.Usage(repo)
-	return StandbyRead{Usage: u, Limit: l, Position: Position{Partition: partition, Epoch: epoch, LSN: p.LSN()}, Age: age}, nil
+	v := p.View(repo, s.now())
+	return StandbyRead{View: v, Position: Position{Partition: partition, Epoch: epoch, LSN: v.LSN}, Age: age}, nil
 }

@@ -302,6 +302,13 @@ func (s *State) Apply(r Record) error {
 // Usage is repo's usage.
 func (s *State) Usage(repo string) Usage { return s.usage[repo] }
 
+// Published is what repo published in the upload-rate window ending at
+// now (Unix milliseconds): what its rate is measured on. Zero for a
+// repository without a rate (its window is not kept).
+func (s *State) Published(repo string, now int64) Usage {
+	return s.windows[repo].since(now/1000 - windowSeconds)
+}
+
 // Limited calls f for each repository with a quota, in no order.
 func (s *State) Limited(f func(repo string, u Usage, l Limit)) {
 	for repo, l := range s.limits {
