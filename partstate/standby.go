@@ -123,8 +123,11 @@ type assignment struct {
 }
 
 // assigned lists the partitions the current map names this node a
-// standby of, but not those it is the primary of.
-func (s *Standbys) assigned() map[string]assignment {
+// standby of, and those it follows that the map now names it the primary
+// of while it does not hold them yet: a promotion's map comes before the
+// keeper's claim, and the new primary starts from the follower's state
+// (Promote). Never one this node holds.
+func (s *Standbys) assigned(following func(string) bool) map[string]assignment {
 	out := map[string]assignment{}
 	if s.Map == nil {
 		return out
@@ -135,16 +138,30 @@ func (s *Standbys) assigned() map[string]assignment {
 	}
 	m := vm.Map()
 	for _, p := range m.Partitions {
-		if p.Primary.Node == s.Node || len(p.Slots) == 0 || (s.Primary != nil && s.Primary(p.ID)) {
+		if len(p.Slots) == 0 || (s.Primary != nil && s.Primary(p.ID)) {
+			continue
+		}
+		a := assignment{epoch: p.Epoch, bits: m.SlotBits, slots: p.Slots}
+		if p.Primary.Node == s.Node {
+			if following(p.ID) {
+				out[p.ID] = a // until the keeper's claim promotes it
+			}
 			continue
 		}
 		for _, sb := range p.Standbys {
 			if sb.Node == s.Node {
-				out[p.ID] = assignment{epoch: p.Epoch, bits: m.SlotBits, slots: p.Slots}
+				out[p.ID] = a
 			}
 		}
 	}
 	return out
+}
+
+// following reports whether a follower of partition runs.
+func (s *Standbys) following(partition string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.followers[partition] != nil
 }
 
 // reconcile starts a follower for each new assignment, gives a followed
@@ -152,7 +169,7 @@ func (s *Standbys) assigned() map[string]assignment {
 // expect resumes once the map agrees with the journal: R72's
 // re-resolution), and stops the rest.
 func (s *Standbys) reconcile(ctx context.Context) {
-	want := s.assigned()
+	want := s.assigned(s.following)
 	s.mu.Lock()
 	if s.followers == nil {
 		s.followers = map[string]*follower{}

@@ -49,6 +49,18 @@ type Cluster struct {
 // the home of its repository. Everything stops at tb's cleanup.
 func Start(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	return start(tb, n, 0)
+}
+
+// StartWithStandbys is Start with a map that names standbys standbys of
+// each partition (round-robin: node i+1 first), which the nodes follow.
+func StartWithStandbys(tb testing.TB, n, standbys int) *Cluster {
+	tb.Helper()
+	return start(tb, n, standbys)
+}
+
+func start(tb testing.TB, n, standbys int) *Cluster {
+	tb.Helper()
 	d := pgtest.New(tb)
 	c := &Cluster{DB: d, Store: store.New(d.Pool, nil), Nodes: make([]*app.API, n), Repos: make([]string, n),
 		cfgs: make([]*config.Config, n), stops: make([]func(), n), Backends: make([]string, n)}
@@ -61,7 +73,7 @@ func Start(tb testing.TB, n int) *Cluster {
 			c.Stop(i)
 		}
 	})
-	c.publish(tb)
+	c.publish(tb, standbys)
 	for i := range n {
 		c.WaitHome(tb, i)
 	}
@@ -122,7 +134,7 @@ func (c *Cluster) URL(i int) string { return c.Nodes[i].URL() }
 
 // publish signs and publishes a map with one partition per node, and
 // picks each node's repository.
-func (c *Cluster) publish(tb testing.TB) {
+func (c *Cluster) publish(tb testing.TB, standbys int) {
 	tb.Helper()
 	ctx := context.Background()
 	pub, priv, _ := ed25519.GenerateKey(nil)
@@ -140,7 +152,7 @@ func (c *Cluster) publish(tb testing.TB) {
 		owner[c.cfgs[i].NodeID] = i
 	}
 	m, err := authority.EvenSplit{Version: 1, GeneratedAt: now, Partitions: len(c.Nodes), State: authority.PrimaryServing, Epoch: 1,
-		Class: "standard", Mode: authority.ModeDerived, Nodes: nodes}.Build()
+		Class: "standard", Mode: authority.ModeDerived, Nodes: nodes, Standbys: standbys}.Build()
 	if err != nil {
 		tb.Fatal(err)
 	}
