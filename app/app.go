@@ -70,7 +70,7 @@ type API struct {
 	keeper   *keeper.Keeper
 	homes    *partstate.Homes // nil without a backend
 	standbys *partstate.Standbys
-	guard    *store.Guard     // the database's synchronous replication (issue 32)
+	guard    *store.Guard // the database's synchronous replication (issue 32)
 	// tls, when set, serves listener over HTTPS; internal, when set, is
 	// the only listener of the node-to-node endpoints (issue 26 point 8).
 	tls            *tls.Config
