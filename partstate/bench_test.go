@@ -30,7 +30,7 @@ func benchRecords() int {
 
 // benchPartition is a store over a fresh database where api-a holds p's
 // lease at epoch 1.
-func benchPartition(b *testing.B, p string) *store.Store {
+func benchPartition(b testing.TB, p string) *store.Store {
 	b.Helper()
 	d := pgtest.New(b)
 	if _, err := d.Pool.Exec(context.Background(), `INSERT INTO leases (partition_id, epoch, owner_node, owner_endpoint, lease_ttl_ms, renew_interval_ms, expires_at)
@@ -42,7 +42,7 @@ func benchPartition(b *testing.B, p string) *store.Store {
 
 // benchJournal makes a partition whose journal holds n sequenced ref+
 // records over 1,000 repositories.
-func benchJournal(b *testing.B, n int) (*store.Store, string) {
+func benchJournal(b testing.TB, n int) (*store.Store, string) {
 	b.Helper()
 	const p = "p_bench"
 	st := benchPartition(b, p)
@@ -73,6 +73,11 @@ func benchJournal(b *testing.B, n int) (*store.Store, string) {
 			b.Fatal(err)
 		}
 		if len(got) == 0 {
+			// As autovacuum would soon after: sequencing updated every
+			// row, and the unsequenced index still lists them all.
+			if _, err := st.Pool().Exec(ctx, `VACUUM ANALYZE partition_journal`); err != nil {
+				b.Fatal(err)
+			}
 			return st, p
 		}
 	}
@@ -99,6 +104,64 @@ func BenchmarkRecovery(b *testing.B) {
 	per := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(float64(n)/per, "records/s")
 	b.ReportMetric(per, "s/restore")
+}
+
+// BenchmarkFailover compares the two ways a new primary gets its state
+// (ZBP-5 R73): a full restore of a journal of benchRecords records, and
+// a promotion from a standby lagging lag records behind it (Adopt, then
+// Restore applies only those). Each iteration appends the lag's records
+// first, as the dead primary's last writes.
+func BenchmarkFailover(b *testing.B) {
+	const lag = 1000
+	n := benchRecords()
+	st, p := benchJournal(b, n)
+	ctx := context.Background()
+	appendLag := func(b *testing.B, from int) {
+		batch := make([]store.JournalAppend, lag)
+		for i := range batch {
+			pl, err := quota.Record{Op: quota.RefAdded, Repository: fmt.Sprintf("team/r%d", i%1000), Digest: digestN(from + i), Size: 4096}.Encode()
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch[i] = store.JournalAppend{Type: journal.Apply, Payload: pl}
+		}
+		if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+			_, err := st.AppendJournalTx(ctx, tx, p, 1, batch)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	next := n
+	for _, promote := range []bool{false, true} {
+		name := "full-restore"
+		if promote {
+			name = "from-standby"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				standby := partstate.New(st, p, 1, 12, all, nil)
+				if err := standby.Restore(ctx); err != nil {
+					b.Fatal(err)
+				}
+				appendLag(b, next)
+				next += lag
+				b.StartTimer()
+				part := partstate.New(st, p, 1, 12, all, nil)
+				if promote {
+					part.Adopt(standby)
+				}
+				if err := part.Restore(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if fed, _ := part.Restored(); part.Promoted() != promote || (promote && fed != lag) {
+					b.Fatalf("promoted %v, %d records applied", part.Promoted(), fed)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1000, "ms/failover")
+		})
+	}
 }
 
 // benchRepos is how many repositories the checkpoint benchmarks' state
