@@ -141,7 +141,7 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 	if err != nil {
 		return nil, err
 	}
-	placeStandbys(next, fleet, DefaultSettings, nil)
+	placeStandbys(next, standbyClasses, fleet, DefaultSettings, nil)
 	if opts.Canary != nil && prev == nil {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: a canary stages a change of a published map; publish the first map plainly", op)
 	}

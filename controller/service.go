@@ -441,7 +441,7 @@ func (s *Service) publishMoves(ctx context.Context, o Observed, moves []authorit
 	for _, h := range moves {
 		delete(skip, h.Partition)
 	}
-	placeStandbys(next, o, s.Settings, skip)
+	placeStandbys(next, standbyClasses, o, s.Settings, skip)
 	next.Version = o.Map.Version + 1
 	next.GeneratedAt = time.Now().UTC().Truncate(time.Millisecond)
 	leases := make([]authority.LeaseRecord, 0, len(o.Leases))

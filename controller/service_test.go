@@ -235,6 +235,11 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 	if m.Partition(part).Epoch != from+1 {
 		t.Fatalf("R16: the map's epoch %d, the lease's %d", m.Partition(part).Epoch, from+1)
 	}
+	// b was its standby and is its primary now; a drains: no standby is
+	// left to place (R114: fewer, reported).
+	if ss := m.Partition(part).Standbys; len(ss) != 0 {
+		t.Fatalf("standbys after the drain: %+v", ss)
+	}
 	f.tick(t, "a")
 	if next := f.keepers["a"].Successor(part); next != nil {
 		t.Fatalf("the map names b: no successor left to announce, got %+v", next)

@@ -24,19 +24,16 @@ import (
 // stable: a standby still eligible and still valid stays, so a map
 // changes only where one has to.
 
-// classes are the partition classes the controller places standbys for,
-// by the class name a map gives them ("" is the standard class, as
+// classTable maps the class names a map gives partitions to the classes
+// the controller places standbys for ("" is the standard class, as
 // fits() reads it). A class not listed is not the controller's to place:
 // its standbys are left as published.
-var classes = map[string]partstate.Class{
+type classTable map[string]partstate.Class
+
+// standbyClasses are Blobplane's; it has one, partstate.QuotaClass.
+var standbyClasses = classTable{
 	"":                        partstate.QuotaClass,
 	partstate.QuotaClass.Name: partstate.QuotaClass,
-}
-
-// classFor is the declaration of the class a map names.
-func classFor(name string) (partstate.Class, bool) {
-	c, ok := classes[name]
-	return c, ok
 }
 
 // placeStandbys sets the standbys of every partition of m but those in
@@ -47,20 +44,23 @@ func classFor(name string) (partstate.Class, bool) {
 // (spread, where possible), in the primary's datacenter (a failover to
 // the standby keeps the home near its writers: partstate.QuotaClass),
 // holding the fewest standby assignments, then the fewest primaries,
-// then by id. Pure and deterministic: partitions in map order.
+// then by id from the primary's on, wrapping around (a ring, as
+// authority.EvenSplit places standbys: equal nodes share the standbys
+// evenly, a,b,c homing one each get b,c,a rather than b,a,a). Pure and
+// deterministic: partitions kept in map order, filled in fillOrder.
 //
 // A standby placed here is published SYNCING with lag 0: the map says
 // where a standby is, not how far it is; its live lag is in
 // partition_standbys (store.StandbyReports) and the standby's metrics
 // (R64: lag is a metric, not an inference).
-func placeStandbys(m *authority.Map, o Observed, s Settings, skip map[string]bool) {
+func placeStandbys(m *authority.Map, classes classTable, o Observed, s Settings, skip map[string]bool) {
 	cands := standbyCandidates(o, s)
 	load := standbyLoad{standbys: map[string]int{}, primaries: map[string]int{}}
 	managed := make([]bool, len(m.Partitions))
 	for i := range m.Partitions {
 		p := &m.Partitions[i]
 		load.primaries[p.Primary.Node]++
-		if cl, ok := classFor(p.Class); ok && !skip[p.ID] {
+		if cl, ok := classes[p.Class]; ok && !skip[p.ID] {
 			managed[i] = true
 			p.Standbys = keepStandbys(*p, cl, o, cands)
 		}
@@ -68,12 +68,34 @@ func placeStandbys(m *authority.Map, o Observed, s Settings, skip map[string]boo
 			load.standbys[sb.Node]++
 		}
 	}
-	for i := range m.Partitions {
+	for _, i := range fillOrder(m, managed) {
+		fillStandbys(&m.Partitions[i], classes[m.Partitions[i].Class], o, cands, &load)
+	}
+}
+
+// fillOrder is the order placeStandbys fills the managed partitions of m
+// in: round-robin over their primaries — each primary's first partition
+// (in map order), by primary id, then each one's second — so the
+// greedy choice spreads standbys evenly rather than piling them on
+// whichever node the map's order happens to leave for last.
+func fillOrder(m *authority.Map, managed []bool) []int {
+	rank := map[string]int{}
+	type slot struct{ i, rank int }
+	var order []slot
+	for i, p := range m.Partitions {
 		if managed[i] {
-			cl, _ := classFor(m.Partitions[i].Class)
-			fillStandbys(&m.Partitions[i], cl, o, cands, &load)
+			order = append(order, slot{i, rank[p.Primary.Node]})
+			rank[p.Primary.Node]++
 		}
 	}
+	slices.SortStableFunc(order, func(a, b slot) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(m.Partitions[a.i].Primary.Node, m.Partitions[b.i].Primary.Node))
+	})
+	out := make([]int, len(order))
+	for k, s := range order {
+		out[k] = s.i
+	}
+	return out
 }
 
 // standbyLoad is what placeStandbys balances: each node's standby
@@ -137,6 +159,7 @@ func fillStandbys(p *authority.Partition, cl partstate.Class, o Observed, cands 
 				preferTrue(a.Datacenter == homeDC, b.Datacenter == homeDC),
 				cmp.Compare(load.standbys[a.ID], load.standbys[b.ID]),
 				cmp.Compare(load.primaries[a.ID], load.primaries[b.ID]),
+				preferTrue(a.ID > p.Primary.Node, b.ID > p.Primary.Node),
 				cmp.Compare(a.ID, b.ID))
 		})
 		p.Standbys = append(p.Standbys, authority.Standby{Node: best.ID, Endpoint: Endpoint(best.Endpoint), State: authority.StandbySyncing})
@@ -190,8 +213,9 @@ func sameStandbys(a, b *authority.Map) bool {
 
 // syncedStandby: node is one of part's standbys in the map and its last
 // report says it is synced (store.StandbyReport.Synced) at the epoch the
-// partition's primary holds — the map's, or the lease store's when
-// higher (a map names no epoch below the lease's once published, R16). A
+// partition's journal is sequenced under (R72): the map's, raised to the
+// lease store's as the next map will be (raiseEpochs, R16) — a first
+// map says 0 while its primaries write under the epoch they claimed. A
 // failover or drain to it catches up by its lag rather than restoring
 // from the last checkpoint (R73).
 func syncedStandby(o Observed, part authority.Partition, node string) bool {
@@ -218,7 +242,7 @@ func (s *Service) republishStandbys(ctx context.Context, o Observed) (bool, erro
 	}
 	next := o.Map.Clone()
 	next.Signature = nil
-	placeStandbys(next, o, s.Settings, movingPartitions(o.Active))
+	placeStandbys(next, standbyClasses, o, s.Settings, movingPartitions(o.Active))
 	if sameStandbys(o.Map, next) {
 		return false, nil
 	}
