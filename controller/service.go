@@ -23,9 +23,10 @@ import (
 // and each round (A.8) reads the observed state, carries the moves in
 // flight forward — publishing a map naming every target that reported
 // ready (R79), aborting what missed its deadline before the seal (R75,
-// R82) — then plans and starts new moves: handoffs off draining nodes,
-// recoveries of leases that expired on gone nodes, adoptions of forced
-// takeovers. No operator is needed for a node that dies or stops.
+// R82) — then places standbys again (republishStandbys: R60, R61), then
+// plans and starts new moves: handoffs off draining nodes, recoveries of
+// leases that expired on gone nodes, adoptions of forced takeovers. No
+// operator is needed for a node that dies or stops.
 type Service struct {
 	Store    *store.Store
 	Signer   authority.Signer
