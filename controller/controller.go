@@ -47,6 +47,12 @@ type Store interface {
 	// Leases returns the lease records, so published epochs never fall
 	// below the lease store's (R16) and `show` can print ownership.
 	Leases(ctx context.Context) ([]authority.LeaseRecord, error)
+	// PlacementNodes and PresentNodes are the api nodes with their
+	// heartbeats and presence, on the database clock: the standbys a
+	// map names are chosen among the eligible ones (R60, R61), as the
+	// service chooses them.
+	PlacementNodes(ctx context.Context) ([]store.PlacementNode, error)
+	PresentNodes(ctx context.Context) (store.NodePresence, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -94,7 +100,9 @@ type PublishOptions struct {
 //   - a later map keeps every partition id, range and generation (R13) and
 //     re-places only partitions whose primary is no longer an up api node,
 //     round-robin over the others; each epoch is the highest of the
-//     published one and the lease store's (R16).
+//     published one and the lease store's (R16);
+//   - either way each partition names its class's standbys among the
+//     eligible api nodes (placeStandbys; R60, R61).
 //
 // The result is validated (R5), checked against the published map's
 // successor rules (R6, R16), signed with signer (R10), and stored with the
@@ -129,6 +137,11 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 		return nil, err
 	}
 	raiseEpochs(next, leases)
+	fleet, err := observeFleet(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	placeStandbys(next, standbyClasses, fleet, DefaultSettings, nil)
 	if opts.Canary != nil && prev == nil {
 		return nil, blobplane.Errorf(blobplane.CodeInvalid, "%s: a canary stages a change of a published map; publish the first map plainly", op)
 	}
@@ -136,6 +149,25 @@ func Publish(ctx context.Context, st Store, signer authority.Signer, opts Publis
 		return nil, err
 	}
 	return next, nil
+}
+
+// observeFleet is the part of a round's observation standby placement
+// reads: the api nodes and their presence.
+func observeFleet(ctx context.Context, st Store) (Observed, error) {
+	o := Observed{Nodes: map[string]store.PlacementNode{}}
+	nodes, err := st.PlacementNodes(ctx)
+	if err != nil {
+		return o, err
+	}
+	for _, n := range nodes {
+		o.Nodes[n.ID] = n
+	}
+	pres, err := st.PresentNodes(ctx)
+	if err != nil {
+		return o, err
+	}
+	o.Present, o.Now = pres.Present, pres.Now
+	return o, nil
 }
 
 // publishNext checks next against prev (checkSuccessor), signs it with its

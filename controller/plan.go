@@ -135,6 +135,10 @@ type Observed struct {
 	// LastMoved is when each partition recently moved (its latest
 	// handoff's creation), for balance's cooldown.
 	LastMoved map[string]time.Time
+	// Standbys are the standbys' last reports, by partition
+	// (store.StandbyReports): a move's target is its synced standby
+	// when it has one (R73).
+	Standbys map[string][]store.StandbyReport
 }
 
 // Move is one planned move of a partition.
@@ -423,42 +427,42 @@ func brake(o Observed, s Settings, c *counts, m *Move, apply map[string]bool, ov
 		}
 		return ""
 	}
-	class := partitionClass(o, m.Partition)
-	to, ok := target(o, s, c, m.From, class)
+	part := o.Map.Partition(m.Partition)
+	to, ok := target(o, s, c, m.From, *part)
 	if !ok {
-		return fmt.Sprintf("no target: no other api node of class %s is connected, fresh, not draining, below its capacity budget and its move limit", class)
+		return fmt.Sprintf("no target: no other api node of class %s is connected, fresh, not draining, below its capacity budget and its move limit", part.Class)
 	}
 	m.To, m.ToEndpoint = to.ID, Endpoint(to.Endpoint)
+	if syncedStandby(o, *part, to.ID) {
+		m.Reason += "; to its synced standby " + to.ID
+	}
 	return ""
 }
 
-// target chooses where a partition of class, homed on from, goes: a
-// present, fresh, up, non-draining api node other than from, of that
-// class with room in its capacity budget (R112: constraints first), below
-// its move limit; the same datacenter as from first, then the least
-// loaded, then by id.
-func target(o Observed, s Settings, c *counts, from, class string) (store.PlacementNode, bool) {
+// target chooses where part, homed on from, goes: a present, fresh, up,
+// non-draining api node other than from, of its class with room in its
+// capacity budget (R112: constraints first), below its move limit; its
+// synced standby first (syncedStandby: it takes over by catching up its
+// lag, R73), then the same datacenter as from, then the least loaded,
+// then by id.
+func target(o Observed, s Settings, c *counts, from string, part authority.Partition) (store.PlacementNode, bool) {
 	dc := o.Nodes[from].Datacenter
 	var cands []store.PlacementNode
+	synced := map[string]bool{}
 	for _, n := range o.Nodes {
-		if n.ID == from || !eligible(o, s, n) || !fits(c, n, class) || c.busy[n.ID] >= s.MaxPerNode {
+		if n.ID == from || !eligible(o, s, n) || !fits(c, n, part.Class) || c.busy[n.ID] >= s.MaxPerNode {
 			continue
 		}
 		cands = append(cands, n)
+		synced[n.ID] = syncedStandby(o, part, n.ID)
 	}
 	if len(cands) == 0 {
 		return store.PlacementNode{}, false
 	}
-	slices.SortFunc(cands, func(a, b store.PlacementNode) int {
-		if (a.Datacenter == dc) != (b.Datacenter == dc) {
-			if a.Datacenter == dc {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Or(cmp.Compare(c.load[a.ID], c.load[b.ID]), cmp.Compare(a.ID, b.ID))
-	})
-	return cands[0], true
+	return slices.MinFunc(cands, func(a, b store.PlacementNode) int {
+		return cmp.Or(preferTrue(synced[a.ID], synced[b.ID]), preferTrue(a.Datacenter == dc, b.Datacenter == dc),
+			cmp.Compare(c.load[a.ID], c.load[b.ID]), cmp.Compare(a.ID, b.ID))
+	}), true
 }
 
 // PartitionEstimate is each partition's capacity estimate in a node's
@@ -476,14 +480,6 @@ func fits(c *counts, n store.PlacementNode, class string) bool {
 		return false
 	}
 	return n.Capacity <= 0 || (c.load[n.ID]+1)*PartitionEstimate <= n.Capacity
-}
-
-// partitionClass is the class the map declares for partition.
-func partitionClass(o Observed, partition string) string {
-	if p := o.Map.Partition(partition); p != nil {
-		return p.Class
-	}
-	return ""
 }
 
 func slotCount(p authority.Partition) uint64 {

@@ -102,8 +102,9 @@ func Retired(ctx context.Context, st *store.Store, node string) (bool, error) {
 const TriggerExercise = "exercise"
 
 // Exercise deliberately moves one partition — partition, or when "" the
-// one moved least recently — by a live handoff to the least loaded other
-// eligible node, its datacenter first (R136: the move path exercised in
+// one moved least recently — by a live handoff to the node a drain would
+// choose (target: its synced standby first, then the least loaded other
+// eligible node, its datacenter first) (R136: the move path exercised in
 // production on a schedule; its measured duration feeds `--lead auto`,
 // R128). It honours the freeze and refuses while other moves are in
 // flight, so an exercise never competes with a real move.
@@ -144,13 +145,16 @@ func (s *Service) Exercise(ctx context.Context, partition, by, reason string) (M
 		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "no partition is served by its primary now")
 	}
 	c := newCounts(o)
-	to, ok := target(o, s.Settings, c, pick.Primary.Node, pick.Class)
+	to, ok := target(o, s.Settings, c, pick.Primary.Node, *pick)
 	if !ok {
 		return Move{}, blobplane.Errorf(blobplane.CodeConflict, "no other api node can take %s", pick.ID)
 	}
 	m := Move{Partition: pick.ID, Trigger: TriggerExercise, Kind: authority.KindHandoff, From: pick.Primary.Node,
 		FromEpoch: o.Leases[pick.ID].Epoch, To: to.ID, ToEndpoint: Endpoint(to.Endpoint), Slots: slotCount(*pick),
 		Reason: fmt.Sprintf("exercise by %s: %s", by, reason)}
+	if syncedStandby(o, *pick, to.ID) {
+		m.Reason += "; to its synced standby " + to.ID
+	}
 	p := Plan{MapVersion: o.Map.Version, Moves: []Move{m}, MovedSlots: m.Slots, TotalSlots: authority.SlotCount(o.Map.SlotBits)}
 	_, err = s.start(ctx, p, Override{}, by)
 	return m, err

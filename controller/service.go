@@ -23,9 +23,10 @@ import (
 // and each round (A.8) reads the observed state, carries the moves in
 // flight forward — publishing a map naming every target that reported
 // ready (R79), aborting what missed its deadline before the seal (R75,
-// R82) — then plans and starts new moves: handoffs off draining nodes,
-// recoveries of leases that expired on gone nodes, adoptions of forced
-// takeovers. No operator is needed for a node that dies or stops.
+// R82) — then places standbys again (republishStandbys: R60, R61), then
+// plans and starts new moves: handoffs off draining nodes, recoveries of
+// leases that expired on gone nodes, adoptions of forced takeovers. No
+// operator is needed for a node that dies or stops.
 type Service struct {
 	Store    *store.Store
 	Signer   authority.Signer
@@ -110,7 +111,7 @@ func (s *Service) metrics() *Metrics {
 // Observe reads the state a round works from (A.8 step 1).
 func (s *Service) Observe(ctx context.Context) (Observed, error) {
 	st := s.Store
-	o := Observed{Leases: map[string]authority.LeaseRecord{}, Nodes: map[string]store.PlacementNode{}}
+	o := Observed{Leases: map[string]authority.LeaseRecord{}}
 	m, err := st.LatestMap(ctx)
 	if err != nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
 		return o, err
@@ -123,23 +124,24 @@ func (s *Service) Observe(ctx context.Context) (Observed, error) {
 	for _, l := range leases {
 		o.Leases[l.Partition] = l
 	}
-	nodes, err := st.PlacementNodes(ctx)
+	fleet, err := observeFleet(ctx, st)
 	if err != nil {
 		return o, err
 	}
-	for _, n := range nodes {
-		o.Nodes[n.ID] = n
-	}
-	pres, err := st.PresentNodes(ctx)
-	if err != nil {
-		return o, err
-	}
-	o.Present, o.Now = pres.Present, pres.Now
+	o.Nodes, o.Present, o.Now = fleet.Nodes, fleet.Present, fleet.Now
 	if o.Active, err = st.ActiveHandoffs(ctx); err != nil {
 		return o, err
 	}
 	if o.Frozen, err = st.Frozen(ctx); err != nil {
 		return o, err
+	}
+	reports, err := st.StandbyReports(ctx)
+	if err != nil {
+		return o, err
+	}
+	o.Standbys = map[string][]store.StandbyReport{}
+	for _, r := range reports {
+		o.Standbys[r.Partition] = append(o.Standbys[r.Partition], r)
 	}
 	if m != nil {
 		// Enough history for every partition's latest move in the usual
@@ -196,6 +198,17 @@ func (s *Service) Round(ctx context.Context, apply map[string]bool, ov Override)
 	}
 	changed, err := s.progress(ctx, o)
 	if err != nil {
+		return Plan{}, err
+	}
+	if changed {
+		if o, err = s.Observe(ctx); err != nil {
+			return Plan{}, err
+		}
+	}
+	// Standbys follow the fleet (R60, R61): a map whose only change is
+	// them, when a standby's node left or a partition short of standbys
+	// can have one.
+	if changed, err = s.republishStandbys(ctx, o); err != nil {
 		return Plan{}, err
 	}
 	if changed {
@@ -421,6 +434,15 @@ func (s *Service) publishMoves(ctx context.Context, o Observed, moves []authorit
 	for _, a := range adopt {
 		setPrimary(next, a.Partition, a.To, a.Endpoint)
 	}
+	// Standbys follow the new primaries (R60, R61): a standby promoted
+	// stops being one, a gone old primary is never one, the children of
+	// a split or merge get theirs; partitions whose moves are still in
+	// flight keep theirs.
+	skip := movingPartitions(o.Active)
+	for _, h := range moves {
+		delete(skip, h.Partition)
+	}
+	placeStandbys(next, standbyClasses, o, s.Settings, skip)
 	next.Version = o.Map.Version + 1
 	next.GeneratedAt = time.Now().UTC().Truncate(time.Millisecond)
 	leases := make([]authority.LeaseRecord, 0, len(o.Leases))

@@ -170,6 +170,11 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 	if _, err := f.keepers["a"].Admit(part, from); err != nil {
 		t.Fatalf("before the seal a must serve: %v", err)
 	}
+	// The round published one map, for b's partition's standby on the
+	// draining a (R60), naming no new primary.
+	if primary, v := f.primaryOf(t, part); primary != "a" || v != 2 {
+		t.Fatalf("after the first round: map v%d names %s", v, primary)
+	}
 
 	f.tick(t, "b") // target: synced
 	if h := f.handoff(t, part); h.State != authority.HandoffSynced {
@@ -203,7 +208,7 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 
 	// R79: no map names b before b reports ready.
 	f.round(t)
-	if primary, v := f.primaryOf(t, part); primary != "a" || v != 1 {
+	if primary, v := f.primaryOf(t, part); primary != "a" || v != 2 {
 		t.Fatalf("map v%d names %s before the target is ready", v, primary)
 	}
 	f.tick(t, "b") // target: claims the sealed lease at epoch + 1, serves, reports ready
@@ -216,11 +221,11 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 	}
 	f.round(t)
 	primary, v := f.primaryOf(t, part)
-	if primary != "b" || v != 2 {
+	if primary != "b" || v != 3 {
 		t.Fatalf("after ready: map v%d names %s", v, primary)
 	}
 	h = f.handoff(t, part)
-	if h.State != authority.HandoffPublished || h.MapVersion != 2 || h.Unavailable() <= 0 {
+	if h.State != authority.HandoffPublished || h.MapVersion != 3 || h.Unavailable() <= 0 {
 		t.Fatalf("published handoff %+v (unavailable %s)", h, h.Unavailable())
 	}
 	if n := testutil.CollectAndCount(f.svc.Metrics.Registry, "blobplane_partition_unavailability_seconds"); n != 1 {
@@ -229,6 +234,11 @@ func TestDrainHandsOffLiveAndPublishesOnlyWhenReady(t *testing.T) {
 	m, _ := f.st.LatestMap(ctx)
 	if m.Partition(part).Epoch != from+1 {
 		t.Fatalf("R16: the map's epoch %d, the lease's %d", m.Partition(part).Epoch, from+1)
+	}
+	// b was its standby and is its primary now; a drains: no standby is
+	// left to place (R114: fewer, reported).
+	if ss := m.Partition(part).Standbys; len(ss) != 0 {
+		t.Fatalf("standbys after the drain: %+v", ss)
 	}
 	f.tick(t, "a")
 	if next := f.keepers["a"].Successor(part); next != nil {
@@ -310,7 +320,9 @@ func TestHandoffAbortsBeforeTheSeal(t *testing.T) {
 	if rec.OwnerNode != "a" || rec.Epoch != from || rec.State != authority.PrimaryServing {
 		t.Fatalf("R75: lease after the abort %+v", rec)
 	}
-	if primary, v := f.primaryOf(t, part); primary != "a" || v != 1 {
+	// v2 is the first round's: b's partition lost its standby on the
+	// draining a (R60); nothing published since.
+	if primary, v := f.primaryOf(t, part); primary != "a" || v != 2 {
 		t.Fatalf("R75: map v%d names %s", v, primary)
 	}
 	// a still drains: the next round starts a new handoff (A.8 step 6:

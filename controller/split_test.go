@@ -82,6 +82,9 @@ func TestSplitThenMergeNeverServesASlotTwice(t *testing.T) {
 		if p == nil || p.Epoch != epoch+1 || p.Primary.Node != "a" || len(p.Parents) != 1 {
 			t.Fatalf("child %s in the map: %+v", c.ID, p)
 		}
+		if len(p.Standbys) != 1 || p.Standbys[0].Node != "b" { // R60, R61: a child has its class's standby too
+			t.Fatalf("child %s's standbys %+v, want b", c.ID, p.Standbys)
+		}
 		for _, r := range p.Slots {
 			slots += uint64(r.High-r.Low) + 1
 		}
@@ -120,6 +123,9 @@ func TestSplitThenMergeNeverServesASlotTwice(t *testing.T) {
 	merged := m3.Partition(mh.Children[0].ID)
 	if m3.Version != 3 || len(m3.Partitions) != 2 || merged == nil || merged.Epoch != epoch+2 || merged.Generation != pp.Generation+2 {
 		t.Fatalf("after the merge: %+v", m3)
+	}
+	if len(merged.Standbys) != 1 || merged.Standbys[0].Node != "b" {
+		t.Fatalf("the merged child's standbys %+v, want b", merged.Standbys)
 	}
 	if len(merged.Slots) != 1 || merged.Slots[0] != pp.Slots[0] {
 		t.Fatalf("the merged child's slots %v, the first parent's %v", merged.Slots, pp.Slots)
