@@ -399,23 +399,23 @@ func (a *Authority) standbyView(ctx context.Context) (standbyView, error) {
 	return v, nil
 }
 
-// health measures p (R60, R62); a class this release does not know is
-// reported as such, never healthy.
-func (v standbyView) health(p *authority.Partition) partstate.StandbyHealth {
+// health measures p, whose primary holds epoch (R60, R62); a class this
+// release does not know is reported as such, never healthy.
+func (v standbyView) health(p *authority.Partition, epoch uint64) partstate.StandbyHealth {
 	c, ok := partstate.ClassNamed(p.Class)
 	if !ok {
 		return partstate.StandbyHealth{Problem: "class " + p.Class + " is not one this release knows"}
 	}
-	return partstate.CheckStandbys(c, p, v.reports, func(n string) string { return v.datacenter[n] })
+	return partstate.CheckStandbys(c, p, epoch, v.reports, func(n string) string { return v.datacenter[n] })
 }
 
-func (v standbyView) statuses(p *authority.Partition) []StandbyStatus {
+func (v standbyView) statuses(p *authority.Partition, epoch uint64) []StandbyStatus {
 	out := make([]StandbyStatus, 0, len(p.Standbys))
 	for _, s := range p.Standbys {
 		st := StandbyStatus{Node: s.Node, CaughtUpSecondsAgo: -1}
 		for _, r := range v.reports {
 			if r.Partition == p.ID && r.Node == s.Node {
-				st = StandbyStatus{Node: s.Node, Reported: true, Synced: r.Synced(p.Epoch), Epoch: r.Epoch, AppliedLSN: r.AppliedLSN, LagRecords: r.Lag(),
+				st = StandbyStatus{Node: s.Node, Reported: true, Synced: r.Synced(epoch), Epoch: r.Epoch, AppliedLSN: r.AppliedLSN, LagRecords: r.Lag(),
 					ReportedSecondsAgo: r.ReportedAgo.Seconds(), CaughtUpSecondsAgo: r.CaughtUpAgo.Seconds()}
 				if r.CaughtUpAgo < 0 {
 					st.CaughtUpSecondsAgo = -1
@@ -516,7 +516,10 @@ func (a *Authority) partitions(ctx context.Context) (map[string]any, error) {
 		w := work[p.ID]
 		ps.PendingPublications, ps.OldestPendingSeconds = w.Count, w.OldestAge.Seconds()
 		ps.Activity = activity(ps.Owned && ps.State == string(authority.PrimaryServing), w)
-		ps.Standbys, ps.Health = sv.statuses(p), sv.health(p)
+		// A map's epoch may lag the lease store's (R16): the primary's
+		// is the higher.
+		epoch := max(p.Epoch, byID[p.ID].Epoch)
+		ps.Standbys, ps.Health = sv.statuses(p, epoch), sv.health(p, epoch)
 		ps.Healthy = ps.Health.Healthy()
 		rows = append(rows, ps)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/store"
 )
 
 // NodeReports is what the authority alarms read besides the map and the
@@ -117,7 +118,7 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 	}
 	ch <- prometheus.MustNewConstMetric(c.stalled, prometheus.GaugeValue, float64(stalled))
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(total))
-	if err := c.collectHealth(ctx, ch, m); err != nil {
+	if err := c.collectHealth(ctx, ch, m, leases); err != nil {
 		return err
 	}
 
@@ -144,14 +145,19 @@ func (c *authorityCollector) collect(ctx context.Context, ch chan<- prometheus.M
 
 // collectHealth exports how many partitions of m miss their class's
 // standby requirements, by reason (R60, R62); both reasons always appear.
-func (c *authorityCollector) collectHealth(ctx context.Context, ch chan<- prometheus.Metric, m *authority.Map) error {
+func (c *authorityCollector) collectHealth(ctx context.Context, ch chan<- prometheus.Metric, m *authority.Map, leases []store.LeaseStatus) error {
 	sv, err := c.a.standbyView(ctx)
 	if err != nil {
 		return err
 	}
+	epochs := map[string]uint64{}
+	for _, l := range leases {
+		epochs[l.Partition] = l.Epoch
+	}
 	counts := map[string]int{"standbys": 0, "diversity": 0}
 	for i := range m.Partitions {
-		if h := sv.health(&m.Partitions[i]); !h.Healthy() {
+		p := &m.Partitions[i]
+		if h := sv.health(p, max(p.Epoch, epochs[p.ID])); !h.Healthy() {
 			counts[h.Reason()]++
 		}
 	}

@@ -55,9 +55,11 @@ func (h StandbyHealth) Reason() string {
 }
 
 // CheckStandbys measures p's standbys against c from their last reports
-// (any order, any partitions); datacenter names a node's datacenter (for
+// (any order, any partitions): a standby counts when synced at epoch, the
+// one its primary holds (the map's, raised to the lease store's: a map's
+// epoch may lag it, R16). datacenter names a node's datacenter (for
 // DiversityDatacenter).
-func CheckStandbys(c Class, p *authority.Partition, reports []store.StandbyReport, datacenter func(node string) string) StandbyHealth {
+func CheckStandbys(c Class, p *authority.Partition, epoch uint64, reports []store.StandbyReport, datacenter func(node string) string) StandbyHealth {
 	h := StandbyHealth{Required: c.Standbys}
 	primary := c.Diversity.Domain(p.Primary.Node, datacenter(p.Primary.Node))
 	for _, s := range p.Standbys {
@@ -68,7 +70,7 @@ func CheckStandbys(c Class, p *authority.Partition, reports []store.StandbyRepor
 		synced := false
 		for _, r := range reports {
 			if r.Partition == p.ID && r.Node == s.Node {
-				synced = r.Synced(p.Epoch)
+				synced = r.Synced(epoch)
 			}
 		}
 		if !synced {

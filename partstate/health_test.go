@@ -53,7 +53,7 @@ func TestStandbyHealth(t *testing.T) {
 		"another datacenter":         {byDC, part("api-3"), []store.StandbyReport{synced("api-3")}, "", ""},
 		"none required, none placed": {partstate.Class{Diversity: partstate.DiversityNone}, part(), nil, "", ""},
 	} {
-		h := partstate.CheckStandbys(tc.class, tc.p, tc.reports, datacenter)
+		h := partstate.CheckStandbys(tc.class, tc.p, tc.p.Epoch, tc.reports, datacenter)
 		if h.Reason() != tc.reason || h.Healthy() != (tc.reason == "") || !strings.Contains(h.Problem, tc.problem) {
 			t.Errorf("%s: %+v, want reason %q and a problem saying %q", name, h, tc.reason, tc.problem)
 		}

@@ -74,14 +74,15 @@ type follower struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu    sync.Mutex
-	epoch uint64     // the primary's, as the map says
-	p     *Partition // nil until loaded
+	mu      sync.Mutex
+	primary string     // the partition's primary, as the map names it
+	epoch   uint64     // the epoch it holds, as the lease store said at the last round
+	p       *Partition // nil until loaded
 	// caughtUp is when a round last applied everything sequenced (this
-	// node's clock); stopped says why it stopped consuming ("" while it
+	// node's clock); stop says why it stopped consuming ("" while it
 	// follows).
 	caughtUp time.Time
-	stopped  string
+	stop     string
 }
 
 // Run follows the map's standby assignments of this node until ctx ends.
@@ -115,11 +116,11 @@ func (s *Standbys) logger() *slog.Logger {
 	return s.Logger
 }
 
-// assignment is a partition this node should follow.
+// assignment is a partition this node should follow, and its primary.
 type assignment struct {
-	epoch uint64
-	bits  int
-	slots []authority.SlotRange
+	primary string
+	bits    int
+	slots   []authority.SlotRange
 }
 
 // assigned lists the partitions the current map names this node a
@@ -141,7 +142,7 @@ func (s *Standbys) assigned(following func(string) bool) map[string]assignment {
 		if len(p.Slots) == 0 || (s.Primary != nil && s.Primary(p.ID)) {
 			continue
 		}
-		a := assignment{epoch: p.Epoch, bits: m.SlotBits, slots: p.Slots}
+		a := assignment{primary: p.Primary.Node, bits: m.SlotBits, slots: p.Slots}
 		if p.Primary.Node == s.Node {
 			if following(p.ID) {
 				out[p.ID] = a // until the keeper's claim promotes it
@@ -165,9 +166,8 @@ func (s *Standbys) following(partition string) bool {
 }
 
 // reconcile starts a follower for each new assignment, gives a followed
-// partition the map's epoch (a follower stopped on an epoch it did not
-// expect resumes once the map agrees with the journal: R72's
-// re-resolution), and stops the rest.
+// partition the primary the map names now (R72's re-resolution: each
+// round checks the journal against it), and stops the rest.
 func (s *Standbys) reconcile(ctx context.Context) {
 	want := s.assigned(s.following)
 	s.mu.Lock()
@@ -183,11 +183,11 @@ func (s *Standbys) reconcile(ctx context.Context) {
 	}
 	for id, a := range want {
 		if f := s.followers[id]; f != nil {
-			f.resolve(a.epoch)
+			f.resolve(a.primary)
 			continue
 		}
 		fctx, cancel := context.WithCancel(ctx)
-		f := &follower{id: id, bits: a.bits, slots: a.slots, epoch: a.epoch, cancel: cancel, done: make(chan struct{})}
+		f := &follower{id: id, bits: a.bits, slots: a.slots, primary: a.primary, cancel: cancel, done: make(chan struct{})}
 		s.followers[id] = f
 		go s.follow(fctx, f)
 	}
@@ -197,13 +197,11 @@ func (s *Standbys) reconcile(ctx context.Context) {
 	}
 }
 
-// resolve gives f the map's epoch of its partition.
-func (f *follower) resolve(epoch uint64) {
+// resolve gives f the primary the map names for its partition.
+func (f *follower) resolve(primary string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.epoch != epoch {
-		f.epoch, f.stopped = epoch, ""
-	}
+	f.primary = primary
 }
 
 // stop ends f's goroutine and withdraws its report.
@@ -246,30 +244,19 @@ func (s *Standbys) follow(ctx context.Context, f *follower) {
 	}
 }
 
-// round reads the journal's head, checks its epoch (R72), loads the state
-// when the generation is new, applies what was sequenced since the last
-// round, and reports (R64).
+// round checks that the journal is sequenced under the epoch the map's
+// primary holds (R72), loads the state when the generation is new,
+// applies what was sequenced since the last round, and reports (R64).
 func (s *Standbys) round(ctx context.Context, f *follower) {
-	head, err := s.Ledger.JournalHeadOf(ctx, f.id)
-	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
-			s.logger().Warn("standby: read the journal head", "partition", f.id, "err", err)
-		}
+	head, epoch, ok := s.resolve(ctx, f)
+	if !ok {
 		return
 	}
 	f.mu.Lock()
-	epoch, p := f.epoch, f.p
+	p := f.p
 	f.mu.Unlock()
-	if head.Epoch != epoch {
-		// R72: the journal is sequenced under another epoch than the
-		// primary's the map names: stop consuming until the map agrees
-		// (reconcile), never apply what another primary wrote unseen.
-		f.stop(fmt.Sprintf("the journal is sequenced under epoch %d, the map's primary holds %d", head.Epoch, epoch), s.logger())
-		s.Metrics.standbyStopped(f.id, true)
-		return
-	}
-	s.Metrics.standbyStopped(f.id, false)
 	if p == nil || p.Generation() != head.Generation {
+		var err error
 		if p, err = s.load(ctx, f, head); err != nil {
 			if ctx.Err() == nil {
 				s.logger().Warn("standby: load the partition's state", "partition", f.id, "generation", head.Generation, "err", err)
@@ -306,14 +293,57 @@ func (s *Standbys) round(ctx context.Context, f *follower) {
 	}
 }
 
-// stop records why f stopped consuming, logging it once.
-func (f *follower) stop(why string, log *slog.Logger) {
+// resolve reads the partition's lease and journal head and checks them
+// against the primary the map names (R72): the lease store must say that
+// node holds the partition, and the journal must be sequenced under the
+// epoch it holds there. The map's own epoch may lag the lease store's
+// (a first map says 0; the next raises it, R16), so the lease store says
+// which epoch the map's primary holds. On a mismatch the standby stops
+// consuming, every round re-resolving, until they agree again: it never
+// applies what a primary it does not know of sequenced. ok is false when
+// it must not consume.
+func (s *Standbys) resolve(ctx context.Context, f *follower) (store.JournalHead, uint64, bool) {
+	lease, err := s.Ledger.Lease(ctx, f.id)
+	var head store.JournalHead
+	if err == nil {
+		head, err = s.Ledger.JournalHeadOf(ctx, f.id)
+	}
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, &blobplane.Error{Code: blobplane.CodeNotFound}) {
+			s.logger().Warn("standby: read the lease and journal head", "partition", f.id, "err", err)
+		}
+		return head, 0, false
+	}
+	f.mu.Lock()
+	primary := f.primary
+	f.mu.Unlock()
+	why := ""
+	switch {
+	case lease.OwnerNode != primary:
+		why = fmt.Sprintf("the lease store says %s holds it at epoch %d, the map names %s", lease.OwnerNode, lease.Epoch, primary)
+	case head.Epoch != lease.Epoch:
+		why = fmt.Sprintf("the journal is sequenced under epoch %d, its primary %s holds %d", head.Epoch, primary, lease.Epoch)
+	}
+	f.stopped(why, lease.Epoch, s.logger())
+	s.Metrics.standbyStopped(f.id, why != "")
+	return head, lease.Epoch, why == ""
+}
+
+// stopped records why f stops consuming ("" when it consumes), logging
+// each change, and the epoch it follows.
+func (f *follower) stopped(why string, epoch uint64, log *slog.Logger) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped == "" {
-		log.Warn("standby stopped consuming its partition's journal until the map agrees (ZBP-5 R72)", "partition", f.id, "why", why)
+	switch {
+	case why != "" && f.stop == "":
+		log.Warn("standby stopped consuming its partition's journal until its primary is resolved again (ZBP-5 R72)", "partition", f.id, "why", why)
+	case why == "" && f.stop != "":
+		log.Info("standby consumes its partition's journal again", "partition", f.id, "epoch", epoch)
 	}
-	f.stopped = why
+	f.stop = why
+	if why == "" {
+		f.epoch = epoch
+	}
 }
 
 // load restores f's partition read-only at head's generation: the
@@ -376,7 +406,7 @@ func (s *Standbys) Read(partition, repo string, maxStaleness time.Duration) (Sta
 		return StandbyRead{}, ErrNotStandby
 	}
 	f.mu.Lock()
-	p, epoch, caught, stopped := f.p, f.epoch, f.caughtUp, f.stopped
+	p, epoch, caught, stopped := f.p, f.epoch, f.caughtUp, f.stop
 	f.mu.Unlock()
 	if stopped != "" {
 		return StandbyRead{}, blobplane.Errorf(blobplane.CodeUnavailable, "the standby of %s stopped consuming: %s", partition, stopped)

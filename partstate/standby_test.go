@@ -159,8 +159,9 @@ func TestAStandbyFollowsTheJournalAndNeverWrites(t *testing.T) {
 		t.Fatalf("a partition this node does not follow: %v", err)
 	}
 
-	// R72: another primary fences the journal at epoch 5; the map still
-	// says 4. The standby stops consuming, and resumes once the map says 5.
+	// R72: another node takes the lease at epoch 5 and fences the
+	// journal; the map still names api-a. The standby stops consuming,
+	// and resumes once the map names the lease store's holder.
 	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = 5, owner_node = 'api-c' WHERE partition_id = $1`, f.p); err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +169,13 @@ func TestAStandbyFollowsTheJournalAndNeverWrites(t *testing.T) {
 	if err := next.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool {
-		_, err := s.Read(f.p, "team/app", time.Minute)
-		return err != nil && strings.Contains(err.Error(), "stopped consuming")
-	})
+	stoppedBecause := func(why string) func() bool {
+		return func() bool {
+			_, err := s.Read(f.p, "team/app", time.Minute)
+			return err != nil && strings.Contains(err.Error(), "stopped consuming") && strings.Contains(err.Error(), why)
+		}
+	}
+	waitUntil(t, stoppedBecause("the lease store says api-c holds it at epoch 5, the map names api-a"))
 	if v := testutil.ToFloat64(s.Metrics.StandbyStopped(f.p)); v != 1 {
 		t.Fatalf("stopped metric %v", v)
 	}
@@ -180,10 +184,27 @@ func TestAStandbyFollowsTheJournalAndNeverWrites(t *testing.T) {
 		got, err := s.Read(f.p, "team/app", time.Minute)
 		return err == nil && got.Position.Epoch == 5
 	})
+	// The map's primary claims a new epoch and has not fenced the
+	// journal yet: the journal is not under the epoch it holds.
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE leases SET epoch = 6 WHERE partition_id = $1`, f.p); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, stoppedBecause("sequenced under epoch 5, its primary api-c holds 6"))
+	sixth := partstate.New(f.st, f.p, 6, 12, all, nil)
+	if err := sixth.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		got, err := s.Read(f.p, "team/app", time.Minute)
+		return err == nil && got.Position.Epoch == 6
+	})
+	if reports, err := f.st.StandbyReports(ctx); err != nil || len(reports) != 1 || !reports[0].Synced(6) {
+		t.Fatalf("after re-resolving: %+v (%v)", reports, err)
+	}
 
 	// The map stops naming api-b: it stops following and withdraws its
 	// report.
-	maps.publish(f.p, 5, "api-c", "api-d")
+	maps.publish(f.p, 6, "api-c", "api-d")
 	waitUntil(t, func() bool {
 		_, err := s.Read(f.p, "team/app", time.Minute)
 		return errors.Is(err, partstate.ErrNotStandby)

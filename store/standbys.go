@@ -19,7 +19,7 @@ type StandbyReport struct {
 	Node       string
 	Generation int64
 	// Epoch is the epoch the standby verified the journal is sequenced
-	// under (R72).
+	// under (R72): the one the lease store says the map's primary holds.
 	Epoch uint64
 	// AppliedLSN is the last LSN its state applied; HeadLSN the last the
 	// journal had sequenced when it read it.

@@ -20,7 +20,7 @@ COMMENT ON TABLE partition_standbys IS 'What each standby of a partition last re
 COMMENT ON COLUMN partition_standbys.partition_id IS 'The partition followed.';
 COMMENT ON COLUMN partition_standbys.node_id IS 'The standby node (nodes.node_id).';
 COMMENT ON COLUMN partition_standbys.generation IS 'The journal generation the standby follows (a restarted journal is followed from its start).';
-COMMENT ON COLUMN partition_standbys.epoch IS 'The epoch the standby verified the journal is sequenced under (R72): the map''s epoch of the partition.';
+COMMENT ON COLUMN partition_standbys.epoch IS 'The epoch the standby verified the journal is sequenced under (R72): the one the lease store says the map''s primary holds.';
 COMMENT ON COLUMN partition_standbys.applied_lsn IS 'The last LSN the standby''s state applied (R64).';
 COMMENT ON COLUMN partition_standbys.head_lsn IS 'The last LSN the journal had sequenced when the standby read it: head_lsn - applied_lsn is its lag in records.';
 COMMENT ON COLUMN partition_standbys.caught_up_at IS 'When the standby last applied everything sequenced (database clock); NULL: never since it started following.';

@@ -500,7 +500,7 @@ type PartitionStandby struct {
 	NodeID string
 	// The journal generation the standby follows (a restarted journal is followed from its start).
 	Generation int64
-	// The epoch the standby verified the journal is sequenced under (R72): the map's epoch of the partition.
+	// The epoch the standby verified the journal is sequenced under (R72): the one the lease store says the map's primary holds.
 	Epoch int64
 	// The last LSN the standby's state applied (R64).
 	AppliedLsn int64
