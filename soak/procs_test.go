@@ -214,6 +214,26 @@ func (p *proc) tail(n int) string {
 	return string(kept[max(0, len(kept)-n):])
 }
 
+// count is how many lines of p's log, across its starts, contain every
+// one of subs.
+func (p *proc) count(subs ...string) int {
+	b, err := os.ReadFile(p.logf.Name())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		all := true
+		for _, sub := range subs {
+			all = all && bytes.Contains(line, []byte(sub))
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
 // waitHTTP polls url until it answers 200 (with the bearer token, when
 // set), p exits, or within passes.
 func waitHTTP(ctx context.Context, p *proc, hc *http.Client, url, token string, within time.Duration) error {

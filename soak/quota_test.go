@@ -328,6 +328,17 @@ func TestQuotasHoldThroughMoves(t *testing.T) {
 	t.Logf("quotas: the tenant quota/ peaked at %d bytes of %d, ends at %+v", tenantPeak, tenantBytes, sum)
 	checkJournal(t, journalRows, repos, final)
 	checkHomesState(t, c, repos)
+	// ZBP-5 R73: the moves went to synced standbys, whose state the new
+	// homes started from.
+	restores, promoted := 0, 0
+	for _, node := range c.nodeIDs() {
+		restores += c.apis[node].count(`"msg":"partition state restored"`)
+		promoted += c.apis[node].count(`"msg":"partition state restored"`, `"from_standby":true`)
+	}
+	t.Logf("quotas: %d partition restores, %d of them from a standby", restores, promoted)
+	if promoted == 0 {
+		t.Errorf("no home restored from its standby across a kill -9 and a drain (ZBP-5 R73)")
+	}
 	checkRate(t, c, perNode["api-1"][0])
 }
 
