@@ -111,6 +111,8 @@ func TestRulesAndDashboardUseExposedMetrics(t *testing.T) {
 		"BlobplaneHigh5xxRate": "blobplane_http_requests_total", "BlobplanePartitionStateQuarantine": "blobplane_partition_state_quarantined_records",
 		"BlobplanePartitionStateReplayDiffers": "blobplane_partition_state_replay_checks_total",
 		"BlobplanePartitionArchiveUnreclaimed": "blobplane_partition_state_unreachable_objects",
+		"BlobplanePartitionsWithoutStandby":    "blobplane_unhealthy_partitions", "BlobplaneStandbyDiversity": "blobplane_unhealthy_partitions",
+		"BlobplaneStandbyStopped": "blobplane_partition_standby_stopped",
 	} {
 		if !strings.Contains(alerts[alert], metric) {
 			t.Errorf("no alert %s on %s", alert, metric)
