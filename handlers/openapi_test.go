@@ -14,6 +14,7 @@ import (
 	"github.com/blobplane/blobplane/backend"
 	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/handlers"
+	"github.com/blobplane/blobplane/partstate"
 	"github.com/blobplane/blobplane/upload"
 )
 
@@ -26,7 +27,8 @@ func TestOpenAPIMatchesTheRouter(t *testing.T) {
 	// Every optional part mounted, as the api mounts it.
 	r := handlers.NewRouter(handlers.Deps{Auth: st, Repositories: st, Placements: st, Cluster: &controller.Admin{Store: st},
 		Authority: &handlers.Authority{NodeID: "n", Keeper: noKeeper{}, Maps: st, Reports: st},
-		OCI:       &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1", Home: home}}})
+		OCI:       &handlers.OCI{Store: st, Config: upload.Config{Backends: map[string]backend.Backend{"fs": be}, Backend: "fs", Datacenter: "eu-1", Home: home}},
+		State:     &handlers.PartitionState{Homes: &partstate.Homes{}}})
 
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
