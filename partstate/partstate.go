@@ -145,7 +145,8 @@ func (p *Partition) Restore(ctx context.Context) error {
 	p.mu.Lock()
 	p.status = Serving
 	p.mu.Unlock()
-	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined(), "from_standby", p.Promoted(), "records_applied", p.fedNow())
+	fed, _ := p.Restored()
+	p.Logger.InfoContext(ctx, "partition state restored", "partition", p.ID, "epoch", p.Epoch, "lsn", p.LSN(), "quarantined", p.Quarantined(), "from_standby", p.Promoted(), "records_applied", fed)
 	return nil
 }
 
@@ -280,12 +281,6 @@ func (p *Partition) QuotaApplied() (generation int64, lsn uint64, ok bool) {
 	}
 	p.quotaSeen = false
 	return p.generation, p.replay.LSN(), true
-}
-
-func (p *Partition) fedNow() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.fed
 }
 
 // Generation is the journal generation the state follows.
