@@ -185,9 +185,12 @@ DELETE FROM partition_standbys WHERE partition_id = @partition_id AND node_id = 
 
 -- name: StandbyReports :many
 -- Every standby's last report, with how old it is and how long since it
--- was caught up (database clock), by partition and node.
+-- was caught up (database clock; -1: never), by partition and node. The
+-- clock is read now, not at this transaction's start, and never gives a
+-- negative age: a report committed after this statement's transaction
+-- began is 0 s old, not "never".
 SELECT s.partition_id, s.node_id, s.generation, s.epoch, s.applied_lsn, s.head_lsn,
-       EXTRACT(EPOCH FROM now() - s.reported_at)::float8 AS reported_ago,
-       COALESCE(EXTRACT(EPOCH FROM now() - s.caught_up_at), -1)::float8 AS caught_up_ago
+       GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.reported_at), 0)::float8 AS reported_ago,
+       COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.caught_up_at), 0), -1)::float8 AS caught_up_ago
 FROM partition_standbys s
 ORDER BY s.partition_id, s.node_id;

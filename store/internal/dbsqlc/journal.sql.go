@@ -582,8 +582,8 @@ func (q *Queries) SequenceJournal(ctx context.Context, db DBTX, arg SequenceJour
 
 const standbyReports = `-- name: StandbyReports :many
 SELECT s.partition_id, s.node_id, s.generation, s.epoch, s.applied_lsn, s.head_lsn,
-       EXTRACT(EPOCH FROM now() - s.reported_at)::float8 AS reported_ago,
-       COALESCE(EXTRACT(EPOCH FROM now() - s.caught_up_at), -1)::float8 AS caught_up_ago
+       GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.reported_at), 0)::float8 AS reported_ago,
+       COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.caught_up_at), 0), -1)::float8 AS caught_up_ago
 FROM partition_standbys s
 ORDER BY s.partition_id, s.node_id
 `
@@ -600,7 +600,10 @@ type StandbyReportsRow struct {
 }
 
 // Every standby's last report, with how old it is and how long since it
-// was caught up (database clock), by partition and node.
+// was caught up (database clock; -1: never), by partition and node. The
+// clock is read now, not at this transaction's start, and never gives a
+// negative age: a report committed after this statement's transaction
+// began is 0 s old, not "never".
 func (q *Queries) StandbyReports(ctx context.Context, db DBTX) ([]StandbyReportsRow, error) {
 	rows, err := db.Query(ctx, standbyReports)
 	if err != nil {
