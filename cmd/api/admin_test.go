@@ -186,7 +186,7 @@ func TestCLIConventions(t *testing.T) {
 				t.Errorf("%v without DATABASE_URL: exit %d stdout %q stderr %q", args, code, stdout, stderr)
 			}
 		}
-		if _, stdout, _ := run(api, nil, "--help"); !strings.Contains(stdout, "Commands: serve (the default), migrate, lease, token, repo, grant, policy, blob") {
+		if _, stdout, _ := run(api, nil, "--help"); !strings.Contains(stdout, "Commands: serve (the default), migrate, lease, token, repo, grant, policy, blob, cluster") {
 			t.Errorf("api --help lists no subcommands: %q", stdout)
 		}
 		for _, b := range []string{"api", "worker", "controller"} {
