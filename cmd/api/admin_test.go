@@ -177,7 +177,7 @@ func TestCLIConventions(t *testing.T) {
 	t.Run("help without a database, --version everywhere", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"api", "--help"}, {"api", "token", "--help"}, {"api", "repo", "help"}, {"api", "grant", "-h"}, {"api", "policy", "--help"},
-			{"api", "blob", "--help"}, {"api", "lease", "--help"}, {"api", "serve", "--help"}, {"api", "migrate", "-h"},
+			{"api", "blob", "--help"}, {"api", "cluster", "--help"}, {"api", "lease", "--help"}, {"api", "serve", "--help"}, {"api", "migrate", "-h"},
 			{"worker", "--help"}, {"worker", "sweep", "--help"}, {"worker", "scrub", "-h"}, {"worker", "run", "--help"},
 			{"controller", "--help"}, {"controller", "plan", "--help"}, {"controller", "rollout", "-h"}, {"controller", "schedule", "--help"},
 		} {
