@@ -2,7 +2,8 @@
 // manage access: `api token create|list|revoke|bootstrap`, `api repo
 // create|list|delete` and `api grant add|remove|list`, and the
 // replication policy: `api policy set|list|delete`
-// (policy.go). cmd/api only dispatches here; the logic lives in store and
+// (policy.go), and the cluster's format level: `api cluster
+// format|finalize` (cluster.go). cmd/api only dispatches here; the logic lives in store and
 // auth, and this package turns arguments into calls and results into lines.
 package admin
 
@@ -31,7 +32,7 @@ const (
 )
 
 // usages are the commands' usage lines.
-var usages = map[string]string{"token": TokenUsage, "repo": RepoUsage, "grant": GrantUsage, "policy": PolicyUsage, "blob": BlobUsage}
+var usages = map[string]string{"token": TokenUsage, "repo": RepoUsage, "grant": GrantUsage, "policy": PolicyUsage, "blob": BlobUsage, "cluster": ClusterUsage}
 
 // WantsHelp reports whether args ask for help: -h, --help or help
 // anywhere.
@@ -56,7 +57,7 @@ func Help(command string, stdout io.Writer) {
 // notes for the operator go to stderr.
 func Main(ctx context.Context, databaseURL string, logger *slog.Logger, command string, args []string, stdout, stderr io.Writer) error {
 	if _, known := usages[command]; !known {
-		return fmt.Errorf("unknown admin command %q (token, repo, grant, policy)", command)
+		return fmt.Errorf("unknown admin command %q (token, repo, grant, policy, cluster)", command)
 	}
 	if WantsHelp(args) {
 		Help(command, stdout)
@@ -82,8 +83,10 @@ func Main(ctx context.Context, databaseURL string, logger *slog.Logger, command 
 		return Policy(ctx, st, args, stdout, stderr)
 	case "grant":
 		return Grant(ctx, st, args, stdout)
+	case "cluster":
+		return Cluster(ctx, st, args, stdout, stderr)
 	}
-	return fmt.Errorf("unknown admin command %q (token, repo, grant, policy)", command)
+	return fmt.Errorf("unknown admin command %q (token, repo, grant, policy, cluster)", command)
 }
 
 // Token runs `api token <sub> ...`.

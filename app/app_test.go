@@ -172,7 +172,7 @@ func TestWorkerRunsPeriodicJobs(t *testing.T) {
 	d := pgtest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := d.Pool.Exec(ctx, `INSERT INTO nodes (node_id, datacenter, role, heartbeat_at) VALUES ('gone', 'local', 'api', now() - interval '1 hour')`); err != nil {
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO nodes (node_id, datacenter, role, heartbeat_at, reads_format, reads_format_started_at) VALUES ('gone', 'local', 'api', now() - interval '1 hour', 2, now())`); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, d.URL)

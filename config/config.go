@@ -1206,7 +1206,7 @@ func ParseBytes(v string) (int64, error) {
 // default). The binaries dispatch on these names and the compose-file test
 // checks docker-compose.yml against them.
 var Commands = map[string][]string{
-	API:        {"serve", "migrate", "lease", "token", "repo", "grant", "policy", "blob"},
+	API:        {"serve", "migrate", "lease", "token", "repo", "grant", "policy", "blob", "cluster"},
 	Worker:     {"run", "sweep", "scrub"},
 	Controller: {"show", "keygen", "publish", "run", "plan", "apply", "freeze", "unfreeze", "status", "takeover", "split", "merge", "retire", "undrain", "rollout", "schedule"},
 }

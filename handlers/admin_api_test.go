@@ -133,7 +133,8 @@ const takeoverPath = "/v1/admin/partitions/p-0001/takeover"
 // newAdminRoutes are the routes this file covers, each with a request
 // that would change something were it allowed: a team admin may not
 // mint a *:admin token, grant itself *:admin, take a partition over or
-// move partitions, nor delete team-b's repository.
+// move partitions, nor delete team-b's repository, nor read or raise the
+// cluster's format level.
 var newAdminRoutes = []struct{ method, path, body string }{
 	{"GET", "/v1/admin/tokens", ""},
 	{"POST", "/v1/admin/tokens", `{"principal": "lead-a", "grants": ["*:admin"]}`},
@@ -146,6 +147,8 @@ var newAdminRoutes = []struct{ method, path, body string }{
 	{"POST", "/v1/admin/plan/apply", `{"override_reason": "move everything"}`},
 	{"GET", "/v1/admin/plan/apply/1", ""},
 	{"DELETE", "/v1/admin/repositories/team-b/x", ""},
+	{"GET", "/v1/admin/cluster/format", ""},
+	{"POST", "/v1/admin/cluster/format", `{"level": 2}`},
 }
 
 // Two tenants and a stranger: anonymous callers get 401 (Bearer only)

@@ -303,6 +303,9 @@ func adminRoutes(r chi.Router, d Deps) {
 		stateRoutes(r, d)
 		// Takeover, plan and apply (cluster.go, docs/auth.md).
 		clusterRoutes(r, d)
+		// The cluster's format level and its finalize (format.go,
+		// docs/quotas.md "Format levels").
+		formatRoutes(r, d)
 	})
 }
 

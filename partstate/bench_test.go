@@ -184,7 +184,7 @@ func newBenchState(b *testing.B, id string, class partstate.Class) *benchState {
 		b.Fatal(err)
 	}
 	bs.p = partstate.New(bs.st, id, 1, 12, all, nil)
-	bs.p.Class = class
+	bs.p.Class, bs.p.Formats = class, bs.st
 	bs.change(b, 1)
 	return bs
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/authority"
 	"github.com/blobplane/blobplane/backend"
+	"github.com/blobplane/blobplane/formats"
 	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/store"
 )
@@ -36,13 +37,26 @@ type Pointers interface {
 
 var _ Pointers = (*store.Store)(nil)
 
+// Formats is the cluster's format level (ZBP-5 R44, R88; package formats);
+// *store.Store implements it.
+type Formats interface {
+	// FormatLevel is the cluster's format level: a partition writes an
+	// incremental (format 2) manifest only at formats.Level2 or above,
+	// since a node of the release before reads format 1 only and the
+	// level rises only once no such node runs. Errors: the database's.
+	FormatLevel(ctx context.Context) (int, error)
+}
+
+var _ Formats = (*store.Store)(nil)
+
 // Manifest formats (R43, R44). Format 1 is a full checkpoint: one part.
 // Format 2 adds the incremental manifest: a base (itself a format 1
 // manifest) and a chain of deltas. A full manifest is still written as
 // format 1, its shape unchanged, so the release before this one (which
-// reads format 1 only) restores any base; it refuses an incremental
-// manifest (R43) and falls back to the base through the previous
-// checkpoints (R37). Any other version is refused, never read in part.
+// reads format 1 only) restores any base. Format 2 is written only at
+// cluster format level 2 (Partition.Formats), which finalize sets once no
+// node of that release runs. Any other version is refused, never read in
+// part.
 const (
 	fullFormat        = 1
 	incrementalFormat = 2
@@ -129,15 +143,17 @@ type plan struct {
 
 // Checkpoint writes the state at its applied LSN to arch and moves the
 // lease record's pointer to it as node at the partition's epoch, and
-// returns the manifest's name. For an incremental class (R40) it is a
-// delta of the repositories changed since the epoch's last checkpoint,
-// or a new base once the chain would reach MaxDeltaChain (R41), or for
-// the epoch's first. A checkpoint at the LSN of the last one is that
-// one again. Errors: ErrNotReady, the archive's, stale_epoch (the lease
-// moved: the objects written are unreferenced); after any, the changes
-// are kept for the next checkpoint.
+// returns the manifest's name. For an incremental class (R40) at cluster
+// format level 2 it is a delta of the repositories changed since the
+// epoch's last checkpoint, or a new base once the chain would reach
+// MaxDeltaChain (R41), or for the epoch's first; below level 2 (or when
+// the level cannot be read, or p has no Formats) it is a full checkpoint
+// (R44). A checkpoint at the LSN of the last one is that one again.
+// Errors: ErrNotReady, the archive's, stale_epoch (the lease moved: the
+// objects written are unreferenced); after any, the changes are kept for
+// the next checkpoint.
 func (p *Partition) Checkpoint(ctx context.Context, arch backend.Archive, ptrs Pointers, node string) (string, error) {
-	pl, err := p.plan()
+	pl, err := p.plan(p.deltasAllowed(ctx))
 	if err != nil {
 		return "", err
 	}
@@ -170,10 +186,31 @@ func (p *Partition) Checkpoint(ctx context.Context, arch backend.Archive, ptrs P
 	return name, nil
 }
 
+// deltasAllowed reads the cluster's format level, per checkpoint (they
+// are rare, and a cached level could let a format-2 manifest out below
+// level 2): whether a delta may be written. A level it cannot read
+// writes full checkpoints, which every release reads.
+func (p *Partition) deltasAllowed(ctx context.Context) bool {
+	if p.Class.Checkpoint != IncrementalCheckpoints {
+		return false
+	}
+	if p.Formats == nil {
+		return false
+	}
+	level, err := p.Formats.FormatLevel(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.Logger.WarnContext(ctx, "partition checkpoint: the cluster format level is unreadable; writing a full checkpoint", "partition", p.ID, "err", err)
+		}
+		return false
+	}
+	return level >= formats.Level2
+}
+
 // plan takes the state's checkpoint and its changed set in one hold of
 // the lock, so that the changed set is exactly what the bytes hold past
-// the previous checkpoint.
-func (p *Partition) plan() (plan, error) {
+// the previous checkpoint; deltas says whether it may be a delta.
+func (p *Partition) plan(deltas bool) (plan, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.status != Serving {
@@ -184,12 +221,12 @@ func (p *Partition) plan() (plan, error) {
 		return plan{lsn: pl.lsn, gen: pl.gen, prev: c, reuse: c.manifest}, nil
 	}
 	pl.dirty = p.state.TakeDirty()
-	if p.Class.Checkpoint == IncrementalCheckpoints && p.chain != nil && len(p.chain.deltas)+1 < p.Class.MaxDeltaChain {
+	if deltas && p.chain != nil && len(p.chain.deltas)+1 < p.Class.MaxDeltaChain {
 		pl.prev, pl.body = p.chain, p.state.Delta(pl.dirty, p.SlotBits)
 		return pl, nil
 	}
-	// A full class, the epoch's first checkpoint, or the chain at its
-	// bound: a base (R41's compaction).
+	// A full class, a level below 2, the epoch's first checkpoint, or
+	// the chain at its bound: a base (R41's compaction).
 	pl.body = p.state.Checkpoint(p.SlotBits)
 	return pl, nil
 }

@@ -19,13 +19,15 @@ import (
 )
 
 // Ledger is what a node's homes need of the store: the journal, its
-// trimming and restart, the lease pointers, and whether a repository
-// already references a digest. *store.Store implements it.
+// trimming and restart, the lease pointers, the cluster's format level,
+// and whether a repository already references a digest. *store.Store
+// implements it.
 type Ledger interface {
 	Journal
 	Trimmer
 	Restarter
 	Pointers
+	Formats
 	ReferencedBlob(ctx context.Context, repository string, d blobplane.Digest) (int64, error)
 	ReportJournalApplied(ctx context.Context, partition string, generation int64, epoch, lsn uint64) error
 }
@@ -145,7 +147,7 @@ func (hs *Homes) Prepare(ctx context.Context, partition string, epoch uint64, bi
 		return true
 	}
 	p := New(hs.Ledger, partition, epoch, bits, slots, hs.Logger)
-	p.Archive, p.Pointers = hs.Archive, hs.Ledger
+	p.Archive, p.Pointers, p.Formats = hs.Archive, hs.Ledger, hs.Ledger
 	if hs.Class.Checkpoint != "" {
 		p.Class = hs.Class
 	}

@@ -66,6 +66,9 @@ type Partition struct {
 	// checkpoint the lease record names (nil: the whole journal).
 	Archive  backend.Archive
 	Pointers Pointers
+	// Formats is the cluster's format level: incremental (format 2)
+	// checkpoints only at level 2 (R44); nil: full checkpoints only.
+	Formats Formats
 	// Class is the partition's class: its checkpoint kind and chain
 	// bound (R39, R41). New sets QuotaClass, Blobplane's one.
 	Class Class

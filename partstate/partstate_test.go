@@ -449,10 +449,10 @@ func (f *fixture) addRefs(t *testing.T, n, from int) {
 }
 
 // archived is the partition at epoch with arch as its checkpoints'
-// archive and the store as its pointers.
+// archive and the store as its pointers and its format level.
 func (f *fixture) archived(epoch uint64, arch *fsbackend.Backend) *partstate.Partition {
 	p := partstate.New(f.st, f.p, epoch, 12, all, nil)
-	p.Archive, p.Pointers = arch, f.st
+	p.Archive, p.Pointers, p.Formats = arch, f.st, f.st
 	return p
 }
 

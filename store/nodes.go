@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/formats"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
 
@@ -22,6 +25,11 @@ type Node struct {
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	State       string
+	// ReadsFormat is the cluster format level the node's running process
+	// reads (0: it reported none: an older build, which reads level 1).
+	// RegisterNode reports this build's, formats.Reads, whatever the
+	// field holds.
+	ReadsFormat int
 }
 
 func nodeFromRow(r dbsqlc.Node) Node {
@@ -29,11 +37,24 @@ func nodeFromRow(r dbsqlc.Node) Node {
 		ID: r.NodeID, Datacenter: r.Datacenter, Role: r.Role, Endpoint: r.Endpoint,
 		Class: r.Class, Capacity: int(r.Capacity), Version: r.Version,
 		StartedAt: r.StartedAt.Time, HeartbeatAt: r.HeartbeatAt.Time, State: r.State,
+		ReadsFormat: readsFormat(r),
 	}
 }
 
+// readsFormat is the level r's running process reported (0: none, or an
+// older binary registered since: it moved started_at and not the report).
+func readsFormat(r dbsqlc.Node) int {
+	if !r.ReadsFormat.Valid || !r.ReadsFormatStartedAt.Valid || !r.ReadsFormatStartedAt.Time.Equal(r.StartedAt.Time) {
+		return 0
+	}
+	return int(r.ReadsFormat.Int16)
+}
+
 // RegisterNode inserts or refreshes this process's node row, marking it up
-// with the database clock.
+// with the database clock, and reports the format level this build reads
+// (formats.Reads). Errors: conflict when this build does not read the
+// cluster's format level (a rollback past finalize: the migration's
+// trigger refuses the row).
 func (s *Store) RegisterNode(ctx context.Context, n Node) (Node, error) {
 	if n.Class == "" {
 		n.Class = "standard"
@@ -41,6 +62,7 @@ func (s *Store) RegisterNode(ctx context.Context, n Node) (Node, error) {
 	row, err := s.q.UpsertNode(ctx, s.pool, dbsqlc.UpsertNodeParams{
 		NodeID: n.ID, Datacenter: n.Datacenter, Role: n.Role, Endpoint: n.Endpoint,
 		Class: n.Class, Capacity: int32(n.Capacity), Version: n.Version,
+		ReadsFormat: pgtype.Int2{Int16: formats.Reads, Valid: true},
 	})
 	if err != nil {
 		return Node{}, dbErr("register node", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/blobplane/blobplane"
 	"github.com/blobplane/blobplane/auth"
+	"github.com/blobplane/blobplane/formats"
 	"github.com/blobplane/blobplane/quota"
 	"github.com/blobplane/blobplane/store/internal/dbsqlc"
 )
@@ -44,7 +45,9 @@ const QuotaApplyWait = 5 * time.Second
 // journal record the table's trigger writes in the same transaction.
 // Lowering a quota below the usage refuses new content, never removes
 // any. Errors: invalid (a bad name, a negative or an all-zero limit: clear
-// it instead), not_found (no such repository).
+// it instead), not_found (no such repository), conflict (a rate below
+// cluster format level 2: the release before reads no "at"; finalize
+// first).
 func (s *Store) SetRepositoryQuota(ctx context.Context, repository string, limit quota.Limit, by string) (RepositoryQuota, error) {
 	if err := auth.CheckRepository(repository); err != nil {
 		return RepositoryQuota{}, err
@@ -58,6 +61,13 @@ func (s *Store) SetRepositoryQuota(ctx context.Context, repository string, limit
 	}
 	var id int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if limit.Rated() {
+			// A rated repository's ref+ records carry "at" (migration
+			// 00041), which only level 2 readers read (R44).
+			if err := s.requireFormatLevel(ctx, tx, formats.Level2, "an upload rate"); err != nil {
+				return err
+			}
+		}
 		if _, err := s.q.SetRepositoryQuota(ctx, tx, dbsqlc.SetRepositoryQuotaParams{Repository: repository, MaxBytes: limit.Bytes, MaxBlobs: limit.Blobs,
 			MaxBytesPerMinute: limit.BytesPerMinute, MaxBlobsPerMinute: limit.BlobsPerMinute, SetBy: by}); err != nil {
 			return err
@@ -68,6 +78,9 @@ func (s *Store) SetRepositoryQuota(ctx context.Context, repository string, limit
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RepositoryQuota{}, blobplane.Errorf(blobplane.CodeNotFound, "no repository %s", repository)
+	}
+	if e := (*blobplane.Error)(nil); errors.As(err, &e) {
+		return RepositoryQuota{}, err
 	}
 	if err != nil {
 		return RepositoryQuota{}, dbErr("set repository quota", err)

@@ -244,6 +244,9 @@ func dbErr(op string, err error) error {
 		if pgErr.Code == "BPQ01" { // blob_references_tenant_usage: past a tenant's quota (our message)
 			return &blobplane.Error{Code: blobplane.CodeForbidden, Op: op, Message: pgErr.Message, Err: upload.ErrOverQuota}
 		}
+		if pgErr.Code == "BPF01" { // nodes_reads_cluster_format: a build that does not read the cluster's format level (our message)
+			return &blobplane.Error{Code: blobplane.CodeConflict, Op: op, Message: pgErr.Message, Err: err}
+		}
 		if pgErr.Code == "23514" { // check_violation: the schema refused a malformed value
 			return &blobplane.Error{Code: blobplane.CodeInvalid, Op: op, Message: msgRefusedValue, Err: err}
 		}

@@ -177,7 +177,7 @@ func TestCLIConventions(t *testing.T) {
 	t.Run("help without a database, --version everywhere", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"api", "--help"}, {"api", "token", "--help"}, {"api", "repo", "help"}, {"api", "grant", "-h"}, {"api", "policy", "--help"},
-			{"api", "blob", "--help"}, {"api", "lease", "--help"}, {"api", "serve", "--help"}, {"api", "migrate", "-h"},
+			{"api", "blob", "--help"}, {"api", "cluster", "--help"}, {"api", "lease", "--help"}, {"api", "serve", "--help"}, {"api", "migrate", "-h"},
 			{"worker", "--help"}, {"worker", "sweep", "--help"}, {"worker", "scrub", "-h"}, {"worker", "run", "--help"},
 			{"controller", "--help"}, {"controller", "plan", "--help"}, {"controller", "rollout", "-h"}, {"controller", "schedule", "--help"},
 		} {
@@ -186,7 +186,7 @@ func TestCLIConventions(t *testing.T) {
 				t.Errorf("%v without DATABASE_URL: exit %d stdout %q stderr %q", args, code, stdout, stderr)
 			}
 		}
-		if _, stdout, _ := run(api, nil, "--help"); !strings.Contains(stdout, "Commands: serve (the default), migrate, lease, token, repo, grant, policy, blob") {
+		if _, stdout, _ := run(api, nil, "--help"); !strings.Contains(stdout, "Commands: serve (the default), migrate, lease, token, repo, grant, policy, blob, cluster") {
 			t.Errorf("api --help lists no subcommands: %q", stdout)
 		}
 		for _, b := range []string{"api", "worker", "controller"} {

@@ -15,6 +15,8 @@
 //	                      the replication policy (docs/replication.md)
 //	api [flags] blob obliterate <digest> --reason R [--by P] | blob unmark <digest> --reason R [--by P] | blob obliterations <digest>
 //	                      obliterate a blob everywhere, lift it, audit (docs/obliteration.md)
+//	api [flags] cluster format | cluster finalize [--level N] [--by P]
+//	                      the cluster format level; raise it once every node runs this release (docs/operations.md)
 //
 // Run `api --help` for every setting and its environment variable.
 package main
@@ -79,9 +81,10 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		return nil
 	case "lease":
 		return lease(ctx, cfg, logger, args[1:], os.Stdout)
-	case "token", "repo", "policy", "grant":
+	case "token", "repo", "policy", "grant", "cluster":
 		// Access management (issue 6): tokens, grants, repositories;
-		// replication policies (issue 28).
+		// replication policies (issue 28); the cluster format level
+		// (ZBP-5 R44).
 		return admin.Main(ctx, cfg.DatabaseURL, logger, cmd, args[1:], os.Stdout, os.Stderr)
 	case "blob": // obliteration (issue 29, docs/obliteration.md)
 		if admin.WantsHelp(args[1:]) {
@@ -93,7 +96,7 @@ func run(ctx context.Context, cfg *config.Config, logger *slog.Logger, args []st
 		}
 		return admin.BlobMain(ctx, cfg.DatabaseURL, logger, args[1:], os.Stdout, os.Stderr)
 	default:
-		return cli.Usagef("unknown command %q (serve, migrate, lease, token, repo, grant, policy, blob; api --help)", cmd)
+		return cli.Usagef("unknown command %q (serve, migrate, lease, token, repo, grant, policy, blob, cluster; api --help)", cmd)
 	}
 }
 

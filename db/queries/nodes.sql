@@ -1,6 +1,8 @@
 -- name: UpsertNode :one
-INSERT INTO nodes (node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state)
-VALUES (@node_id, @datacenter, @role, @endpoint, @class, @capacity, @version, now(), now(), 'up')
+-- reads_format: the level this build reads (formats.Reads), reported by
+-- this registration (reads_format_started_at = started_at).
+INSERT INTO nodes (node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, reads_format, reads_format_started_at)
+VALUES (@node_id, @datacenter, @role, @endpoint, @class, @capacity, @version, now(), now(), 'up', @reads_format, now())
 ON CONFLICT (node_id) DO UPDATE
 SET datacenter = EXCLUDED.datacenter,
     role = EXCLUDED.role,
@@ -11,7 +13,9 @@ SET datacenter = EXCLUDED.datacenter,
     started_at = now(),
     heartbeat_at = now(),
     state = 'up',
-    draining_since = NULL
+    draining_since = NULL,
+    reads_format = EXCLUDED.reads_format,
+    reads_format_started_at = now()
 RETURNING *;
 
 -- name: HeartbeatNode :execrows

@@ -19,7 +19,7 @@ func TestNewIsMigratedAndIsolated(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("template not migrated: current=%v err=%v", ok, err)
 	}
-	if _, err := a.Pool.Exec(ctx, "INSERT INTO nodes (node_id, datacenter, role) VALUES ('n1', 'dc', 'api')"); err != nil {
+	if _, err := a.Pool.Exec(ctx, "INSERT INTO nodes (node_id, datacenter, role, reads_format, reads_format_started_at) VALUES ('n1', 'dc', 'api', 2, now())"); err != nil {
 		t.Fatal(err)
 	}
 	var n int

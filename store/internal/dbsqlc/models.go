@@ -70,6 +70,18 @@ type BlobReference struct {
 	OperationID pgtype.UUID
 }
 
+// The cluster's format level (one row): the newest journal and checkpoint formats writers may write. Raised by `api cluster finalize` once every live node reads it; never lowered.
+type ClusterFormat struct {
+	// Always true: the table holds one row.
+	ID bool
+	// 1: journal records without "at", full (format 1) checkpoints only. 2: records with "at" (upload rates) and incremental (format 2) checkpoint manifests.
+	Level int16
+	// Who set the level last: the principal or operator of a finalize, or the migration that created it.
+	RaisedBy pgtype.Text
+	// When the level was set last (database clock).
+	RaisedAt pgtype.Timestamptz
+}
+
 // The identity of this Blobplane database (the cluster of record): one row, made by the first inventory pass that adopts a backend. Backend markers name it; a database restored into another cluster keeps it only if this row came with it.
 type ClusterIdentity struct {
 	// Always true: there is one row.
@@ -418,6 +430,10 @@ type Node struct {
 	Primaries []byte
 	// Set when the node received its termination signal (ZBP-5 R83): the controller hands its partitions off and chooses it for nothing new. Cleared when the node registers again.
 	DrainingSince pgtype.Timestamptz
+	// The highest cluster format level the node's build reads (formats.Reads), reported at registration; NULL: a build from before levels (reads level 1). Counts only while reads_format_started_at = started_at.
+	ReadsFormat pgtype.Int2
+	// The started_at of the registration that reported reads_format: an older binary's registration moves started_at and not this, and its process reads level 1.
+	ReadsFormatStartedAt pgtype.Timestamptz
 }
 
 // The stored acknowledgement of each successful publication, keyed by operation id: a retry returns it instead of publishing again (S4). A refusal stores nothing.

@@ -7,6 +7,8 @@ package dbsqlc
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const heartbeatNode = `-- name: HeartbeatNode :execrows
@@ -22,7 +24,7 @@ func (q *Queries) HeartbeatNode(ctx context.Context, db DBTX, nodeID string) (in
 }
 
 const listNodes = `-- name: ListNodes :many
-SELECT node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries, draining_since FROM nodes ORDER BY datacenter, node_id
+SELECT node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries, draining_since, reads_format, reads_format_started_at FROM nodes ORDER BY datacenter, node_id
 `
 
 func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]Node, error) {
@@ -48,6 +50,8 @@ func (q *Queries) ListNodes(ctx context.Context, db DBTX) ([]Node, error) {
 			&i.MapVersion,
 			&i.Primaries,
 			&i.DrainingSince,
+			&i.ReadsFormat,
+			&i.ReadsFormatStartedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -147,8 +151,8 @@ func (q *Queries) ReportNode(ctx context.Context, db DBTX, arg ReportNodeParams)
 }
 
 const upsertNode = `-- name: UpsertNode :one
-INSERT INTO nodes (node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), 'up')
+INSERT INTO nodes (node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, reads_format, reads_format_started_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), 'up', $8, now())
 ON CONFLICT (node_id) DO UPDATE
 SET datacenter = EXCLUDED.datacenter,
     role = EXCLUDED.role,
@@ -159,20 +163,25 @@ SET datacenter = EXCLUDED.datacenter,
     started_at = now(),
     heartbeat_at = now(),
     state = 'up',
-    draining_since = NULL
-RETURNING node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries, draining_since
+    draining_since = NULL,
+    reads_format = EXCLUDED.reads_format,
+    reads_format_started_at = now()
+RETURNING node_id, datacenter, role, endpoint, class, capacity, version, started_at, heartbeat_at, state, map_version, primaries, draining_since, reads_format, reads_format_started_at
 `
 
 type UpsertNodeParams struct {
-	NodeID     string
-	Datacenter string
-	Role       string
-	Endpoint   string
-	Class      string
-	Capacity   int32
-	Version    string
+	NodeID      string
+	Datacenter  string
+	Role        string
+	Endpoint    string
+	Class       string
+	Capacity    int32
+	Version     string
+	ReadsFormat pgtype.Int2
 }
 
+// reads_format: the level this build reads (formats.Reads), reported by
+// this registration (reads_format_started_at = started_at).
 func (q *Queries) UpsertNode(ctx context.Context, db DBTX, arg UpsertNodeParams) (Node, error) {
 	row := db.QueryRow(ctx, upsertNode,
 		arg.NodeID,
@@ -182,6 +191,7 @@ func (q *Queries) UpsertNode(ctx context.Context, db DBTX, arg UpsertNodeParams)
 		arg.Class,
 		arg.Capacity,
 		arg.Version,
+		arg.ReadsFormat,
 	)
 	var i Node
 	err := row.Scan(
@@ -198,6 +208,8 @@ func (q *Queries) UpsertNode(ctx context.Context, db DBTX, arg UpsertNodeParams)
 		&i.MapVersion,
 		&i.Primaries,
 		&i.DrainingSince,
+		&i.ReadsFormat,
+		&i.ReadsFormatStartedAt,
 	)
 	return i, err
 }
