@@ -47,6 +47,9 @@ type Store interface {
 	// Leases returns the lease records, so published epochs never fall
 	// below the lease store's (R16) and `show` can print ownership.
 	Leases(ctx context.Context) ([]authority.LeaseRecord, error)
+	// StandbyReports returns each standby's last report (R64), for
+	// `show`.
+	StandbyReports(ctx context.Context) ([]store.StandbyReport, error)
 	// PlacementNodes and PresentNodes are the api nodes with their
 	// heartbeats and presence, on the database clock: the standbys a
 	// map names are chosen among the eligible ones (R60, R61), as the
@@ -410,10 +413,14 @@ func Show(ctx context.Context, st Store, w io.Writer, now time.Time) error {
 	for _, l := range leases {
 		byID[l.Partition] = l
 	}
+	reports, err := st.StandbyReports(ctx)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "map version %d  generated %s  slot_bits %d  partitions %d  key %s\n\n",
 		m.Version, m.GeneratedAt.UTC().Format(time.RFC3339), m.SlotBits, len(m.Partitions), keyID(m))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tSLOTS\tEPOCH\tPRIMARY\tENDPOINT\tSTATE\tLEASE OWNER\tLEASE EPOCH\tLEASE EXPIRES")
+	fmt.Fprintln(tw, "PARTITION\tSLOTS\tEPOCH\tPRIMARY\tENDPOINT\tSTATE\tSTANDBYS\tLEASE OWNER\tLEASE EPOCH\tLEASE EXPIRES")
 	parts := slices.Clone(m.Partitions)
 	slices.SortFunc(parts, func(a, b authority.Partition) int { return cmp.Compare(a.Slots[0].Low, b.Slots[0].Low) })
 	for _, p := range parts {
@@ -429,10 +436,34 @@ func Show(ctx context.Context, st Store, w io.Writer, now time.Time) error {
 				expires += " (expired)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, strings.Join(ranges, ","), p.Epoch,
-			p.Primary.Node, p.Primary.Endpoint, p.Primary.State, owner, epoch, expires)
+		standbys := showStandbys(p, max(p.Epoch, byID[p.ID].Epoch), reports)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, strings.Join(ranges, ","), p.Epoch,
+			p.Primary.Node, p.Primary.Endpoint, p.Primary.State, standbys, owner, epoch, expires)
 	}
 	return tw.Flush()
+}
+
+// showStandbys renders p's standbys with what each last reported:
+// "api-2 (synced)", "api-2 (lag 40)", "api-2 (no report)"; "-" for none.
+// epoch is the one p's primary holds.
+func showStandbys(p authority.Partition, epoch uint64, reports []store.StandbyReport) string {
+	if len(p.Standbys) == 0 {
+		return "-"
+	}
+	out := make([]string, len(p.Standbys))
+	for i, sb := range p.Standbys {
+		out[i] = sb.Node + " (no report)"
+		for _, r := range reports {
+			if r.Partition != p.ID || r.Node != sb.Node {
+				continue
+			}
+			out[i] = fmt.Sprintf("%s (lag %d)", sb.Node, r.Lag())
+			if r.Synced(epoch) {
+				out[i] = sb.Node + " (synced)"
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 func keyID(m *authority.Map) string {

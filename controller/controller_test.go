@@ -175,7 +175,7 @@ func TestPublishFirstAndNextMaps(t *testing.T) {
 	if err := controller.Show(ctx, s, &out, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"map version 2", pid, "api-a", "127.0.0.1:8081", "LEASE EXPIRES", k.KeyID} {
+	for _, want := range []string{"map version 2", pid, "api-a", "127.0.0.1:8081", "STANDBYS", "LEASE EXPIRES", k.KeyID} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("show lacks %q:\n%s", want, out.String())
 		}

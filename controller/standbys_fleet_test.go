@@ -1,11 +1,14 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/blobplane/blobplane/authority"
+	"github.com/blobplane/blobplane/controller"
 	"github.com/blobplane/blobplane/store"
 )
 
@@ -67,6 +70,37 @@ func TestPublishedMapNamesStandbysAndRoundsKeepThem(t *testing.T) {
 		if v := f.latest(t).Version; v != 1 {
 			t.Fatalf("a round with nothing changed published v%d", v)
 		}
+	}
+
+	// `controller show` names each standby with what it last reported.
+	ctx := context.Background()
+	p := m1.Partitions[0]
+	sb := standbyOf(t, m1, p.ID)
+	show := func() string {
+		var out bytes.Buffer
+		if err := controller.Show(ctx, f.st, &out, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	if out := show(); !strings.Contains(out, "STANDBYS") || !strings.Contains(out, sb+" (no report)") {
+		t.Fatalf("show before any report:\n%s", out)
+	}
+	epoch := max(p.Epoch, 1)
+	if l, err := f.st.Lease(ctx, p.ID); err == nil {
+		epoch = max(epoch, l.Epoch)
+	}
+	if err := f.st.ReportStandby(ctx, store.StandbyReport{Partition: p.ID, Node: sb, Generation: 1, Epoch: epoch, AppliedLSN: 7, HeadLSN: 9}, false); err != nil {
+		t.Fatal(err)
+	}
+	if out := show(); !strings.Contains(out, sb+" (lag 2)") {
+		t.Fatalf("show with a lagging report:\n%s", out)
+	}
+	if err := f.st.ReportStandby(ctx, store.StandbyReport{Partition: p.ID, Node: sb, Generation: 1, Epoch: epoch, AppliedLSN: 9, HeadLSN: 9}, true); err != nil {
+		t.Fatal(err)
+	}
+	if out := show(); !strings.Contains(out, sb+" (synced)") {
+		t.Fatalf("show with a synced report:\n%s", out)
 	}
 }
 

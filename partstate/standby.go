@@ -127,7 +127,7 @@ type assignment struct {
 // standby of, and those it follows that the map now names it the primary
 // of while it does not hold them yet: a promotion's map comes before the
 // keeper's claim, and the new primary starts from the follower's state
-// (Promote). Never one this node holds.
+// (Promote).
 func (s *Standbys) assigned(following func(string) bool) map[string]assignment {
 	out := map[string]assignment{}
 	if s.Map == nil {
@@ -139,7 +139,7 @@ func (s *Standbys) assigned(following func(string) bool) map[string]assignment {
 	}
 	m := vm.Map()
 	for _, p := range m.Partitions {
-		if len(p.Slots) == 0 || (s.Primary != nil && s.Primary(p.ID)) {
+		if len(p.Slots) == 0 {
 			continue
 		}
 		a := assignment{primary: p.Primary.Node, bits: m.SlotBits, slots: p.Slots}
@@ -174,9 +174,14 @@ func (s *Standbys) reconcile(ctx context.Context) {
 	if s.followers == nil {
 		s.followers = map[string]*follower{}
 	}
+	// A partition this node holds as its home: its follower, if any, is
+	// Promote's to take (never stopped here, its state is the restore's
+	// starting point), and none starts (a home is never its own
+	// standby).
+	held := func(id string) bool { return s.Primary != nil && s.Primary(id) }
 	var gone []*follower
 	for id, f := range s.followers {
-		if _, ok := want[id]; !ok {
+		if _, ok := want[id]; !ok && !held(id) {
 			delete(s.followers, id)
 			gone = append(gone, f)
 		}
@@ -184,6 +189,9 @@ func (s *Standbys) reconcile(ctx context.Context) {
 	for id, a := range want {
 		if f := s.followers[id]; f != nil {
 			f.resolve(a.primary)
+			continue
+		}
+		if held(id) {
 			continue
 		}
 		fctx, cancel := context.WithCancel(ctx)

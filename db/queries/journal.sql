@@ -191,6 +191,7 @@ DELETE FROM partition_standbys WHERE partition_id = @partition_id AND node_id = 
 -- began is 0 s old, not "never".
 SELECT s.partition_id, s.node_id, s.generation, s.epoch, s.applied_lsn, s.head_lsn,
        GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.reported_at), 0)::float8 AS reported_ago,
-       COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.caught_up_at), 0), -1)::float8 AS caught_up_ago
+       (CASE WHEN s.caught_up_at IS NULL THEN -1 -- GREATEST would read NULL as 0: caught up now
+             ELSE GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.caught_up_at), 0) END)::float8 AS caught_up_ago
 FROM partition_standbys s
 ORDER BY s.partition_id, s.node_id;

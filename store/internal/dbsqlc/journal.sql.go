@@ -583,7 +583,8 @@ func (q *Queries) SequenceJournal(ctx context.Context, db DBTX, arg SequenceJour
 const standbyReports = `-- name: StandbyReports :many
 SELECT s.partition_id, s.node_id, s.generation, s.epoch, s.applied_lsn, s.head_lsn,
        GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.reported_at), 0)::float8 AS reported_ago,
-       COALESCE(GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.caught_up_at), 0), -1)::float8 AS caught_up_ago
+       (CASE WHEN s.caught_up_at IS NULL THEN -1 -- GREATEST would read NULL as 0: caught up now
+             ELSE GREATEST(EXTRACT(EPOCH FROM clock_timestamp() - s.caught_up_at), 0) END)::float8 AS caught_up_ago
 FROM partition_standbys s
 ORDER BY s.partition_id, s.node_id
 `
