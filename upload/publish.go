@@ -86,7 +86,13 @@ func (f *Flow) publishAway(ctx context.Context, in Intent, d blobplane.Digest) (
 		if forwardedRefusalIsFinal(err) {
 			return Result{}, refuse(Content, err)
 		}
-		f.logger.WarnContext(ctx, "the home cannot publish now; finalization is queued", "operation_id", in.OperationID, "repository", in.Repository, "err", err)
+		if ctx.Err() != nil {
+			// The client hung up: the bytes are verified, so the upload
+			// is kept as any other the home could not answer for.
+			f.logger.InfoContext(ctx, "the client hung up before the home answered; the upload is kept and its finalization queued", "operation_id", in.OperationID, "repository", in.Repository)
+		} else {
+			f.logger.WarnContext(ctx, "the home cannot publish now; finalization is queued", "operation_id", in.OperationID, "repository", in.Repository, "err", err)
+		}
 	}
 	// Acknowledged means kept (issue 27): before the 202 the intent is
 	// accepted, out of the reaper's reach, with its finalize job inserted
