@@ -78,7 +78,7 @@ func TestStandbysFollowServeAndTakeOver(t *testing.T) {
 		t.Fatalf("at the standby without a bound: %d %s, want the routing contract's 421", st, body)
 	}
 	var standby handlers.StateJSON
-	waitUntil(t, func() bool {
+	waitFor(t, func() bool {
 		st, _ := q1.do(http.MethodGet, "/v1/admin/state/"+a, admin, nil, handlers.MaxStalenessHeader, "5s")
 		return st == http.StatusOK
 	})
@@ -105,7 +105,7 @@ func TestStandbysFollowServeAndTakeOver(t *testing.T) {
 	// from its standby's state.
 	before := leaseEpoch(t, c, part.ID)
 	moveTo(t, c, part.ID, 1)
-	waitUntil(t, func() bool {
+	waitFor(t, func() bool {
 		st, _ := q1.do(http.MethodGet, "/v1/home/"+a, "", nil)
 		return st == http.StatusOK
 	})
@@ -227,15 +227,4 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -379,7 +379,7 @@ type StandbyStatus struct {
 // standbyView is what measuring standbys reads: every standby's last
 // report and each node's datacenter.
 type standbyView struct {
-	reports    []store.StandbyReport
+	reports    map[string][]store.StandbyReport // by partition
 	datacenter map[string]string
 }
 
@@ -392,7 +392,10 @@ func (a *Authority) standbyView(ctx context.Context) (standbyView, error) {
 	if err != nil {
 		return standbyView{}, err
 	}
-	v := standbyView{reports: reports, datacenter: map[string]string{}}
+	v := standbyView{reports: map[string][]store.StandbyReport{}, datacenter: map[string]string{}}
+	for _, r := range reports {
+		v.reports[r.Partition] = append(v.reports[r.Partition], r)
+	}
 	for _, n := range nodes {
 		v.datacenter[n.ID] = n.Datacenter
 	}
@@ -406,15 +409,15 @@ func (v standbyView) health(p *authority.Partition, epoch uint64) partstate.Stan
 	if !ok {
 		return partstate.StandbyHealth{Problem: "class " + p.Class + " is not one this release knows"}
 	}
-	return partstate.CheckStandbys(c, p, epoch, v.reports, func(n string) string { return v.datacenter[n] })
+	return partstate.CheckStandbys(c, p, epoch, v.reports[p.ID], func(n string) string { return v.datacenter[n] })
 }
 
 func (v standbyView) statuses(p *authority.Partition, epoch uint64) []StandbyStatus {
 	out := make([]StandbyStatus, 0, len(p.Standbys))
 	for _, s := range p.Standbys {
 		st := StandbyStatus{Node: s.Node, CaughtUpSecondsAgo: -1}
-		for _, r := range v.reports {
-			if r.Partition == p.ID && r.Node == s.Node {
+		for _, r := range v.reports[p.ID] {
+			if r.Node == s.Node {
 				st = StandbyStatus{Node: s.Node, Reported: true, Synced: r.Synced(epoch), Epoch: r.Epoch, AppliedLSN: r.AppliedLSN, LagRecords: r.Lag(),
 					ReportedSecondsAgo: r.ReportedAgo.Seconds(), CaughtUpSecondsAgo: r.CaughtUpAgo.Seconds()}
 				if r.CaughtUpAgo < 0 {

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -107,10 +106,8 @@ func (h formatHandler) get(w http.ResponseWriter, r *http.Request) {
 // the error naming the live nodes that read less.
 func (h formatHandler) raise(w http.ResponseWriter, r *http.Request) {
 	var req RaiseFormatRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxClusterBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		WriteError(w, r, h.logger, blobplane.Wrap(blobplane.CodeInvalid, err, "%s", errFormatBody.Message))
+	if err := decodeStrict(w, r, maxClusterBody, &req, errFormatBody); err != nil {
+		WriteError(w, r, h.logger, err)
 		return
 	}
 	p, _ := PrincipalOf(r.Context())

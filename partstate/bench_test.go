@@ -40,6 +40,27 @@ func benchPartition(b testing.TB, p string) *store.Store {
 	return store.New(d.Pool, nil)
 }
 
+// appendRefs appends, in one transaction at epoch 1, n unsequenced ref+
+// records of 4 KiB blobs digestN(from)… over 1,000 repositories.
+func appendRefs(b testing.TB, st *store.Store, p string, from, n int) {
+	b.Helper()
+	ctx := context.Background()
+	batch := make([]store.JournalAppend, n)
+	for i := range batch {
+		pl, err := quota.Record{Op: quota.RefAdded, Repository: fmt.Sprintf("team/r%d", (from+i)%1000), Digest: digestN(from + i), Size: 4096}.Encode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch[i] = store.JournalAppend{Type: journal.Apply, Payload: pl}
+	}
+	if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+		_, err := st.AppendJournalTx(ctx, tx, p, 1, batch)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // benchJournal makes a partition whose journal holds n sequenced ref+
 // records over 1,000 repositories.
 func benchJournal(b testing.TB, n int) (*store.Store, string) {
@@ -50,22 +71,8 @@ func benchJournal(b testing.TB, n int) (*store.Store, string) {
 	if _, err := st.FenceJournal(ctx, p, 1, 12, all); err != nil {
 		b.Fatal(err)
 	}
-	for done := 0; done < n; {
-		batch := make([]store.JournalAppend, min(1000, n-done))
-		for i := range batch {
-			pl, err := quota.Record{Op: quota.RefAdded, Repository: fmt.Sprintf("team/r%d", (done+i)%1000), Digest: digestN(done + i), Size: 4096}.Encode()
-			if err != nil {
-				b.Fatal(err)
-			}
-			batch[i] = store.JournalAppend{Type: journal.Apply, Payload: pl}
-		}
-		if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
-			_, err := st.AppendJournalTx(ctx, tx, p, 1, batch)
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		done += len(batch)
+	for done := 0; done < n; done += 1000 {
+		appendRefs(b, st, p, done, min(1000, n-done))
 	}
 	for {
 		got, err := st.SequenceJournal(ctx, p, 1, 10_000)
@@ -116,22 +123,6 @@ func BenchmarkFailover(b *testing.B) {
 	n := benchRecords()
 	st, p := benchJournal(b, n)
 	ctx := context.Background()
-	appendLag := func(b *testing.B, from int) {
-		batch := make([]store.JournalAppend, lag)
-		for i := range batch {
-			pl, err := quota.Record{Op: quota.RefAdded, Repository: fmt.Sprintf("team/r%d", i%1000), Digest: digestN(from + i), Size: 4096}.Encode()
-			if err != nil {
-				b.Fatal(err)
-			}
-			batch[i] = store.JournalAppend{Type: journal.Apply, Payload: pl}
-		}
-		if err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
-			_, err := st.AppendJournalTx(ctx, tx, p, 1, batch)
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	next := n
 	for _, promote := range []bool{false, true} {
 		name := "full-restore"
@@ -145,7 +136,7 @@ func BenchmarkFailover(b *testing.B) {
 				if err := standby.Restore(ctx); err != nil {
 					b.Fatal(err)
 				}
-				appendLag(b, next)
+				appendRefs(b, st, p, next, lag)
 				next += lag
 				b.StartTimer()
 				part := partstate.New(st, p, 1, 12, all, nil)

@@ -55,7 +55,8 @@ func (h StandbyHealth) Reason() string {
 }
 
 // CheckStandbys measures p's standbys against c from their last reports
-// (any order, any partitions): a standby counts when synced at epoch, the
+// (any order; other partitions' are ignored, so a caller measuring many
+// partitions passes each its own): a standby counts when synced at epoch, the
 // one its primary holds (the map's, raised to the lease store's: a map's
 // epoch may lag it, R16). datacenter names a node's datacenter (for
 // DiversityDatacenter).

@@ -332,14 +332,14 @@ func (s *Standbys) resolve(ctx context.Context, f *follower) (store.JournalHead,
 	case head.Epoch != lease.Epoch:
 		why = fmt.Sprintf("the journal is sequenced under epoch %d, its primary %s holds %d", head.Epoch, primary, lease.Epoch)
 	}
-	f.stopped(why, lease.Epoch, s.logger())
+	f.setStop(why, lease.Epoch, s.logger())
 	s.Metrics.standbyStopped(f.id, why != "")
 	return head, lease.Epoch, why == ""
 }
 
-// stopped records why f stops consuming ("" when it consumes), logging
+// setStop records why f stops consuming ("" when it consumes), logging
 // each change, and the epoch it follows.
-func (f *follower) stopped(why string, epoch uint64, log *slog.Logger) {
+func (f *follower) setStop(why string, epoch uint64, log *slog.Logger) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
